@@ -1,0 +1,87 @@
+"""Param initializers from config values: numbers, names ("glorot_uniform"), call strings, dicts."""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+tf1 = tf.compat.v1
+
+_BY_NAME = {
+    "glorot_uniform": tf1.glorot_uniform_initializer,
+    "xavier": tf1.glorot_uniform_initializer,
+    "xavier_uniform": tf1.glorot_uniform_initializer,
+    "glorot_normal": tf1.glorot_normal_initializer,
+    "xavier_normal": tf1.glorot_normal_initializer,
+    "orthogonal": tf1.orthogonal_initializer,
+    "zeros": tf1.zeros_initializer,
+    "zero": tf1.zeros_initializer,
+    "ones": tf1.ones_initializer,
+    "constant": tf1.constant_initializer,
+    "random_normal": tf1.random_normal_initializer,
+    "random_uniform": tf1.random_uniform_initializer,
+    "truncated_normal": tf1.truncated_normal_initializer,
+    "variance_scaling": tf1.variance_scaling_initializer,
+    "he_normal": lambda seed=None: tf1.variance_scaling_initializer(2.0, "fan_in", "truncated_normal", seed=seed),
+    "he_uniform": lambda seed=None: tf1.variance_scaling_initializer(2.0, "fan_in", "uniform", seed=seed),
+    "lecun_normal": lambda seed=None: tf1.variance_scaling_initializer(1.0, "fan_in", "truncated_normal", seed=seed),
+    "lecun_uniform": lambda seed=None: tf1.variance_scaling_initializer(1.0, "fan_in", "uniform", seed=seed),
+}
+_BY_CLASS = {
+    "variancescaling": tf1.variance_scaling_initializer,
+    "glorotuniform": tf1.glorot_uniform_initializer,
+    "glorotnormal": tf1.glorot_normal_initializer,
+    "orthogonal": tf1.orthogonal_initializer,
+    "randomnormal": tf1.random_normal_initializer,
+    "randomuniform": tf1.random_uniform_initializer,
+    "truncatednormal": tf1.truncated_normal_initializer,
+    "constant": tf1.constant_initializer,
+    "zeros": tf1.zeros_initializer,
+    "ones": tf1.ones_initializer,
+}
+
+
+def _normalize(name):
+    name = name.strip()
+    for suffix in ("_initializer", "initializer"):
+        if name.endswith(suffix):
+            name = name[: -len(suffix)]
+    return name
+
+
+def get_initializer(spec, seed=None):
+    """
+    :param float|int|str|dict|callable spec: e.g. 0, "glorot_uniform", "random_normal(stddev=0.1)",
+        {"class": "VarianceScaling", "scale": 0.5, "mode": "fan_out"}
+    """
+    if callable(spec) and not isinstance(spec, (str, dict)):
+        return spec
+    if isinstance(spec, (int, float)):
+        return tf1.constant_initializer(spec)
+    if isinstance(spec, dict):
+        opts = dict(spec)
+        cls_name = opts.pop("class").replace("_", "").lower()
+        cls_name = _normalize(cls_name)
+        if cls_name not in _BY_CLASS:
+            raise ValueError("unknown initializer class %r; known: %s" % (spec["class"], sorted(_BY_CLASS)))
+        if "seed" not in opts and cls_name not in ("constant", "zeros", "ones"):
+            opts["seed"] = seed
+        return _BY_CLASS[cls_name](**opts)
+    if isinstance(spec, str):
+        s = spec.strip()
+        try:
+            return tf1.constant_initializer(float(s))
+        except ValueError:
+            pass
+        name = _normalize(s.split("(")[0])
+        if name not in _BY_NAME:
+            raise ValueError("unknown initializer %r; known: %s" % (spec, sorted(_BY_NAME)))
+        factory = _BY_NAME[name]
+        if "(" in s:
+            ns = {n: f for n, f in _BY_NAME.items()}
+            ns.update({n + "_initializer": f for n, f in _BY_NAME.items()})
+            ns["tf"] = tf
+            return eval(name + s[s.index("("):], {"__builtins__": {}}, {name: factory, **ns})  # noqa: S307
+        if name in ("zeros", "zero", "ones"):
+            return factory()
+        return factory(seed=seed)
+    raise TypeError("invalid initializer spec %r" % (spec,))

@@ -1,0 +1,433 @@
+"""
+LayerBase, the layer registry, and the mechanics every layer shares: sources, params, the
+default output template, input concatenation and dropout, constraints (L2, darc1, spatial smoothing).
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import tensorflow as tf
+
+from ..data import Data, Dim
+from ..initializers import get_initializer
+from ..util import NotSpecified, as_list, did_you_mean
+
+tf1 = tf.compat.v1
+
+_layer_registry = {}
+
+
+def register_layer_class(cls, name=None):
+    name = name or cls.layer_class
+    _layer_registry[name] = cls
+    return cls
+
+
+def get_layer_class(name):
+    """
+    :param str name: layer_class, e.g. "linear"
+    :rtype: type[LayerBase]
+    """
+    from . import _load_all  # noqa: F401 (registers every family on first use)
+
+    if name not in _layer_registry:
+        raise ValueError("unknown layer class %r.%s" % (name, did_you_mean(name, _layer_registry)))
+    return _layer_registry[name]
+
+
+def get_layer_class_names():
+    from . import _load_all  # noqa: F401
+
+    return sorted(_layer_registry)
+
+
+class LayerBase:
+    """Base of all layers. A subclass sets ``layer_class`` and builds ``self.output.placeholder`` in __init__."""
+
+    layer_class = None
+    recurrent = False  # True if the layer depends on the order of frames (matters for rec loops)
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if cls.__dict__.get("layer_class"):
+            register_layer_class(cls)
+
+    def __init__(self, name, network, output, n_out=NotSpecified, out_type=None, sources=(), target=None,
+                 loss=None, size_target=None, reuse_params=None, name_scope=None, param_device=None,
+                 is_output_layer=None, only_on_eval=False, only_on_search=False, copy_output_loss_from_source_idx=None,
+                 batch_norm=False, L2=None, darc1=None, spatial_smoothing=0.0, param_variational_noise=None,
+                 param_dropout=None, updater_opts=None, initial_output=None, state=None, need_last=False,
+                 rec_previous_layer=None, encapsulate=False, collocate_with=None, trainable=None,
+                 custom_param_importer=None, register_as_extern_data=None, control_dependencies_on_output=None,
+                 debug_print_layer_output=None, _target_layers=None, **kwargs):
+        if kwargs:
+            bad = sorted(kwargs)
+            raise TypeError("%s layer %r: unknown option%s %s" % (
+                self.layer_class, name, "s" if len(bad) > 1 else "", ", ".join(repr(k) for k in bad)))
+        self.name = name
+        self.network = network
+        self.output = output
+        self.n_out = n_out
+        self.out_type = out_type
+        self.sources = list(sources)
+        self.target = target
+        self.targets = as_list(target)
+        self.loss = loss
+        self.size_target = size_target
+        self.reuse_params = reuse_params
+        self.is_output_layer_flag = is_output_layer
+        self.only_on_eval = only_on_eval
+        self.L2 = L2
+        self.darc1 = darc1
+        self.spatial_smoothing = spatial_smoothing
+        self.initial_output = initial_output
+        self.rec_previous_layer = rec_previous_layer
+        self.trainable = True if trainable is None else trainable
+        self.register_as_extern_data = register_as_extern_data
+        self.custom_param_importer = custom_param_importer
+        self.updater_opts = updater_opts
+        self.params = {}
+        self.saveable_param_replace = {}
+        self.stats = {}
+        self.kwargs = None  # set by the network: the options this layer was built with
+
+    # ---- config -> kwargs ----
+    @classmethod
+    def transform_config_dict(cls, d, network, get_layer):
+        """
+        Resolve names in the layer dict d (in place): "from" -> d["sources"] (layers), "loss" -> a Loss,
+        "target" checked, "n_out" derived from the target when a loss is set and n_out is missing.
+        """
+        src_names = d.pop("from", NotSpecified)
+        if src_names is NotSpecified:
+            src_names = ["data"]
+        d["sources"] = [get_layer(n) for n in as_list(src_names) if n not in (None, "none")]
+        if d.get("reuse_params"):
+            d["reuse_params"] = _ReuseParams.from_config(d["reuse_params"], network, get_layer)
+        loss_name = d.get("loss")
+        loss_opts = d.pop("loss_opts", None) or {}
+        loss_scale = d.pop("loss_scale", 1.0)
+        d.pop("loss_only_on_non_search", None)
+        if loss_name and not d.get("target"):
+            d["target"] = network.extern_data.default_target
+        target = d.get("target")
+        if target and isinstance(target, str) and target.startswith("layer:"):
+            d["_target_layers"] = {target: get_layer(target[len("layer:"):])}
+        elif target and loss_name:
+            for t in as_list(target):
+                network.get_extern_data(t, mark_data_key_as_used=True)
+        if loss_name:
+            from ..losses import get_loss_class
+
+            loss_class = get_loss_class(loss_name)
+            loss_opts = dict(loss_opts)
+            loss_class.transform_config_dict(loss_opts, network=network, get_layer=get_layer)
+            loss = loss_class(base_network=network, **loss_opts)
+            loss.scale = loss_scale
+            d["loss"] = loss
+            if d.get("n_out", NotSpecified) is NotSpecified and "out_type" not in d and target:
+                tdata = cls._static_get_target_data(target, network, d.get("_target_layers"))
+                if tdata is not None and tdata.dim is not None:
+                    d["n_out"] = loss_class.get_auto_output_layer_dim(tdata.feature_dim).dimension
+        for key in ("initial_output",):
+            v = d.get(key)
+            if isinstance(v, str) and v not in ("zeros", "ones", "var", "keep_over_epoch",
+                                                 "keep_over_epoch_no_init", "apply(0)"):
+                d[key] = get_layer(v)
+
+    @staticmethod
+    def _static_get_target_data(target, network, target_layers=None):
+        if target.startswith("layer:"):
+            return target_layers[target].output if target_layers else None
+        return network.get_extern_data(target)
+
+    def _get_target_value(self, target=None):
+        """The target Data for a loss (extern data key or ``layer:NAME``)."""
+        target = target or self.target
+        if target.startswith("layer:"):
+            return self.network.get_layer(target[len("layer:"):]).output
+        return self.network.get_extern_data(target)
+
+    # ---- output template ----
+    @classmethod
+    def get_out_data_from_opts(cls, name, network, sources=(), n_out=NotSpecified, out_type=None, **kwargs):
+        """Default template: like the first source, with the feature dim replaced by n_out."""
+        return cls._base_out_data(name, sources, n_out, out_type)
+
+    @staticmethod
+    def _base_out_data(name, sources, n_out=NotSpecified, out_type=None):
+        out_type = dict(out_type or {})
+        if n_out is not NotSpecified and n_out is not None:
+            if out_type.get("dim", n_out) != n_out:
+                raise ValueError("n_out %r does not match out_type dim %r" % (n_out, out_type["dim"]))
+            out_type["dim"] = n_out
+        out_type.setdefault("name", "%s_output" % name)
+        if "shape" in out_type or "dim_tags" in out_type or "dims" in out_type or not sources or not sources[0]:
+            if "dim" not in out_type and not any(k in out_type for k in ("shape", "dim_tags", "dims")):
+                raise ValueError("n_out (or out_type) must be given: cannot derive the output dim")
+            return Data(**out_type)
+        src = concat_sources_template(sources, name=out_type["name"])
+        dim = out_type.pop("dim", src.dim)
+        dtype = out_type.pop("dtype", src.dtype if not src.sparse else "float32")
+        sparse = out_type.pop("sparse", False)
+        if sparse:
+            dims = [d for i, d in enumerate(src.dims) if i != src.feature_dim_axis]
+            return Data(name=out_type["name"], dims=dims, dtype=out_type.get("dtype", "int32"),
+                        sparse_dim=Dim(dim, kind=Dim.Types.Feature, description="%s:sparse" % name))
+        feat = Dim(dim, kind=Dim.Types.Feature, description="%s:feature-dense" % name)
+        if src.sparse or src.feature_dim_axis is None:
+            out = Data(name=out_type["name"], dims=list(src.dims) + [feat], dtype=dtype)
+            out.feature_dim_axis = NotSpecified
+            return out
+        if src.dim == dim and not out_type.get("new_feature_dim"):
+            feat = src.dims[src.feature_dim_axis] if src.dims[src.feature_dim_axis].dimension == dim else feat
+        out = src.copy_template_replace_dim_tag(src.feature_dim_axis, feat, name=out_type["name"])
+        out.dtype = tf.as_dtype(dtype).name
+        return out
+
+    # ---- params ----
+    @contextlib.contextmanager
+    def var_creation_scope(self):
+        """Variable scope with the layer's absolute name, so params get the original's names (e.g. output/W)."""
+        scope_name = self.get_absolute_name_scope_prefix() + self.name
+        if self.reuse_params is not None:
+            scope_name = self.reuse_params.get_scope_name(self) or scope_name
+        scope = tf1.VariableScope(reuse=tf1.AUTO_REUSE, name=scope_name)
+        with tf1.variable_scope(scope, auxiliary_name_scope=False):
+            yield scope
+
+    def get_absolute_name_scope_prefix(self):
+        return self.network.get_absolute_name_scope_prefix()
+
+    def get_absolute_name(self):
+        return self.network.get_absolute_name_prefix() + self.name
+
+    def create_param(self, name, shape, initializer=None, dtype="float32", trainable=None, **kwargs):
+        """Create (or reuse, with reuse_params) a variable named <layer>/<name> and register it."""
+        if self.reuse_params is not None:
+            shared = self.reuse_params.get_variable(self, name, shape)
+            if shared is not None:
+                return shared
+        with self.var_creation_scope():
+            var = tf1.get_variable(
+                name, shape=shape, dtype=dtype,
+                initializer=get_initializer(initializer if initializer is not None else "glorot_uniform",
+                                            seed=self.network.random_seed_for(self, name)),
+                trainable=self.trainable if trainable is None else trainable, **kwargs)
+        return self.add_param(var)
+
+    def add_param(self, param, custom_update=None, trainable=None, saveable=None, axes_split_info=None):
+        name = param.op.name
+        prefix = self.get_absolute_name_scope_prefix() + self.name + "/"
+        key = name[len(prefix):] if name.startswith(prefix) else name.split("/")[-1]
+        self.params[key] = param
+        return param
+
+    def get_param_values_dict(self, session):
+        return {k: v for k, v in session.run(self.params).items()}
+
+    def set_param_values_by_dict(self, values_dict, session, ignore_wrong_shape=False, copy_param_mode=None):
+        for k, v in values_dict.items():
+            self.params[k].load(v, session)
+
+    # ---- constraints and losses ----
+    def get_constraints_value(self):
+        c = []
+        if self.L2:
+            c += [self.L2 * tf.nn.l2_loss(p) for p in self.params.values() if p.dtype.is_floating]
+        if self.darc1:
+            c.append(self.darc1 * self._darc1_value())
+        if self.spatial_smoothing:
+            c.append(self.spatial_smoothing * self._spatial_smoothing_value())
+        if not c:
+            return None
+        return tf.add_n(c) if len(c) > 1 else c[0]
+
+    def _darc1_value(self):
+        x = self.output.copy_as_batch_major()
+        xt = tf.abs(x.copy_masked(0.0).placeholder)
+        s = tf.reduce_sum(xt, axis=[i for i in range(x.batch_ndim) if i != x.feature_dim_axis and i != 0])
+        return tf.reduce_max(s)
+
+    def _spatial_smoothing_value(self):
+        x = self.output.copy_as_batch_major().copy_with_feature_last().placeholder
+        d = x[..., 1:] - x[..., :-1]
+        return tf.reduce_sum(tf.square(d))
+
+    def get_losses_initialized(self, reduce_func=None):
+        return []
+
+    # ---- misc API of the original ----
+    def is_output_layer(self):
+        return bool(self.is_output_layer_flag) or self.name == "output" or self.loss is not None
+
+    def get_dep_layers(self):
+        return [s for s in self.sources if s is not None]
+
+    def get_sub_layer(self, layer_name):
+        return None
+
+    @classmethod
+    def get_sub_layer_out_data_from_opts(cls, layer_name, parent_layer_kwargs):
+        return None
+
+    def get_last_hidden_state(self, key):
+        return None
+
+    def post_init(self, layer_desc):
+        pass
+
+    @classmethod
+    def get_rec_initial_extra_outputs(cls, **kwargs):
+        """Hook for layers that keep state inside recurrent loops (window, cumsum, ...)."""
+        return {}
+
+    def __repr__(self):
+        return "<%s %r out_type=%s>" % (self.__class__.__name__, self.get_absolute_name(),
+                                        self.output.short_repr() if self.output is not None else None)
+
+
+class InternalLayer(LayerBase):
+    """A layer whose output Data is given directly (extern data sources, sub-network outputs)."""
+
+    @classmethod
+    def get_out_data_from_opts(cls, output=None, **kwargs):
+        return output
+
+
+class _ReuseParams:
+    """``reuse_params``: take params from another layer (``{"map": {"W": ...}}`` or a layer name)."""
+
+    def __init__(self, layer=None, param_map=None):
+        self.layer = layer
+        self.param_map = param_map or {}
+
+    @classmethod
+    def from_config(cls, opts, network, get_layer):
+        if isinstance(opts, str):
+            return cls(layer=get_layer(opts))
+        if isinstance(opts, LayerBase):
+            return cls(layer=opts)
+        if isinstance(opts, dict):
+            param_map = {}
+            for k, v in (opts.get("map") or {}).items():
+                if isinstance(v, dict) and v.get("reuse_layer"):
+                    v = dict(v, reuse_layer=get_layer(v["reuse_layer"]))
+                param_map[k] = v
+            layer = get_layer(opts["reuse_layer"]) if opts.get("reuse_layer") else None
+            return cls(layer=layer, param_map=param_map)
+        raise ValueError("invalid reuse_params %r" % (opts,))
+
+    def get_scope_name(self, layer):
+        if self.layer is not None:
+            return self.layer.get_absolute_name_scope_prefix() + self.layer.name
+        return None
+
+    def get_variable(self, layer, name, shape):
+        spec = self.param_map.get(name)
+        if isinstance(spec, dict):
+            if spec.get("reuse_layer") is not None:
+                src = spec["reuse_layer"]
+                return src.params.get(spec.get("param_name", name))
+            return None
+        if self.layer is not None and name in self.layer.params:
+            var = self.layer.params[name]
+            layer.params[name] = var
+            return var
+        return None
+
+
+def _with_shared_feature(sources, name):
+    """Each source's template with its feature axis replaced by one shared size-1 tag, and their common data."""
+    ref = Dim(1, kind=Dim.Types.Feature, description="%s:concat-ref" % (name or "concat"))
+    parts = []
+    for s in sources:
+        out = s.output
+        if out.sparse:
+            raise ValueError("cannot concatenate sparse source %r with other sources" % s.name)
+        if out.feature_dim_axis is None:
+            raise ValueError("cannot concatenate source %r: it has no feature axis" % s.name)
+        part = out.copy_template_replace_dim_tag(out.feature_dim_axis, ref)
+        part.placeholder = out.placeholder
+        parts.append(part)
+    return parts, Data.get_common_data(parts, name=name)
+
+
+def concat_sources_template(sources, name=None):
+    """Template of the sources concatenated along the feature axis (other axes broadcast)."""
+    sources = [s for s in sources if s is not None]
+    if not sources:
+        raise ValueError("no sources to concatenate")
+    if len(sources) == 1:
+        return sources[0].output.copy_template(name=name)
+    _, common = _with_shared_feature(sources, name)
+    total = sum(s.output.dim for s in sources)
+    feat = Dim(total, kind=Dim.Types.Feature, description="%s:concat-feature" % (name or "concat"))
+    return common.copy_template_replace_dim_tag(common.feature_dim_axis, feat, name=name)
+
+
+def concat_sources(sources, name=None):
+    """Sources concatenated on the feature axis (a single source is returned as is)."""
+    sources = [s for s in sources if s is not None]
+    if len(sources) == 1:
+        return sources[0].output.copy(name=name)
+    template = concat_sources_template(sources, name=name)
+    parts, common = _with_shared_feature(sources, name)
+    aligned = [p.copy_compatible_to(common) for p in parts]
+    f = common.feature_dim_axis
+    sizes = [None] * common.batch_ndim  # the full size of each axis, from a source that has it
+    for p in aligned:
+        for j, d in enumerate(p.dims):
+            if sizes[j] is None and j != f and d == common.dims[j]:
+                sizes[j] = p.get_dim(j)
+    xs = []
+    for p, s in zip(aligned, sources):
+        x = p.placeholder
+        if any(p.dims[j] != common.dims[j] for j in range(common.batch_ndim) if j != f):
+            shape = [s.output.dim if j == f else sizes[j] for j in range(common.batch_ndim)]
+            x = tf.broadcast_to(x, shape)
+        xs.append(x)
+    template.placeholder = tf.concat(xs, axis=f)
+    return template
+
+
+class ConcatInputLayer(LayerBase):
+    """Base for layers that work on their sources concatenated: sets ``self.input_data`` (with dropout)."""
+
+    def __init__(self, dropout=0, dropout_noise_shape=None, dropout_on_forward=False, mask=None, **kwargs):
+        super().__init__(**kwargs)
+        self.input_data = None
+        if self.sources:
+            data = concat_sources(self.sources, name="%s_concat_input" % self.name)
+            if dropout:
+                data = self.network.apply_dropout(data, dropout, noise_shape=dropout_noise_shape,
+                                                  on_forward=dropout_on_forward)
+            self.input_data = data
+
+
+class CopyLayer(ConcatInputLayer):
+    """Output is the (concatenated) input."""
+
+    layer_class = "copy"
+
+    def __init__(self, extra_deps=(), **kwargs):
+        super().__init__(**kwargs)
+        self.extra_deps = extra_deps
+        if self.input_data is not None:
+            self.output.placeholder = self.input_data.placeholder
+
+    @classmethod
+    def transform_config_dict(cls, d, network, get_layer):
+        super().transform_config_dict(d, network=network, get_layer=get_layer)
+        if d.get("extra_deps"):
+            d["extra_deps"] = [get_layer(n) for n in as_list(d["extra_deps"])]
+
+    @classmethod
+    def get_out_data_from_opts(cls, name, sources=(), out_type=None, n_out=NotSpecified, **kwargs):
+        if out_type or (n_out is not NotSpecified and not sources):
+            return cls._base_out_data(name, sources, n_out, out_type)
+        out = concat_sources_template(sources, name="%s_output" % name)
+        if n_out is not NotSpecified and n_out is not None and out.dim != n_out:
+            raise ValueError("n_out=%r does not match the input dim %r" % (n_out, out.dim))
+        return out

@@ -1,0 +1,477 @@
+"""
+Basic layers: source, dropout, linear (and its aliases), softmax, activation, combine, eval, compare,
+switch, constant, cast, length, scaled_grad.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+
+from ..activations import get_activation_function
+from ..data import Data, Dim
+from ..util import NotSpecified, as_list
+from .base import ConcatInputLayer, CopyLayer, LayerBase, concat_sources_template, register_layer_class
+
+
+class OutputWithActivation:
+    """The pre-activation output of a layer (e.g. logits), for losses that want it."""
+
+    def __init__(self, data, act_name):
+        self.data = data
+        self.act_name = act_name
+
+
+class SourceLayer(LayerBase):
+    """Extern data as a layer (``data_key``)."""
+
+    layer_class = "source"
+
+    def __init__(self, data_key=None, **kwargs):
+        super().__init__(**kwargs)
+        self.output.placeholder = self.network.get_extern_data(data_key or self.network.extern_data.default_input).placeholder
+
+    @classmethod
+    def transform_config_dict(cls, d, network, get_layer):
+        d.setdefault("from", [])
+        super().transform_config_dict(d, network=network, get_layer=get_layer)
+
+    @classmethod
+    def get_out_data_from_opts(cls, name, network, data_key=None, **kwargs):
+        return network.get_extern_data(data_key or network.extern_data.default_input).copy(name="%s_output" % name)
+
+
+class DropoutLayer(CopyLayer):
+    """Copy with dropout on the input (options of every concat-input layer)."""
+
+    layer_class = "dropout"
+
+    @classmethod
+    def transform_config_dict(cls, d, network, get_layer):
+        super().transform_config_dict(d, network=network, get_layer=get_layer)
+        d.setdefault("dropout", 0.0)
+
+
+class LinearLayer(ConcatInputLayer):
+    """y = activation(x W + b) on the feature axis; sparse inputs are embedded (row lookup of W)."""
+
+    layer_class = "linear"
+
+    def __init__(self, activation=None, with_bias=True, grad_filter=None, forward_weights_init="glorot_uniform",
+                 bias_init=0.0, use_transposed_weights=False, **kwargs):
+        super().__init__(**kwargs)
+        inp = self.input_data
+        n_in, n_out = inp.dim, self.output.dim
+        w_shape = (n_out, n_in) if use_transposed_weights else (n_in, n_out)
+        weights = self.create_param("W", w_shape, forward_weights_init)
+        if use_transposed_weights:
+            weights = tf.transpose(weights)
+        if inp.sparse:
+            x = tf.nn.embedding_lookup(weights, inp.placeholder)
+            f = self.output.batch_ndim - 1
+        else:
+            f = inp.feature_dim_axis
+            x = inp.placeholder
+            if f == inp.batch_ndim - 1:
+                x = tf.matmul(x, weights) if inp.batch_ndim == 2 else tf.tensordot(x, weights, [[f], [0]])
+            else:
+                x = tf.tensordot(x, weights, [[f], [0]])  # feature ends last; move it back
+                perm = list(range(inp.batch_ndim - 1))
+                perm.insert(f, inp.batch_ndim - 1)
+                x = tf.transpose(x, perm)
+        if with_bias:
+            b = self.create_param("b", (n_out,), bias_init)
+            if f != self.output.batch_ndim - 1:
+                b = tf.reshape(b, [n_out] + [1] * (self.output.batch_ndim - 1 - f))
+            x = x + b
+        self.output_before_activation = OutputWithActivation(self.output.copy(placeholder=x), activation)
+        if activation:
+            x = get_activation_function(activation)(x)
+        self.output.placeholder = x
+
+    @classmethod
+    def get_out_data_from_opts(cls, name, sources=(), n_out=NotSpecified, out_type=None, **kwargs):
+        if (n_out is NotSpecified or n_out is None) and not (out_type and out_type.get("dim")):
+            raise ValueError("n_out (or a target with a loss) must be given for the output dim")
+        return cls._base_out_data(name, sources, n_out, out_type)
+
+
+register_layer_class(LinearLayer, "hidden")
+register_layer_class(LinearLayer, "forward")
+
+
+class SoftmaxLayer(LinearLayer):
+    """Linear with softmax activation."""
+
+    layer_class = "softmax"
+
+    def __init__(self, activation="softmax", **kwargs):
+        super().__init__(activation=activation, **kwargs)
+
+
+class ActivationLayer(CopyLayer):
+    """Elementwise activation of the input (names or expressions of x)."""
+
+    layer_class = "activation"
+
+    def __init__(self, activation, **kwargs):
+        super().__init__(**kwargs)
+        func = get_activation_function(activation)
+        x = self.input_data.placeholder
+        if self.output.dtype != self.input_data.dtype:
+            x = tf.cast(x, self.output.dtype)
+        self.output_before_activation = OutputWithActivation(self.output.copy(placeholder=x), activation)
+        self.output.placeholder = func(x)
+
+    @classmethod
+    def get_out_data_from_opts(cls, name, sources=(), activation=None, **kwargs):
+        get_activation_function(activation)  # fail early on unknown names
+        out = super().get_out_data_from_opts(name=name, sources=sources, **kwargs)
+        if out.sparse and activation not in (None, "identity", "linear"):
+            out.sparse_dim = None
+            out.dtype = "float32"
+        return out
+
+
+def _sources_broadcast(name, sources, out_type=None):
+    """Common template of all sources (broadcasting), and their placeholders made compatible to it."""
+    outputs = [s.output for s in sources]
+    common = Data.get_common_data(outputs, name="%s_output" % name)
+    return common, [o.copy_compatible_to(common).placeholder for o in outputs]
+
+
+_COMBINE_KINDS = {
+    "add": lambda xs: _fold(tf.add, xs),
+    "sub": lambda xs: _fold(tf.subtract, xs),
+    "mul": lambda xs: _fold(tf.multiply, xs),
+    "truediv": lambda xs: _fold(tf.truediv, xs),
+    "floordiv": lambda xs: _fold(tf.math.floordiv, xs),
+    "maximum": lambda xs: _fold(tf.maximum, xs),
+    "minimum": lambda xs: _fold(tf.minimum, xs),
+    "squared_difference": lambda xs: _fold(tf.math.squared_difference, xs),
+    "logical_and": lambda xs: _fold(tf.logical_and, xs),
+    "logical_or": lambda xs: _fold(tf.logical_or, xs),
+    "average": lambda xs: _fold(tf.add, xs) / len(xs),
+}
+
+
+def _fold(op, xs):
+    res = xs[0]
+    for x in xs[1:]:
+        res = op(res, x)
+    return res
+
+
+class CombineLayer(LayerBase):
+    """Elementwise combination of the sources with broadcasting (add, sub, mul, ..., eval)."""
+
+    layer_class = "combine"
+
+    def __init__(self, kind, sources, activation=None, with_bias=False, eval=None, eval_locals=None,
+                 eval_for_output_loss=False, **kwargs):
+        super().__init__(sources=sources, **kwargs)
+        _, xs = _sources_broadcast(self.name, self.sources)
+        if kind == "eval":
+            x = _run_eval(eval, self, xs, eval_locals)
+        else:
+            if kind not in _COMBINE_KINDS:
+                raise ValueError("unknown combine kind %r; known: %s" % (kind, sorted(_COMBINE_KINDS) + ["eval"]))
+            x = _COMBINE_KINDS[kind](xs)
+        if with_bias:
+            b = self.create_param("b", (self.output.dim,), 0.0)
+            f = self.output.feature_dim_axis
+            x = x + (b if f == self.output.batch_ndim - 1 else tf.reshape(
+                b, [-1] + [1] * (self.output.batch_ndim - 1 - f)))
+        if activation:
+            x = get_activation_function(activation)(x)
+        if x.dtype.base_dtype.name != self.output.dtype:
+            x = tf.cast(x, self.output.dtype)
+        self.output.placeholder = x
+
+    @classmethod
+    def get_out_data_from_opts(cls, name, sources=(), kind=None, out_type=None, n_out=NotSpecified, **kwargs):
+        if not sources:
+            raise ValueError("needs at least one source")
+        common, _ = Data.get_common_data([s.output for s in sources], name="%s_output" % name), None
+        if any(s.output.dtype != sources[0].output.dtype for s in sources) and kind != "eval":
+            dtypes = sorted({s.output.dtype for s in sources})
+            common.dtype = "float32" if "float32" in dtypes else dtypes[0]
+        if kind in ("truediv",) and not tf.as_dtype(common.dtype).is_floating and kind != "eval":
+            common.dtype = "float64" if common.dtype in ("int32", "int64") else common.dtype
+        if out_type:
+            return _apply_out_type(common, out_type, name)
+        if n_out is not NotSpecified and n_out is not None and common.dim != n_out and not common.sparse:
+            raise ValueError("n_out=%r does not match the combined dim %r" % (n_out, common.dim))
+        return common
+
+
+def _apply_out_type(template, out_type, name):
+    """out_type dict (dim, sparse, dtype, shape, ...) applied to a derived template."""
+    out_type = dict(out_type)
+    if callable(out_type.get("__call__")):
+        return out_type["__call__"](template)
+    if any(k in out_type for k in ("shape", "dims", "dim_tags")):
+        out_type.setdefault("name", "%s_output" % name)
+        return Data(**out_type)
+    out = template.copy_template(name="%s_output" % name)
+    if "dtype" in out_type:
+        out.dtype = tf.as_dtype(out_type["dtype"]).name
+    sparse = out_type.get("sparse", out.sparse)
+    dim = out_type.get("dim", out.dim)
+    if sparse and not out.sparse:
+        out.sparse_dim = Dim(dim, kind=Dim.Types.Feature, description="%s:sparse" % name)
+    elif not sparse and out.sparse:
+        out.sparse_dim = None
+    elif sparse and dim != out.dim:
+        out.sparse_dim = Dim(dim, kind=Dim.Types.Feature, description="%s:sparse" % name)
+    elif not sparse and dim != out.dim and dim is not None and out.feature_dim_axis is not None:
+        out = out.copy_template_replace_dim_tag(
+            out.feature_dim_axis, Dim(dim, kind=Dim.Types.Feature, description="%s:feature" % name))
+    if "time_dim_axis" in out_type:
+        out.time_dim_axis = out_type["time_dim_axis"]
+    if "feature_dim_axis" in out_type:
+        out.feature_dim_axis = out_type["feature_dim_axis"]
+    return out
+
+
+def _run_eval(code, layer, xs, eval_locals=None):
+    """Evaluate an eval string with source(i), self, tf, np in scope."""
+    if callable(code):
+        return code(source=lambda i, **_kw: xs[i], self=layer)
+
+    def source(i, auto_convert=True, enforce_batch_major=False, as_data=False):
+        if as_data:
+            return layer.sources[i].output
+        return xs[i]
+
+    ns = {"tf": tf, "np": np, "source": source, "self": layer, "layer": layer}
+    try:
+        from .. import tf_util  # optional helper namespace for configs
+        ns["tf_util"] = tf_util
+    except ImportError:
+        pass
+    ns.update(eval_locals or {})
+    try:
+        compiled = compile(code, "<eval layer %r>" % layer.name, "eval")
+    except SyntaxError as exc:
+        raise SyntaxError("eval %r: %s" % (code, exc)) from exc
+    return eval(compiled, ns)  # noqa: S307 (user config code, as in the original)
+
+
+class EvalLayer(CombineLayer):
+    """combine with kind "eval": ``eval`` is a Python expression using source(i)."""
+
+    layer_class = "eval"
+
+    def __init__(self, eval, **kwargs):
+        super().__init__(kind="eval", eval=eval, **kwargs)
+
+    @classmethod
+    def get_out_data_from_opts(cls, name, sources=(), eval=None, out_type=None, **kwargs):
+        if isinstance(eval, str):
+            try:
+                compile(eval, "<eval layer %r>" % name, "eval")
+            except SyntaxError as exc:
+                raise SyntaxError("eval %r of layer %r: %s" % (eval, name, exc)) from exc
+        out = super().get_out_data_from_opts(name=name, sources=sources, kind="eval", out_type=out_type, **kwargs)
+        return out
+
+
+_COMPARE_KINDS = {
+    "equal": tf.equal, "not_equal": tf.not_equal, "less": tf.less, "less_equal": tf.less_equal,
+    "greater": tf.greater, "greater_equal": tf.greater_equal,
+}
+
+
+class CompareLayer(LayerBase):
+    """Elementwise comparison of the sources (or of one source against ``value``); bool output."""
+
+    layer_class = "compare"
+
+    def __init__(self, kind="equal", value=None, allow_broadcast_all_sources=NotSpecified, **kwargs):
+        super().__init__(**kwargs)
+        if kind not in _COMPARE_KINDS:
+            raise ValueError("unknown compare kind %r; known: %s" % (kind, sorted(_COMPARE_KINDS)))
+        _, xs = _sources_broadcast(self.name, self.sources)
+        if value is not None:
+            xs.append(tf.constant(value, dtype=xs[0].dtype))
+        res = xs[0]
+        for x in xs[1:]:
+            res = _COMPARE_KINDS[kind](res, x)
+        self.output.placeholder = res
+
+    @classmethod
+    def get_out_data_from_opts(cls, name, sources=(), n_out=NotSpecified, **kwargs):
+        common = Data.get_common_data([s.output for s in sources], name="%s_output" % name)
+        common.sparse_dim = None
+        common.dtype = "bool"
+        return common
+
+
+class SwitchLayer(LayerBase):
+    """where(condition, true_from, false_from); true/false may be layers or constants."""
+
+    layer_class = "switch"
+
+    def __init__(self, condition, true_from, false_from, **kwargs):
+        super().__init__(**kwargs)
+        out = self.output
+
+        def value(v):
+            if isinstance(v, LayerBase):
+                return v.output.copy_compatible_to(out, unbroadcast=True).placeholder
+            return tf.fill(tf.shape(cond), tf.constant(v, dtype=out.dtype))
+
+        if isinstance(condition, LayerBase):
+            cond = condition.output.copy_compatible_to(out, unbroadcast=True).placeholder
+            self.output.placeholder = tf.where(cond, value(true_from), value(false_from))
+        else:
+            self.output.placeholder = value(true_from if condition else false_from)
+
+    @classmethod
+    def transform_config_dict(cls, d, network, get_layer):
+        d.setdefault("from", [])
+        super().transform_config_dict(d, network=network, get_layer=get_layer)
+        for key in ("condition", "true_from", "false_from"):
+            if isinstance(d.get(key), str):
+                d[key] = get_layer(d[key])
+
+    @classmethod
+    def get_out_data_from_opts(cls, name, condition, true_from, false_from, **kwargs):
+        layers = [x for x in (condition, true_from, false_from) if isinstance(x, LayerBase)]
+        out = Data.get_common_data([x.output for x in layers], name="%s_output" % name)
+        values = [x for x in (true_from, false_from) if isinstance(x, LayerBase)]
+        if values:
+            out.dtype = values[0].output.dtype
+            out.sparse_dim = values[0].output.sparse_dim
+        else:
+            out.sparse_dim = None
+            out.dtype = tf.as_dtype(np.asarray(true_from).dtype).name if not isinstance(true_from, float) else "float32"
+        return out
+
+    def get_dep_layers(self):
+        return super().get_dep_layers() + [x for x in (self.kwargs or {}).values() if isinstance(x, LayerBase)]
+
+
+class ConstantLayer(LayerBase):
+    """A constant (scalar or array), optionally with a batch axis."""
+
+    layer_class = "constant"
+
+    def __init__(self, value=0.0, dtype=None, with_batch_dim=False, shape=None, **kwargs):
+        super().__init__(**kwargs)
+        out = self.output
+        x = tf.constant(value, dtype=out.dtype)
+        if with_batch_dim:
+            x = tf.fill([self.network.get_data_batch_dim()] + list(out.shape), x) if x.shape.rank == 0 else tf.tile(
+                tf.expand_dims(x, 0), [self.network.get_data_batch_dim()] + [1] * x.shape.rank)
+        elif shape is not None and x.shape.rank == 0:
+            x = tf.fill([d.dimension for d in out.dims], x)
+        self.output.placeholder = x
+
+    @classmethod
+    def transform_config_dict(cls, d, network, get_layer):
+        d.setdefault("from", [])
+        super().transform_config_dict(d, network=network, get_layer=get_layer)
+
+    @classmethod
+    def get_out_data_from_opts(cls, name, value=0.0, dtype=None, with_batch_dim=False, shape=None, sparse_dim=None,
+                               **kwargs):
+        arr = np.asarray(value)
+        if dtype is None:
+            dtype = {"f": "float32", "i": "int32", "b": "bool", "u": "int32"}.get(arr.dtype.kind, arr.dtype.name)
+        dims = []
+        if shape is not None:
+            for i, s in enumerate(shape):
+                dims.append(s if isinstance(s, Dim) else Dim(s, kind=Dim.Types.Spatial,
+                                                              description="%s:static:%i" % (name, i)))
+        else:
+            for i, s in enumerate(arr.shape):
+                dims.append(Dim(s, kind=Dim.Types.Feature if i == arr.ndim - 1 else Dim.Types.Spatial,
+                                description="%s:static:%i" % (name, i)))
+        if with_batch_dim:
+            from ..data import batch_dim
+
+            dims.insert(0, batch_dim)
+        return Data(name="%s_output" % name, dims=dims, dtype=dtype, sparse_dim=sparse_dim)
+
+
+class CastLayer(CopyLayer):
+    """Cast to dtype (a sparse int input becomes dense when cast to float)."""
+
+    layer_class = "cast"
+
+    def __init__(self, dtype, output=None, **kwargs):
+        super().__init__(output=output, **kwargs)
+        self.output.placeholder = tf.cast(self.input_data.placeholder, dtype)
+
+    @classmethod
+    def get_out_data_from_opts(cls, name, dtype, sources=(), **kwargs):
+        out = super().get_out_data_from_opts(name=name, sources=sources, **kwargs)
+        out.dtype = tf.as_dtype(dtype).name
+        if out.sparse and not out.dtype.startswith("int"):
+            out.sparse_dim = None
+        return out
+
+
+class LengthLayer(LayerBase):
+    """Sequence lengths of an axis ([B]); axis "B" gives the batch size (scalar)."""
+
+    layer_class = "length"
+
+    def __init__(self, axis="T", add_time_axis=False, dtype="int32", sparse=False, **kwargs):
+        super().__init__(**kwargs)
+        data = self.sources[0].output
+        a = data.get_axis_from_description(axis)
+        if a == data.batch_dim_axis:
+            x = tf.cast(data.get_batch_dim(), dtype)
+        else:
+            size = data.dims[a].dyn_size
+            x = tf.cast(size, dtype) if size is not None else tf.fill(
+                [data.get_batch_dim()], tf.constant(data.dims[a].dimension, dtype=dtype))
+        if add_time_axis:
+            x = tf.expand_dims(x, 1)
+        self.output.placeholder = x
+
+    @classmethod
+    def get_out_data_from_opts(cls, name, sources, axis="T", add_time_axis=False, dtype="int32", sparse=False,
+                               **kwargs):
+        from ..data import batch_dim
+
+        data = sources[0].output
+        a = data.get_axis_from_description(axis)
+        dims = [] if a == data.batch_dim_axis else [batch_dim]
+        if add_time_axis:
+            dims.append(Dim(1, kind=Dim.Types.Spatial, description="%s:time1" % name))
+        sparse_dim = data.dims[a] if sparse else None
+        return Data(name="%s_output" % name, dims=dims, dtype=dtype, sparse_dim=sparse_dim)
+
+
+@tf.custom_gradient
+def _scale_gradient(x, scale):
+    def grad(dy):
+        return dy * tf.cast(scale, dy.dtype), None
+
+    return tf.identity(x), grad
+
+
+class ScaledGradientLayer(CopyLayer):
+    """Identity forward; gradient scaled by ``scale`` (0 stops it, -1 reverses it)."""
+
+    layer_class = "scaled_grad"
+
+    def __init__(self, scale, shift=None, scale_shift_by_sum_over_axis=None, clip_max_axis=None, **kwargs):
+        super().__init__(**kwargs)
+        x = self.output.placeholder
+        if scale == 0:
+            x = tf.stop_gradient(x)
+        elif scale != 1:
+            x = _scale_gradient(x, tf.constant(scale, dtype=x.dtype))
+        self.output.placeholder = x
+
+
+__all__ = [
+    "SourceLayer", "DropoutLayer", "LinearLayer", "SoftmaxLayer", "ActivationLayer", "CombineLayer", "EvalLayer",
+    "CompareLayer", "SwitchLayer", "ConstantLayer", "CastLayer", "LengthLayer", "ScaledGradientLayer",
+    "OutputWithActivation", "concat_sources_template", "as_list",
+]

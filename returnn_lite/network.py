@@ -1,0 +1,677 @@
+"""
+TFNetwork: compiles a RETURNN layer dict onto a TF graph.
+
+For each requested name: resolve the dict entry, look up the layer class, turn the entry into kwargs
+(``transform_config_dict``), derive the output template (``get_out_data_from_opts``), build the layer.
+Every exception raised while a layer is built is re-raised once as a :class:`NetworkLayerException`
+naming the layer and its class.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+
+import numpy as np
+import tensorflow as tf
+
+from .data import Data, Dim
+from .extern_data import DataNotFound, ExternData
+from .layers.base import InternalLayer, get_layer_class
+from .losses.holder import LossHolder  # noqa: F401 (part of this module's API, as in the original)
+from .util import did_you_mean
+
+tf1 = tf.compat.v1
+
+__all__ = [
+    "TFNetwork", "ExternData", "DataNotFound", "LossHolder", "CustomCheckpointLoader", "TFNetworkParamsSerialized",
+    "NetworkError", "NetworkConstructionDependencyLoopException", "LayerNotFound", "NetworkLayerException",
+]
+
+
+class NetworkError(Exception):
+    """Base of the network construction errors."""
+
+
+class NetworkConstructionDependencyLoopException(NetworkError):
+    """Layers that depend on each other without ``prev:``."""
+
+    def __init__(self, network, layer_name, constructing_layers, net_dict=None):
+        chain = list(constructing_layers[constructing_layers.index(layer_name):]) + [layer_name]
+        super().__init__("dependency loop in network %r: %s (break it with 'prev:' inside a rec unit)" % (
+            network.get_absolute_name_prefix() or "root", " -> ".join(repr(n) for n in chain)))
+        self.network = network
+        self.layer_name = layer_name
+        self.constructing_layers = constructing_layers
+
+
+class LayerNotFound(NetworkError):
+    """A layer name that cannot be resolved."""
+
+    def __init__(self, message, layer_name=None, network=None, net_dict=None):
+        super().__init__(message)
+        self.layer_name = layer_name
+        self.network = network
+
+
+class NetworkLayerException(NetworkError):
+    """An error while building one layer; names the layer, its class and the cause."""
+
+    def __init__(self, message, layer_name, layer_class=None, network=None, net_dict=None):
+        prefix = network.get_absolute_name_prefix() if network is not None else ""
+        text = "layer %r%s: %s" % (prefix + layer_name, " (class %r)" % layer_class if layer_class else "", message)
+        super().__init__(text)
+        self.layer_name = layer_name
+        self.layer_class = layer_class
+        self.net_dict = net_dict
+
+
+class TFNetworkParamsSerialized:
+    """All params as numpy arrays: layer name -> param name -> value."""
+
+    def __init__(self, values_dict, global_train_step):
+        self.values_dict = values_dict
+        self.global_train_step = global_train_step
+
+
+class TFNetwork:
+    """A collection of interconnected layers with trainable params, built from a layer dict."""
+
+    def __init__(self, config=None, extern_data=None, rnd_seed=None, train_flag=None, eval_flag=None,
+                 search_flag=None, parent_layer=None, parent_net=None, extra_parent_net=None, name=None,
+                 absolute_name_prefix=None, inside_rec_time_dim=None, over_rec_time_dim=None, **_unused):
+        self.config = config
+        if extern_data is None:
+            if parent_net is not None:
+                extern_data = parent_net.extern_data
+            else:
+                extern_data = ExternData()
+                if config is not None:
+                    extern_data.init_from_config(config)
+        self.extern_data = extern_data
+        self.parent_layer = parent_layer
+        self.parent_net = parent_net
+        self.name = name or (parent_layer.name if parent_layer is not None else "")
+        self._absolute_name_prefix = absolute_name_prefix
+        if train_flag is None:
+            train_flag = parent_net.train_flag if parent_net is not None else _global_train_flag()
+        self.train_flag = train_flag
+        self.eval_flag = (train_flag is not False) if eval_flag is None else eval_flag
+        self.search_flag = bool(search_flag) if search_flag is not None else (
+            parent_net.search_flag if parent_net is not None else False)
+        self.inside_rec_time_dim = inside_rec_time_dim
+        self.over_rec_time_dim = over_rec_time_dim
+        self.random = np.random.RandomState(42 if rnd_seed is None else rnd_seed)
+        self.layers = {}
+        self.losses_dict = {}
+        self.used_data_keys = set()
+        self._net_dict = {}
+        self._constructing = []
+        self._objective = None
+        self._saver = None
+        self._batch_dim = None
+        self.global_train_step = None
+        self.update_ops = []
+        self.rec_step_info = None
+
+    # ---- names ----
+    def get_root_network(self):
+        return self if self.parent_net is None else self.parent_net.get_root_network()
+
+    def get_absolute_name_prefix(self):
+        """Layer name prefix, always ending in '/' or empty (e.g. 'sub/')."""
+        if self._absolute_name_prefix is not None:
+            return self._absolute_name_prefix
+        if self.parent_layer is not None:
+            return self.parent_layer.get_absolute_name() + "/"
+        return ""
+
+    def get_absolute_name_scope_prefix(self):
+        return self.get_absolute_name_prefix()
+
+    def __repr__(self):
+        return "<TFNetwork %r train=%s>" % (self.get_absolute_name_prefix() or "root", self.train_flag)
+
+    # ---- construction ----
+    def construct_from_dict(self, net_dict, get_layer=None):
+        """Build every layer that is an output, has a loss, or is marked is_output_layer."""
+        self._net_dict = net_dict
+        for name, desc in sorted(net_dict.items()):
+            if not isinstance(desc, dict):
+                raise NetworkLayerException("layer description must be a dict, got %r" % (desc,), name, network=self)
+            if (name == "output" or name.endswith(":output") or desc.get("loss") or desc.get("is_output_layer")
+                    or desc.get("register_as_extern_data")):
+                self.construct_layer(net_dict, name, get_layer=get_layer)
+
+    def construct_layer(self, net_dict, name, get_layer=None, add_layer=None, check_existing=True):
+        """Construct name (and, recursively, what it depends on) unless it exists already."""
+        if name in self.layers:
+            return self.layers[name]
+        if name == "data" or name.startswith("data:"):
+            return self._get_extern_data_layer(name)
+        if name.startswith("base:"):
+            if self.parent_net is None:
+                raise LayerNotFound("%r: there is no base network (this is the root network)" % name, name, self)
+            return self.parent_net.get_layer(name[len("base:"):])
+        if name not in net_dict and "/" in name:
+            return self._get_sub_layer(net_dict, name, get_layer)
+        if name not in net_dict:
+            raise LayerNotFound("layer %r not found in network %r.%s" % (
+                name, self.get_absolute_name_prefix() or "root", did_you_mean(name, net_dict)), name, self)
+        if name in self._constructing:
+            raise NetworkConstructionDependencyLoopException(self, name, self._constructing)
+        if get_layer is None:
+            def get_layer(src_name):
+                return self.construct_layer(net_dict, src_name)
+        desc = dict(net_dict[name])
+        class_name = desc.pop("class", None)
+        self._constructing.append(name)
+        try:
+            if class_name is None:
+                raise ValueError("no 'class' given")
+            layer_class = get_layer_class(class_name)
+            desc["_name"] = name
+            desc["_network"] = self
+            layer_class.transform_config_dict(desc, network=self, get_layer=get_layer)
+            desc.pop("_name", None)
+            desc.pop("_network", None)
+            return (add_layer or self.add_layer)(name=name, layer_class=layer_class, **desc)
+        except NetworkLayerException:
+            raise
+        except NetworkConstructionDependencyLoopException:
+            raise
+        except Exception as exc:
+            msg = "%s: %s" % (type(exc).__name__, exc) if not isinstance(exc, NetworkError) else str(exc)
+            raise NetworkLayerException(msg, name, class_name, network=self, net_dict=net_dict) from exc
+        finally:
+            self._constructing.remove(name)
+
+    def add_layer(self, name, layer_class, **layer_desc):
+        """Template via get_out_data_from_opts, then the layer itself; registers losses."""
+        with tf.name_scope(self._layer_name_scope(name)):
+            output = layer_class.get_out_data_from_opts(name=name, network=self, **layer_desc)
+            if output is None:
+                raise ValueError("%s.get_out_data_from_opts returned no template" % layer_class.__name__)
+            layer = layer_class(name=name, network=self, output=output, **layer_desc)
+        layer.kwargs = layer_desc
+        _check_output_matches_template(layer)
+        self.layers[name] = layer
+        if layer.loss is not None and self.eval_flag:
+            self._register_loss(name, layer)
+        if layer.register_as_extern_data:
+            self.get_root_network().extern_data.register_data(layer.output.copy(name=layer.register_as_extern_data))
+        layer.post_init(layer_desc)
+        return layer
+
+    def _register_loss(self, name, layer):
+        loss = layer.loss
+        target = layer._get_target_value() if loss.need_target and layer.target else None
+        loss.check_dims(layer, target)
+        key = self.get_absolute_name_prefix() + name
+        self.get_root_network().losses_dict[key] = LossHolder(
+            name=key, loss=loss, layer_output=layer.output, layer=layer, network=self)
+
+    def _layer_name_scope(self, name):
+        return self.get_absolute_name_prefix() + name.replace(":", "_") + "/"
+
+    def _get_extern_data_layer(self, name):
+        key = self.extern_data.default_input if name == "data" else name[len("data:"):]
+        root = self.get_root_network()
+        if root is not self and self.parent_layer is not None and not getattr(self, "own_extern_data", False):
+            return root._get_extern_data_layer(name)
+        if name in self.layers:
+            return self.layers[name]
+        data = self.get_extern_data(key)
+        layer = InternalLayer(name=name, network=self, output=data)
+        self.layers[name] = layer
+        return layer
+
+    def _get_sub_layer(self, net_dict, name, get_layer=None):
+        parent_name, sub_name = name.split("/", 1)
+        parent = (get_layer or (lambda n: self.construct_layer(net_dict, n)))(parent_name)
+        sub = parent.get_sub_layer(sub_name)
+        if sub is None:
+            raise LayerNotFound("layer %r has no sub-layer %r" % (parent_name, sub_name), name, self)
+        return sub
+
+    def get_extern_data(self, key, mark_data_key_as_used=True):
+        root = self.get_root_network()
+        data = root.extern_data.get_data(key)
+        if mark_data_key_as_used:
+            root.used_data_keys.add(key)
+        return data
+
+    def get_used_data_keys(self, exclude_extra_added=True):
+        return set(self.get_root_network().used_data_keys)
+
+    def get_layer(self, layer_name):
+        """The layer by name; resolves "data", "data:KEY", "base:NAME", "NAME/SUB"; builds it on demand."""
+        if layer_name in self.layers:
+            return self.layers[layer_name]
+        if layer_name.startswith("base:"):
+            if self.parent_net is None:
+                raise LayerNotFound("%r: there is no base network" % layer_name, layer_name, self)
+            return self.parent_net.get_layer(layer_name[len("base:"):])
+        if layer_name == "data" or layer_name.startswith("data:"):
+            return self._get_extern_data_layer(layer_name)
+        return self.construct_layer(self._net_dict, layer_name)
+
+    # ---- flags ----
+    def cond_on_train(self, fn_train, fn_eval):
+        if isinstance(self.train_flag, bool):
+            return fn_train() if self.train_flag else fn_eval()
+        return tf.cond(self.train_flag, fn_train, fn_eval)
+
+    def apply_dropout(self, data, rate, noise_shape=None, on_forward=False, seed=None):
+        """Dropout on data in training (or always with on_forward); noise_shape as axis description dict."""
+        if not rate or (self.train_flag is False and not on_forward):
+            return data
+        x = data.placeholder
+        shape = None
+        if noise_shape:
+            if isinstance(noise_shape, dict):
+                dims = [None] * data.batch_ndim
+                default = noise_shape.get("*", NotGiven)
+                for k, v in noise_shape.items():
+                    if k == "*":
+                        continue
+                    for a in data.get_axes_from_description(k):
+                        dims[a] = v
+                shape = []
+                for i in range(data.batch_ndim):
+                    v = dims[i] if dims[i] is not None else (default if default is not NotGiven else None)
+                    shape.append(1 if v == 1 else data.get_dim(i))
+            else:
+                shape = list(noise_shape)
+
+        def train():
+            return tf.nn.dropout(x, rate=rate, noise_shape=shape, seed=seed)
+
+        out = train() if on_forward else self.cond_on_train(train, lambda: x)
+        return data.copy(placeholder=out)
+
+    def random_seed_for(self, layer, param_name):
+        return int(self.get_root_network().random.randint(2 ** 31 - 1))
+
+    def get_data_batch_dim(self):
+        """Batch size of the current step, from the extern data (cached)."""
+        root = self.get_root_network()
+        if root._batch_dim is None:
+            for data in [root.extern_data.get_default_input_data()] + list(root.extern_data.data.values()):
+                if data.placeholder is not None and data.have_batch_axis():
+                    with tf.name_scope("batch_dim"):
+                        root._batch_dim = tf.shape(data.placeholder)[data.batch_dim_axis]
+                    break
+            else:
+                raise ValueError("cannot determine the batch size: no extern data with a batch axis")
+        return root._batch_dim
+
+    # ---- layers ----
+    def get_output_layers(self):
+        return [layer for layer in self.layers.values() if layer.is_output_layer()]
+
+    def get_default_output_layer_name(self):
+        if "output" in self.layers:
+            return "output"
+        outs = [n for n, layer in self.layers.items() if layer.is_output_layer()]
+        return outs[0] if len(outs) == 1 else None
+
+    def get_default_output_layer(self, must_exist=True):
+        name = self.get_default_output_layer_name()
+        if name is None:
+            if must_exist:
+                raise LayerNotFound("no default output layer (no layer named 'output')", "output", self)
+            return None
+        return self.layers[name]
+
+    def get_all_layers_shallow(self):
+        return list(self.layers.values())
+
+    def get_all_layers_deep(self):
+        seen, res = set(), []
+        for layer in self.layers.values():
+            for sub in [layer] + [x for net in getattr(layer, "get_sub_networks", lambda: [])()
+                                  for x in net.get_all_layers_deep()]:
+                if id(sub) not in seen:
+                    seen.add(id(sub))
+                    res.append(sub)
+        return res
+
+    def print_network_info(self, name="Network", file=None):
+        file = file or sys.stdout
+        print("%s layer topology:" % name, file=file)
+        print("  extern data: %s" % self.extern_data.get_data_description(), file=file)
+        for layer in self.get_all_layers_deep():
+            if layer.name.startswith("data"):
+                continue
+            print("  layer %s %r #: %s" % (layer.layer_class, layer.get_absolute_name(), layer.output.dim), file=file)
+        print("net params #: %i" % self.get_num_params(), file=file)
+
+    # ---- params ----
+    def get_params_list(self):
+        params = {}
+        for layer in self.get_all_layers_deep():
+            for p in layer.params.values():
+                params.setdefault(p.op.name, p)
+        return list(params.values())
+
+    def get_trainable_params(self):
+        trainable = {v.ref() for v in tf1.trainable_variables()}
+        return [p for p in self.get_params_list()
+                if p.ref() in trainable and getattr(self._layer_of_param(p), "trainable", True)]
+
+    def _layer_of_param(self, param):
+        for layer in self.get_all_layers_deep():
+            if any(p is param for p in layer.params.values()):
+                return layer
+        return None
+
+    def get_num_params(self):
+        return int(sum(np.prod(p.shape.as_list()) for p in self.get_params_list()))
+
+    def get_auxiliary_params(self):
+        return [self.global_train_step] if self.global_train_step is not None else []
+
+    def get_global_train_step_var(self):
+        root = self.get_root_network()
+        if root.global_train_step is None:
+            with tf1.variable_scope(tf1.VariableScope(reuse=tf1.AUTO_REUSE, name="")):
+                root.global_train_step = tf1.get_variable(
+                    "global_step", shape=(), dtype=tf.int64, initializer=tf1.zeros_initializer(), trainable=False)
+        return root.global_train_step
+
+    def initialize_params(self, session):
+        params = self.get_params_list() + self.get_auxiliary_params()
+        if params:
+            session.run([p.initializer for p in params])
+
+    def get_param_values_dict(self, session):
+        return {layer.name: layer.get_param_values_dict(session)
+                for layer in self.layers.values() if layer.params}
+
+    def set_param_values_by_dict(self, values_dict, ignore_non_existing=False, session=None, **kwargs):
+        for layer_name, values in values_dict.items():
+            if layer_name not in self.layers:
+                if ignore_non_existing:
+                    continue
+                raise LayerNotFound("set_param_values_by_dict: no layer %r" % layer_name, layer_name, self)
+            assign_values(session, {self.layers[layer_name].params[k]: v for k, v in values.items()})
+
+    def get_params_serialized(self, session):
+        step = self.get_global_train_step(session)
+        return TFNetworkParamsSerialized(self.get_param_values_dict(session), step)
+
+    def set_params_by_serialized(self, serialized, session, **kwargs):
+        self.set_param_values_by_dict(serialized.values_dict, session=session, **kwargs)
+        self.set_global_train_step(serialized.global_train_step, session)
+
+    def set_global_train_step(self, step, session):
+        assign_values(session, {self.get_global_train_step_var(): np.int64(step)})
+
+    def get_global_train_step(self, session):
+        return int(session.run(self.get_global_train_step_var()))
+
+    def _saveable_dict(self):
+        d = {p.op.name: p for p in self.get_params_list()}
+        if self.global_train_step is not None:
+            d["global_step"] = self.global_train_step
+        return d
+
+    def reset_saver(self):
+        self._saver = None
+
+    def save_params_to_file(self, filename, session):
+        """Standard TF checkpoint with the original's variable names (e.g. output/W)."""
+        d = self._saveable_dict()
+        if self._saver is None or set(self._saver_keys) != set(d):
+            self._saver = tf1.train.Saver(var_list=d, max_to_keep=2 ** 31 - 1, save_relative_paths=True)
+            self._saver_keys = set(d)
+        self._saver.save(session, filename, write_meta_graph=False, write_state=False)
+
+    def load_params_from_file(self, filename, session, ignore_missing=False):
+        loader = CustomCheckpointLoader(filename, saveable_params=self.get_params_list(), network=self,
+                                        ignore_missing=ignore_missing)
+        loader.load_now(session)
+
+    # ---- losses and objective ----
+    def get_losses_initialized(self, reduce_func=None, with_total=False):
+        root = self.get_root_network()
+        for layer in root.get_all_layers_deep():
+            pass  # losses register themselves when their layer is built
+        if with_total:
+            return root.losses_dict, root.get_total_loss(), root.get_total_constraints()
+        return root.losses_dict
+
+    def maybe_construct_objective(self):
+        if self._objective is not None:
+            return
+        with tf.name_scope("objective/"):
+            losses = []
+            for name, holder in sorted(self.losses_dict.items()):
+                value = holder.get_loss_value_for_objective()
+                if value is None:
+                    continue
+                if holder.get_only_on_eval():
+                    if self.train_flag is True:
+                        continue
+                    if not isinstance(self.train_flag, bool):
+                        value = tf.cond(self.train_flag, lambda: tf.zeros_like(value), lambda: value)
+                losses.append(value)
+            total_loss = _add_all(losses)
+            constraints = [c for c in (layer.get_constraints_value() for layer in self.get_all_layers_deep())
+                           if c is not None]
+            total_constraints = _add_all(constraints)
+            if isinstance(total_loss, int) and isinstance(total_constraints, int):
+                objective = 0
+            elif isinstance(total_constraints, int):
+                objective = total_loss
+            elif isinstance(total_loss, int):
+                objective = total_constraints
+            else:
+                objective = tf.add(total_loss, total_constraints, name="objective")
+        self._total_loss, self._total_constraints, self._objective = total_loss, total_constraints, objective
+
+    def get_objective(self):
+        self.maybe_construct_objective()
+        return self._objective
+
+    def get_total_loss(self):
+        self.maybe_construct_objective()
+        return self._total_loss
+
+    def get_total_constraints(self):
+        self.maybe_construct_objective()
+        return self._total_constraints
+
+    def get_fetches_dict(self, config=None, should_train=None, should_eval=None, with_summary=False, with_size=False,
+                         **_kwargs):
+        """Per loss: cost:NAME, error:NAME, loss_norm_factor:NAME; with_size: size:KEY:AXIS."""
+        d = {}
+        for name, holder in self.losses_dict.items():
+            if holder.get_only_on_eval() and should_train:
+                continue
+            v = holder.get_loss_value_for_fetch()
+            if v is not None:
+                d["cost:%s" % name] = v
+            e = holder.get_error_value()
+            if e is not None:
+                d["error:%s" % name] = e
+            d["loss_norm_factor:%s" % name] = holder.get_norm_factor()
+        if with_size:
+            for key in self.used_data_keys:
+                data = self.extern_data.get_data(key)
+                for axis, size in data.size_placeholder.items():
+                    d["size:%s:%i" % (key, axis)] = size
+        return d
+
+    def get_used_targets(self):
+        return sorted({t for layer in self.get_all_layers_deep() if layer.loss is not None for t in layer.targets
+                       if t and not t.startswith("layer:")})
+
+    def get_default_target(self):
+        targets = self.get_used_targets()
+        return targets[0] if targets else self.extern_data.default_target
+
+    def get_post_control_dependencies(self):
+        return list(self.get_root_network().update_ops)
+
+    def register_post_control_dependencies(self, deps):
+        self.get_root_network().update_ops.extend(deps)
+
+    # ---- rec hooks ----
+    def is_inside_rec_layer(self, inside_loop=True):
+        if self.inside_rec_time_dim is not None:
+            return True
+        if not inside_loop and self.over_rec_time_dim is not None:
+            return True
+        return self.parent_net.is_inside_rec_layer(inside_loop) if self.parent_net is not None else False
+
+    def get_inside_rec_time_dim(self, inside_loop=True):
+        if self.inside_rec_time_dim is not None:
+            return self.inside_rec_time_dim
+        if not inside_loop and self.over_rec_time_dim is not None:
+            return self.over_rec_time_dim
+        return self.parent_net.get_inside_rec_time_dim(inside_loop) if self.parent_net is not None else None
+
+    def get_rec_parent_layer(self, inside_loop=True):
+        layer = self.parent_layer
+        while layer is not None:
+            if layer.layer_class == "rec":
+                return layer
+            layer = layer.network.parent_layer
+        return None
+
+    def have_rec_step_info(self):
+        return self.get_rec_step_info(must_exist=False) is not None
+
+    def get_rec_step_info(self, must_exist=True):
+        net = self
+        while net is not None:
+            if net.rec_step_info is not None:
+                return net.rec_step_info
+            net = net.parent_net
+        if must_exist:
+            raise ValueError("%r is not inside a rec loop" % self)
+        return None
+
+    def get_rec_step_index(self):
+        return self.get_rec_step_info().step
+
+
+class _NotGiven:
+    pass
+
+
+NotGiven = _NotGiven()
+
+
+def _global_train_flag():
+    """One 'train_flag' placeholder per graph (False unless fed), for networks built without a fixed flag."""
+    graph = tf1.get_default_graph()
+    flag = getattr(graph, "_returnn_lite_train_flag", None)
+    if flag is None:
+        with tf.name_scope("globals/"):
+            flag = tf1.placeholder_with_default(False, shape=(), name="train_flag")
+        graph._returnn_lite_train_flag = flag
+    return flag
+
+
+def _add_all(values):
+    if not values:
+        return 0
+    return tf.add_n(values) if len(values) > 1 else values[0]
+
+
+def assign_values(session, values):
+    """Assign numpy values to variables by feeding their initializers (no new ops per call)."""
+    fetches, feed = [], {}
+    for var, value in values.items():
+        fetches.append(var.initializer)
+        feed[var.initial_value] = value
+    if fetches:
+        session.run(fetches, feed_dict=feed)
+
+
+def _check_output_matches_template(layer):
+    """The built tensor must agree with the template (rank, static dims, dtype): templates must not lie."""
+    out = layer.output
+    x = out.placeholder
+    if x is None:
+        raise ValueError("layer %r did not set its output placeholder" % layer.name)
+    if x.shape.rank is not None and x.shape.rank != out.batch_ndim:
+        raise ValueError("layer %r: output tensor has rank %i but its template %s has rank %i" % (
+            layer.name, x.shape.rank, out.short_repr(), out.batch_ndim))
+    if x.dtype.base_dtype.name != out.dtype:
+        raise ValueError("layer %r: output tensor dtype %s, template says %s" % (layer.name, x.dtype.name, out.dtype))
+    if x.shape.rank is not None:
+        for i, (got, exp) in enumerate(zip(x.shape.as_list(), out.batch_shape)):
+            if got is not None and exp is not None and got != exp:
+                raise ValueError("layer %r: output tensor shape %s does not match template %s (axis %i)" % (
+                    layer.name, x.shape, out.short_repr(), i))
+
+
+class CustomCheckpointLoader:
+    """
+    Loads a TF checkpoint into the network's params, by name, with optional renames
+    (``var_name_mapping``: param name -> checkpoint name) and param conversions.
+    """
+
+    def __init__(self, filename, saveable_params, params_prefix="", load_if_prefix="", ignore_missing=False,
+                 ignore_params=(), ignore_params_prefixes=(), var_name_mapping=None, network=None):
+        self.filename = filename
+        self.params = list(saveable_params)
+        self.params_prefix = params_prefix
+        self.load_if_prefix = load_if_prefix
+        self.ignore_missing = ignore_missing
+        self.ignore_params = set(ignore_params)
+        self.ignore_params_prefixes = tuple(ignore_params_prefixes)
+        self.var_name_mapping = dict(var_name_mapping or {})
+        self.network = network
+        try:
+            self.reader = tf.train.load_checkpoint(filename)
+        except Exception as exc:
+            raise IOError("cannot read checkpoint %r: %s" % (filename, exc)) from exc
+        self.ckpt_shapes = self.reader.get_variable_to_shape_map()
+
+    def get_variable_value_map(self):
+        """:return: dict var -> numpy value"""
+        values, missing = {}, []
+        for var in self.params:
+            name = var.op.name
+            if name in self.ignore_params or (self.ignore_params_prefixes and name.startswith(self.ignore_params_prefixes)):
+                continue
+            if self.load_if_prefix and not name.startswith(self.load_if_prefix):
+                continue
+            ckpt_name = self.var_name_mapping.get(name, self.params_prefix + name[len(self.load_if_prefix):])
+            if ckpt_name not in self.ckpt_shapes:
+                converted = _convert_param(name, var, self.reader, self.ckpt_shapes)
+                if converted is None:
+                    missing.append(name)
+                    continue
+                values[var] = converted
+                continue
+            value = self.reader.get_tensor(ckpt_name)
+            if tuple(value.shape) != tuple(var.shape.as_list()):
+                raise ValueError("checkpoint %r: param %r has shape %s, the network expects %s" % (
+                    self.filename, name, value.shape, tuple(var.shape.as_list())))
+            values[var] = value
+        if missing and not self.ignore_missing:
+            raise KeyError("checkpoint %r lacks params %s (it has: %s)" % (
+                self.filename, missing, sorted(self.ckpt_shapes)[:50]))
+        return values
+
+    def load_now(self, session):
+        values = self.get_variable_value_map()
+        if self.network is not None and "global_step" in self.ckpt_shapes:
+            step_var = self.network.get_root_network().global_train_step
+            if step_var is not None:
+                values[step_var] = self.reader.get_tensor("global_step")
+        assign_values(session, values)
+        return True
+
+
+def _convert_param(name, var, reader, ckpt_shapes):
+    """Hook for param layout conversions (e.g. other LSTM implementations); None if not convertible."""
+    from .param_conversion import convert_param
+
+    return convert_param(name, var, reader, ckpt_shapes)

@@ -1,0 +1,47 @@
+"""Small helpers shared by the whole package (no TF graph state here)."""
+
+from __future__ import annotations
+
+import difflib
+
+
+class NotSpecifiedType:
+    """Sentinel for 'argument not given' where None is a meaningful value."""
+
+    _instance = None
+
+    def __new__(cls):
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self):
+        return "NotSpecified"
+
+    def __bool__(self):
+        return False
+
+    def __reduce__(self):
+        return (NotSpecifiedType, ())
+
+
+NotSpecified = NotSpecifiedType()
+
+
+def close_matches(name, candidates, n=5):
+    """Names from candidates that look like name, best first (for 'did you mean' messages)."""
+    return difflib.get_close_matches(str(name), sorted(str(c) for c in candidates), n=n, cutoff=0.5)
+
+
+def did_you_mean(name, candidates):
+    matches = close_matches(name, candidates)
+    return (" Did you mean %s?" % " or ".join(repr(m) for m in matches)) if matches else ""
+
+
+def as_list(x):
+    """None -> [], scalar -> [x], list/tuple -> list(x)."""
+    if x is None:
+        return []
+    if isinstance(x, (list, tuple)):
+        return list(x)
+    return [x]
