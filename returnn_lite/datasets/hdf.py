@@ -144,6 +144,8 @@ class HDFDataset(IndexedDataset):
     :param list[str]|str files:
     """
 
+    _cheap_seq_lens = True
+
     def __init__(self, files=None, **kwargs):
         super().__init__(**kwargs)
         self.files = []

@@ -147,7 +147,13 @@ class IndexedDataset(Dataset):
             raise KeyError("%s: unknown data key %r; available: %s" % (self.name, key, sorted(seq)))
         return seq[key]
 
+    # True where _corpus_seq_lens does not load the data (e.g. HDF): lengths then need no data in memory.
+    _cheap_seq_lens = False
+
     def get_seq_length(self, seq_idx):
+        if seq_idx not in self._cache and self._cheap_seq_lens:
+            self._require_init()
+            return self._corpus_seq_lens(self.get_corpus_seq_idx(seq_idx))
         return NumbersDict({key: _seq_len_of(value) for key, value in self._get_seq(seq_idx).items()})
 
     def get_seq_tag(self, seq_idx):
