@@ -72,10 +72,11 @@ class LinearLayer(ConcatInputLayer):
         else:
             f = inp.feature_dim_axis
             x = inp.placeholder
+            # one MatMul (batch dims broadcast) instead of tensordot's ~20 shape ops
             if f == inp.batch_ndim - 1:
-                x = tf.matmul(x, weights) if inp.batch_ndim == 2 else tf.tensordot(x, weights, [[f], [0]])
+                x = tf.matmul(x, weights)
             else:
-                x = tf.tensordot(x, weights, [[f], [0]])  # feature ends last; move it back
+                x = tf.matmul(inp.copy_with_feature_last().placeholder, weights)
                 perm = list(range(inp.batch_ndim - 1))
                 perm.insert(f, inp.batch_ndim - 1)
                 x = tf.transpose(x, perm)
