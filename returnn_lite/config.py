@@ -286,6 +286,8 @@ class Config:
     def int(self, key, default=None, index=None):
         if key in self.typed_dict:
             value = self.typed_value(key, default, index=index)
+            if isinstance(value, str):
+                value = float(value)  # "5" or "5.0"
             return None if value is None else int(value)
         value = self.value(key, None, index=index)
         if value is None:

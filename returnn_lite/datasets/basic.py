@@ -191,7 +191,8 @@ class Dataset:
     # ---- data format
 
     def get_data_keys(self):
-        return sorted(self.num_outputs.keys())
+        """"data" first (if present), then the targets, as in the original."""
+        return _data_first(self.num_outputs.keys())
 
     def get_target_list(self):
         return [key for key in self.get_data_keys() if key != "data"]
@@ -246,6 +247,11 @@ class Dataset:
             dim = self.num_outputs["data"][0]
             self.num_outputs["data"] = [dim * self.window, 2]
             self.num_inputs = dim * self.window
+
+
+def _data_first(keys):
+    keys = sorted(keys)
+    return (["data"] if "data" in keys else []) + [k for k in keys if k != "data"]
 
 
 def _seq_len_of(array):

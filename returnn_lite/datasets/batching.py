@@ -111,7 +111,8 @@ def _chunks(seq_idx, length, chunk_size, chunk_step, min_chunk_size):
         yield BatchSeq(seq_idx, NumbersDict.fromkeys(length, 0), NumbersDict(length))
         return
     default_key = "data" if "data" in sized else sorted(sized)[0]
-    d_size, d_step = _per_key(chunk_size, default_key), _per_key(chunk_step, default_key) or _per_key(chunk_size, default_key)
+    d_size = _per_key(chunk_size, default_key)
+    d_step = _per_key(chunk_step, default_key) or d_size
     whole = []
     for key in length:
         if key == default_key:

@@ -164,11 +164,15 @@ class HDFDataset(IndexedDataset):
         num_outputs = hdf.num_outputs()
         dtypes = {key: str(hdf.dataset(key).dtype) for key in num_outputs}
         if self._files:
-            if num_outputs != self._raw_num_outputs or dtypes != self._dtypes:
+            if not self._compatible(num_outputs, dtypes):
                 hdf.h5.close()
                 raise DatasetError("HDFDataset: %s: data format %r (dtypes %r) differs from %s: %r (dtypes %r)"
                                    % (filename, num_outputs, dtypes, self.files[0], self._raw_num_outputs,
                                       self._dtypes))
+            for key, (dim, ndim) in num_outputs.items():
+                if ndim <= 1:  # sparse: writers may infer the number of classes per file, take the largest
+                    self._raw_num_outputs[key][0] = max(self._raw_num_outputs[key][0], dim)
+                    self.num_outputs[key][0] = self._raw_num_outputs[key][0]
         else:
             self._raw_num_outputs = {k: list(v) for k, v in num_outputs.items()}
             self.num_outputs = {k: list(v) for k, v in num_outputs.items()}
@@ -180,6 +184,15 @@ class HDFDataset(IndexedDataset):
         self._files.append(hdf)
         self._file_start.append(self._file_start[-1] + hdf.num_seqs)
         self._tag_index = None
+
+    def _compatible(self, num_outputs, dtypes):
+        if set(num_outputs) != set(self._raw_num_outputs) or dtypes != self._dtypes:
+            return False
+        for key, (dim, ndim) in num_outputs.items():
+            old_dim, old_ndim = self._raw_num_outputs[key]
+            if ndim != old_ndim or (ndim >= 2 and dim != old_dim):
+                return False
+        return True
 
     def _locate(self, corpus_idx):
         file_idx = bisect.bisect_right(self._file_start, corpus_idx) - 1
@@ -345,7 +358,8 @@ class SimpleHDFWriter:
         for key, value in sorted((extra or {}).items()):
             value = numpy.asarray(value)
             if value.shape[0] != n_batch:
-                raise ValueError("SimpleHDFWriter: extra %r has batch size %i, expected %i" % (key, value.shape[0], n_batch))
+                raise ValueError("SimpleHDFWriter: extra %r has batch size %i, expected %i"
+                                 % (key, value.shape[0], n_batch))
             parts = []
             for i in range(n_batch):
                 part = value[i]

@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from .basic import Dataset, DatasetError, NumbersDict
+from .basic import Dataset, DatasetError, NumbersDict, _data_first
 from .indexed import IndexedDataset
 from .seq_order import seq_ordering_needs_lengths
 
@@ -79,7 +79,9 @@ class MetaDataset(Dataset):
 
     def _sort_len(self, tag):
         control = self._control
-        sub_key = self.data_map["data"][1] if self.data_map.get("data", (None,))[0] == self.default_dataset_key else None
+        name, sub_key = self.data_map.get("data", (None, None))
+        if name != self.default_dataset_key:
+            sub_key = None  # "data" comes from elsewhere: sort by the longest key of the control dataset
         if isinstance(control, IndexedDataset):
             lens = control._corpus_seq_lens(control._corpus_indices_for_tags([tag])[0])
         else:
@@ -154,7 +156,7 @@ class MetaDataset(Dataset):
     get_tag = get_seq_tag
 
     def get_data_keys(self):
-        return sorted(self.data_map)
+        return _data_first(self.data_map)
 
     def get_data_dtype(self, key):
         self._check_key(key)

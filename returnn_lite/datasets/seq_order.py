@@ -55,7 +55,7 @@ def get_seq_order(seq_ordering, num_seqs, get_seq_len=None, get_seed=None):
     :return: list of corpus seq indices
     """
     name, *args = seq_ordering.split(":")
-    if name in ("sorted", "sorted_reverse", "laplace", "sort_bin_shuffle", "sort_bin_shuffle_x2") and get_seq_len is None:
+    if seq_ordering_needs_lengths(seq_ordering) and get_seq_len is None:
         raise ValueError("seq_ordering %r needs sequence lengths, which this dataset cannot provide" % seq_ordering)
     if name == "default" and not args:
         return list(range(num_seqs))

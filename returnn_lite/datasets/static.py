@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy
 
-from .basic import DatasetError, convert_data_dims
+from .basic import DatasetError, _data_first, convert_data_dims
 from .indexed import IndexedDataset
 
 __all__ = ["StaticDataset"]
@@ -27,9 +27,9 @@ class StaticDataset(IndexedDataset):
         if not data:
             raise DatasetError("%s: data must be a non-empty list of dicts" % self.name)
         self.data = [{key: numpy.asarray(value) for key, value in seq.items()} for seq in data]
-        self.data_keys = sorted(self.data[0].keys())
+        self.data_keys = _data_first(self.data[0].keys())
         for i, seq in enumerate(self.data):
-            if sorted(seq.keys()) != self.data_keys:
+            if sorted(seq.keys()) != sorted(self.data_keys):
                 raise DatasetError("%s: seq %i has keys %s, expected %s" % (self.name, i, sorted(seq), self.data_keys))
         if target_list is None:
             target_list = [key for key in self.data_keys if key != "data"]
