@@ -48,9 +48,9 @@ def test_line_format_and_json(tmp_path):
 
 
 def test_accessors():
-    config = Config({"i": 3, "f": "2.5", "b": True, "s": "yes", "l": (1, 2), "p": "3:4", "q": 5, "n": None})
+    config = Config({"i": 3, "f": "2.5", "si": "4.0", "b": True, "s": "yes", "l": (1, 2), "p": "3:4", "q": 5, "n": None})
     assert config.int("i") == 3 and config.int("missing", 9) == 9
-    assert config.float("f") == 2.5
+    assert config.float("f") == 2.5 and config.int("si") == 4
     assert config.bool("b") is True and config.bool("s") is True and config.is_true("missing") is False
     assert config.is_true("missing", True) is True
     assert config.list("l") == [1, 2] and config.list("i") == [3] and config.list("missing") is None

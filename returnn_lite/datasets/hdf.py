@@ -273,6 +273,7 @@ class SimpleHDFWriter:
         self._seq_lengths = self._file.create_dataset("seqLengths", (0, 2), dtype="int32", maxshape=(None, None))
         self._seq_tags = self._file.create_dataset("seqTags", (0,), dtype=h5py.string_dtype(), maxshape=(None,))
         self._inputs = None
+        self._inputs_max = 1
         self._extra = {}  # key -> h5py dataset
         self._extra_dims = {}  # key -> [dim or None (infer from max), ndim]
         self._extra_max = {}  # key -> 1 + max class index seen (for sparse extras without a given dim)
@@ -353,6 +354,8 @@ class SimpleHDFWriter:
             self._inputs = self._file.create_dataset(
                 "inputs", (0,) + data.shape[1:], dtype=data.dtype, maxshape=(None,) + data.shape[1:])
         self._append(self._inputs, data.astype(self._inputs.dtype, copy=False))
+        if self.dim is None and self.ndim <= 1 and data.size and data.dtype.kind in "iu":
+            self._inputs_max = max(self._inputs_max, int(data.max()) + 1)  # classes seen, for inputPattSize
 
         extra_lens = {}
         for key, value in sorted((extra or {}).items()):
@@ -398,6 +401,8 @@ class SimpleHDFWriter:
             shape = (0,) if self.ndim <= 1 else (0, self.dim or 1)
             self._file.create_dataset("inputs", shape, dtype="int32" if self.ndim <= 1 else "float32",
                                       maxshape=(None,) + shape[1:])
+        if self.dim is None and self.ndim <= 1:
+            self._file.attrs["inputPattSize"] = self._file.attrs["numLabels"] = self._inputs_max
         for key, (dim, ndim) in self._extra_dims.items():
             if dim is None:
                 dim = self._extra_max.get(key, 1)

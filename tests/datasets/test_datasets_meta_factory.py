@@ -71,6 +71,7 @@ def test_meta_with_hdf(tmp_path):
                          "seq_order_control_dataset": "align"})
     meta.init_seq_order(1)
     assert meta.num_seqs == 2 and meta.get_data(1, "classes").tolist() == [2] * 6
+    assert meta.num_outputs["classes"] == [3, 1]  # sparse dim inferred by the writer
 
 
 def test_init_dataset_forms(tmp_path):
