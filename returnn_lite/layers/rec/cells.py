@@ -1,0 +1,323 @@
+"""
+Cell units of the rec layer: one small class per cell (NativeLstm2-style LSTM and our own implementations
+of TF's rnn cells with their checkpoint layouts). Each cell splits its work into an input projection that is
+computed once for all frames (``project``) and a recurrent step (``step``) that only does the state part.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+tf1 = tf.compat.v1
+
+
+def _layer_norm(x, gamma, beta, eps):
+    mean, var = tf.nn.moments(x, axes=[-1], keepdims=True)
+    y = (x - mean) * tf.math.rsqrt(var + eps) * gamma
+    return y + beta if beta is not None else y
+
+
+class CellBase:
+    """
+    :ivar list[str] state_names: parts of the state (e.g. ["c", "h"]), each [B, state_dims[k]]
+    """
+
+    state_names = ("h",)
+    scope = None  # variable scope of the params below "<layer>/rec/" (TF cells), or None
+    default_opts = {}
+
+    def __init__(self, layer, n_in, n_out, param_prefix="rec/", **opts):
+        unknown = set(opts) - set(self.default_opts)
+        if unknown:
+            raise TypeError("%s: unknown unit_opts %s; known: %s" % (
+                self.__class__.__name__, sorted(unknown), sorted(self.default_opts)))
+        self.opts = dict(self.default_opts, **opts)
+        self.layer = layer
+        self.n_in = n_in
+        self.n_out = n_out
+        self.prefix = param_prefix + (self.scope + "/" if self.scope else "")
+        self.create_params()
+
+    def param(self, name, shape, init="glorot_uniform"):
+        return self.layer.create_param(self.prefix + name, shape, init)
+
+    @property
+    def state_dims(self):
+        return {k: self.n_out for k in self.state_names}
+
+    def create_params(self):
+        raise NotImplementedError
+
+    def project(self, x):
+        """Input part of the step for all frames at once: x [..., n_in] -> [..., *] (x is dense or int ids)."""
+        raise NotImplementedError
+
+    def step(self, z, state):
+        """:return: (output [B, n_out], new state dict)"""
+        raise NotImplementedError
+
+    def _matmul_in(self, x, w):
+        if x.dtype.is_integer:
+            return tf.gather(w, x)
+        if x.shape.rank == 2:
+            return tf.matmul(x, w)
+        return tf.tensordot(x, w, [[x.shape.rank - 1], [0]])
+
+
+class NativeLstm2Cell(CellBase):
+    """LSTM as the original's NativeLstm2: z = x W + b + h W_re, gates (cell-in, input, forget, output)."""
+
+    state_names = ("c", "h")
+    default_opts = {}
+
+    def create_params(self):
+        n = self.n_out
+        self.W = self.param("W", (self.n_in, 4 * n))
+        self.W_re = self.param("W_re", (n, 4 * n))
+        self.b = self.param("b", (4 * n,), 0.0)
+
+    def project(self, x):
+        return self._matmul_in(x, self.W) + self.b
+
+    def step(self, z, state):
+        z = z + tf.matmul(state["h"], self.W_re)
+        j, i, f, o = tf.split(z, 4, axis=-1)
+        c = tf.sigmoid(f) * state["c"] + tf.sigmoid(i) * tf.tanh(j)
+        h = tf.sigmoid(o) * tf.tanh(c)
+        return h, {"c": c, "h": h}
+
+
+class _KernelCell(CellBase):
+    """TF rnn cell with kernel [n_in + n_rec, k] on concat(x, h) and bias [k]; x part projected ahead."""
+
+    n_gates = 4
+
+    def create_params(self):
+        self.kernel = self.param("kernel", (self.n_in + self.n_rec, self.n_gates * self.n_out))
+        self.bias = self.param("bias", (self.n_gates * self.n_out,), 0.0)
+
+    @property
+    def n_rec(self):
+        return self.n_out
+
+    def project(self, x):
+        return self._matmul_in(x, self.kernel[:self.n_in]) + self.bias
+
+    def rec_part(self, h):
+        return tf.matmul(h, self.kernel[self.n_in:])
+
+
+class BasicLSTMCell(_KernelCell):
+    """TF BasicLSTMCell: gates (i, j, f, o), forget_bias added to f."""
+
+    scope = "basic_lstm_cell"
+    state_names = ("c", "h")
+    default_opts = {"forget_bias": 1.0, "state_is_tuple": True, "activation": None}
+
+    def step(self, z, state):
+        i, j, f, o = tf.split(z + self.rec_part(state["h"]), 4, axis=-1)
+        c = state["c"] * tf.sigmoid(f + self.opts["forget_bias"]) + tf.sigmoid(i) * tf.tanh(j)
+        h = tf.tanh(c) * tf.sigmoid(o)
+        return h, {"c": c, "h": h}
+
+
+class LSTMCell(_KernelCell):
+    """TF LSTMCell (standardlstm): gates (i, j, f, o), optional peepholes, cell clipping, projection."""
+
+    scope = "lstm_cell"
+    state_names = ("c", "h")
+    default_opts = {"forget_bias": 1.0, "use_peepholes": False, "cell_clip": None, "num_proj": None,
+                    "proj_clip": None, "state_is_tuple": True, "activation": None, "initializer": None}
+
+    @property
+    def n_rec(self):
+        return self.opts["num_proj"] or self.n_out
+
+    @property
+    def state_dims(self):
+        return {"c": self.n_out, "h": self.n_rec}
+
+    def create_params(self):
+        super().create_params()
+        n = self.n_out
+        if self.opts["use_peepholes"]:
+            self.w_f_diag = self.param("w_f_diag", (n,))
+            self.w_i_diag = self.param("w_i_diag", (n,))
+            self.w_o_diag = self.param("w_o_diag", (n,))
+        if self.opts["num_proj"]:
+            self.proj = self.layer.create_param(self.prefix + "projection/kernel", (n, self.opts["num_proj"]))
+
+    def step(self, z, state):
+        c_prev = state["c"]
+        i, j, f, o = tf.split(z + self.rec_part(state["h"]), 4, axis=-1)
+        fb = self.opts["forget_bias"]
+        if self.opts["use_peepholes"]:
+            c = tf.sigmoid(f + fb + self.w_f_diag * c_prev) * c_prev + tf.sigmoid(
+                i + self.w_i_diag * c_prev) * tf.tanh(j)
+        else:
+            c = tf.sigmoid(f + fb) * c_prev + tf.sigmoid(i) * tf.tanh(j)
+        if self.opts["cell_clip"] is not None:
+            c = tf.clip_by_value(c, -self.opts["cell_clip"], self.opts["cell_clip"])
+        if self.opts["use_peepholes"]:
+            h = tf.sigmoid(o + self.w_o_diag * c) * tf.tanh(c)
+        else:
+            h = tf.sigmoid(o) * tf.tanh(c)
+        if self.opts["num_proj"]:
+            h = tf.matmul(h, self.proj)
+            if self.opts["proj_clip"] is not None:
+                h = tf.clip_by_value(h, -self.opts["proj_clip"], self.opts["proj_clip"])
+        return h, {"c": c, "h": h}
+
+
+class GRUCell(CellBase):
+    """TF GRUCell: gates/kernel [n_in+n, 2n] (r, u), candidate/kernel [n_in+n, n] on concat(x, r*h)."""
+
+    scope = "gru_cell"
+    default_opts = {"activation": None, "kernel_initializer": None, "bias_initializer": None}
+
+    def create_params(self):
+        n, n_in = self.n_out, self.n_in
+        self.gk = self.param("gates/kernel", (n_in + n, 2 * n))
+        self.gb = self.param("gates/bias", (2 * n,), 1.0)
+        self.ck = self.param("candidate/kernel", (n_in + n, n))
+        self.cb = self.param("candidate/bias", (n,), 0.0)
+
+    def project(self, x):
+        return tf.concat([self._matmul_in(x, self.gk[:self.n_in]) + self.gb,
+                          self._matmul_in(x, self.ck[:self.n_in]) + self.cb], axis=-1)
+
+    def step(self, z, state):
+        n = self.n_out
+        h = state["h"]
+        zg, zc = z[:, :2 * n], z[:, 2 * n:]
+        r, u = tf.split(tf.sigmoid(zg + tf.matmul(h, self.gk[self.n_in:])), 2, axis=-1)
+        c = tf.tanh(zc + tf.matmul(r * h, self.ck[self.n_in:]))
+        h = u * h + (1 - u) * c
+        return h, {"h": h}
+
+
+class BasicRNNCell(_KernelCell):
+    """TF BasicRNNCell: h = tanh([x, h] kernel + bias)."""
+
+    scope = "basic_rnn_cell"
+    n_gates = 1
+    default_opts = {"activation": None}
+
+    def step(self, z, state):
+        h = tf.tanh(z + self.rec_part(state["h"]))
+        return h, {"h": h}
+
+
+class ZoneoutLSTMCell(LSTMCell):
+    """LSTMCell with zoneout on c and h (in eval: expectation, in training: random keep of the old value)."""
+
+    default_opts = {"zoneout_factor_cell": 0.0, "zoneout_factor_output": 0.0}
+
+    def __init__(self, layer, n_in, n_out, param_prefix="rec/", **opts):
+        zo = {k: opts.pop(k) for k in list(opts) if k in self.default_opts}
+        self.opts = dict(LSTMCell.default_opts)
+        self.layer, self.n_in, self.n_out = layer, n_in, n_out
+        self.prefix = param_prefix + self.scope + "/"
+        self.opts.update(opts)
+        self.zo = dict(self.default_opts, **zo)
+        self.create_params()
+
+    def step(self, z, state):
+        y, new = super().step(z, state)
+        net = self.layer.network
+        out = {}
+        for k, factor in (("c", self.zo["zoneout_factor_cell"]), ("h", self.zo["zoneout_factor_output"])):
+            old, cur = state[k], new[k]
+            if not factor:
+                out[k] = cur
+                continue
+
+            def train(old=old, cur=cur, factor=factor):
+                return (1 - factor) * tf.nn.dropout(cur - old, rate=factor) + old
+
+            out[k] = net.cond_on_train(train, lambda old=old, cur=cur, factor=factor: factor * old + (1 - factor) * cur)
+        return y, out  # the output is the plain LSTM output; zoneout only applies to the state
+
+
+class LayerNormVariantsLSTMCell(CellBase):
+    """LSTM with layer norm on the input and recurrent projections and on the new cell (original's defaults)."""
+
+    state_names = ("c", "h")
+    default_opts = {"norm_gain": 1.0, "norm_shift": 0.0, "forget_bias": 0.0, "activation": None,
+                    "is_training": None, "dropout": 0.0, "dropout_h": 0.0, "dropout_seed": None,
+                    "with_concat": False, "global_norm": True, "global_norm_joined": False,
+                    "per_gate_norm": False, "cell_norm": True, "cell_norm_in_output": True,
+                    "hidden_norm": False, "variance_epsilon": 1e-12}
+
+    def create_params(self):
+        n, o = self.n_out, self.opts
+        self.W_ff = self.param("W_ff", (self.n_in, 4 * n))
+        self.W_re = self.param("W_re", (n, 4 * n))
+        self.gamma_in = self.param("gamma_input_below", (4 * n,), o["norm_gain"])
+        self.beta_in = self.param("beta_input_below", (4 * n,), o["norm_shift"])
+        self.gamma_state = self.param("gamma_state_below", (4 * n,), o["norm_gain"])
+        self.gamma_c = self.param("gamma_new_c", (n,), o["norm_gain"])
+        self.beta_c = self.param("beta_new_c", (n,), o["norm_shift"])
+
+    def project(self, x):
+        return _layer_norm(self._matmul_in(x, self.W_ff), self.gamma_in, self.beta_in, self.opts["variance_epsilon"])
+
+    def step(self, z, state):
+        eps = self.opts["variance_epsilon"]
+        r = _layer_norm(tf.matmul(state["h"], self.W_re), self.gamma_state, None, eps)
+        i, j, f, o = tf.split(z + r, 4, axis=-1)
+        c = tf.sigmoid(f + self.opts["forget_bias"]) * state["c"] + tf.sigmoid(i) * tf.tanh(j)
+        c_norm = _layer_norm(c, self.gamma_c, self.beta_c, eps)
+        h = tf.tanh(c_norm if self.opts["cell_norm_in_output"] else c) * tf.sigmoid(o)
+        return h, {"c": c_norm, "h": h}
+
+
+# name (lower case) -> cell class, for the rec layer with a cell unit
+NATIVE_LSTM_NAMES = ("lstm", "lstmp", "lstmblock", "lstmblockfused", "nativelstm", "nativelstm2", "nativelstmlowmem",
+                     "vanillalstm")
+CELLS = {
+    "lstm": NativeLstm2Cell, "nativelstm": NativeLstm2Cell, "nativelstm2": NativeLstm2Cell,
+    "nativelstmlowmem": NativeLstm2Cell, "lstmp": NativeLstm2Cell, "lstmblock": NativeLstm2Cell,
+    "lstmblockfused": NativeLstm2Cell, "vanillalstm": NativeLstm2Cell,
+    "standardlstm": LSTMCell, "basiclstm": BasicLSTMCell, "gru": GRUCell, "rnn": BasicRNNCell,
+    "basicrnn": BasicRNNCell, "zoneoutlstm": ZoneoutLSTMCell, "layernormvariantslstm": LayerNormVariantsLSTMCell,
+}
+# as a single-step cell (rnn_cell layer), the LSTM names are TF's LSTMCell
+CELLS_STEP_ONLY = dict(CELLS, **{k: LSTMCell for k in ("lstm", "lstmp", "lstmblock", "lstmblockfused")})
+
+
+def get_cell_class(unit, step_only=False):
+    name = unit.lower().replace("_", "")
+    if name.endswith("cell"):
+        name = name[:-len("cell")]
+    table = CELLS_STEP_ONLY if step_only else CELLS
+    if name not in table:
+        raise ValueError("unknown cell unit %r; known: %s" % (unit, sorted(table)))
+    return table[name]
+
+
+def run_cell_loop(cell, z, seq_len, initial_state, reverse=False):
+    """
+    Runs cell.step over time-major projected inputs z [T, B, D]; frames at t >= seq_len keep the state (output 0).
+    :return: (outputs [T, B, n_out], final state dict)
+    """
+    if reverse:
+        z = tf.reverse_sequence(z, seq_len, seq_axis=0, batch_axis=1)
+    names = list(cell.state_names)
+    n_time = tf.shape(z)[0]
+    z_ta = tf.TensorArray(z.dtype, size=n_time, element_shape=z.shape[1:]).unstack(z)
+    out_ta = tf.TensorArray(z.dtype, size=n_time, element_shape=tf.TensorShape([z.shape[1], cell.n_out]))
+
+    def body(t, out_ta, *states):
+        state = dict(zip(names, states))
+        y, new = cell.step(z_ta.read(t), state)
+        mask = tf.expand_dims(t < seq_len, 1)
+        new_states = [tf.where(mask, new[k], state[k]) for k in names]
+        return [t + 1, out_ta.write(t, tf.where(mask, y, tf.zeros_like(y)))] + new_states
+
+    res = tf.while_loop(lambda t, *_: t < n_time, body, [tf.constant(0), out_ta] + [initial_state[k] for k in names],
+                        parallel_iterations=1)
+    y = res[1].stack()
+    if reverse:
+        y = tf.reverse_sequence(y, seq_len, seq_axis=0, batch_axis=1)
+    return y, dict(zip(names, res[2:]))

@@ -1,0 +1,328 @@
+"""
+RecLayer (``rec``) with a cell unit or a subnetwork unit, and the single-step/state helper layers:
+rnn_cell, get_last_hidden_state, get_rec_accumulated, rec_last_output, rec_unstack.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from ...data import Data, Dim, batch_dim
+from ...util import NotSpecified
+from ..base import ConcatInputLayer, LayerBase, concat_sources_template
+from . import cells as _cells
+
+tf1 = tf.compat.v1
+
+
+def last_hidden_state(state, key="*"):
+    """Concatenation of the state parts (sorted by name, i.e. c before h), or one part."""
+    if key not in (None, "*") and key in state:
+        return state[key]
+    parts = [state[k] for k in sorted(state)]
+    return parts[0] if len(parts) == 1 else tf.concat(parts, axis=-1)
+
+
+def _initial_cell_state(layer, cell, initial_state, batch_dim, var_prefix):
+    """State dict from initial_state: None/"zeros", "ones", "var" (params <var_prefix>initial_<k>), a layer, a dict."""
+    res = {}
+    for k in cell.state_names:
+        dim = cell.state_dims[k]
+        v = initial_state.get(k, "zeros") if isinstance(initial_state, dict) else initial_state
+        if v is None or v == "zeros" or v == 0:
+            res[k] = tf.zeros([batch_dim, dim])
+        elif v == "ones" or v == 1:
+            res[k] = tf.ones([batch_dim, dim])
+        elif v == "var":
+            var = layer.create_param("%sinitial_%s" % (var_prefix, k), (dim,), 0.0)
+            res[k] = tf.tile(tf.expand_dims(var, 0), [batch_dim, 1])
+        elif isinstance(v, LayerBase):
+            res[k] = v.output.copy_as_batch_major().placeholder
+        else:
+            raise ValueError("invalid initial_state %r" % (v,))
+    return res
+
+
+def _resolve_initial_state(v, get_layer):
+    if isinstance(v, str) and v not in ("zeros", "ones", "var"):
+        return get_layer(v)
+    if isinstance(v, dict):
+        return {k: _resolve_initial_state(x, get_layer) for k, x in v.items()}
+    return v
+
+
+class _CellMixin:
+    """Runs a cell unit over the time axis of self.input_data, or one step inside a rec loop."""
+
+    def _build_cell(self, cell_class, unit_opts, initial_state, direction, var_prefix, step_only):
+        inp = self.input_data
+        n_in = inp.dim
+        cell = cell_class(self, n_in, self.output.dim, **(unit_opts or {}))
+        self.cell = cell
+        batch_dim = self.network.get_data_batch_dim()
+        if inp.have_time_axis() and not self._is_per_step(inp):
+            x = inp.copy_as_time_batch_major() if inp.have_batch_axis() else inp.copy_as_time_major()
+            seq_len = inp.get_time_dim_tag().dyn_size
+            z = cell.project(x.placeholder)
+            if seq_len is None:
+                seq_len = tf.fill([batch_dim], tf.shape(z)[0])
+            init = _initial_cell_state(self, cell, initial_state, batch_dim, var_prefix)
+            y, final = _cells.run_cell_loop(cell, z, seq_len, init, reverse=direction == -1)
+            self.final_state = final
+            self.output.placeholder = y
+        else:  # one step inside a rec loop: the state comes from the previous step
+            prev = self.rec_previous_layer
+            if prev is not None and getattr(prev, "rec_vars_outputs", None):
+                state = {k: prev.rec_vars_outputs[k] for k in cell.state_names}
+            else:
+                state = _initial_cell_state(self, cell, initial_state, batch_dim, var_prefix)
+            x = inp.copy_as_batch_major().placeholder
+            y, new = cell.step(cell.project(x), state)
+            self.final_state = new
+            self.rec_vars_outputs = dict(new)
+            self.output.placeholder = y
+
+    def _is_per_step(self, inp):
+        return False
+
+    def get_last_hidden_state(self, key):
+        return last_hidden_state(self.final_state, key)
+
+    @classmethod
+    def _cell_rec_initial_extra_outputs(cls, cell_class, batch_dim, rec_layer, n_out, unit_opts, initial_state,
+                                        var_prefix, name):
+        """Initial state inside a rec loop (created outside the loop; 'var' params are owned by the rec layer)."""
+        dims = _dims_only(cell_class, n_out, unit_opts).state_dims
+        res = {}
+        for k in cell_class.state_names:
+            v = initial_state.get(k, "zeros") if isinstance(initial_state, dict) else initial_state
+            dim = dims[k]
+            if v == "var":
+                scope_name = rec_layer.get_subnet_scope_prefix() + name
+                with tf1.variable_scope(tf1.VariableScope(reuse=tf1.AUTO_REUSE, name=scope_name),
+                                        auxiliary_name_scope=False):
+                    var = tf1.get_variable("%sinitial_%s" % (var_prefix, k), shape=(dim,),
+                                           initializer=tf1.zeros_initializer())
+                rec_layer.add_extra_param(var)
+                res[k] = tf.tile(tf.expand_dims(var, 0), [batch_dim, 1])
+            elif isinstance(v, LayerBase):
+                res[k] = v.output.copy_as_batch_major().placeholder
+            elif v == "ones" or v == 1:
+                res[k] = tf.ones([batch_dim, dim])
+            else:
+                res[k] = tf.zeros([batch_dim, dim])
+        return res
+
+
+def _dims_only(cell_class, n_out, unit_opts):
+    obj = cell_class.__new__(cell_class)
+    obj.n_out = n_out
+    obj.opts = dict(getattr(cell_class, "default_opts", {}), **(unit_opts or {}))
+    return obj
+
+
+def _cell_out_template(name, sources, n_out, inside_loop_time_dim=None):
+    inp = concat_sources_template(sources, name="%s_input" % name)
+    feat = Dim(n_out, kind=Dim.Types.Feature, description="%s:feature" % name)
+    if inp.have_time_axis() and inp.get_time_dim_tag() != inside_loop_time_dim:
+        return Data(name="%s_output" % name, dims=(inp.get_time_dim_tag(), inp.dims[inp.batch_dim_axis], feat))
+    return Data(name="%s_output" % name, dims=(inp.dims[inp.batch_dim_axis], feat) if inp.have_batch_axis() else
+                (batch_dim, feat))
+
+
+class RnnCellLayer(_CellMixin, ConcatInputLayer):
+    """One step of a cell unit (inside a rec loop); outside a loop it runs over the time axis."""
+
+    layer_class = "rnn_cell"
+    recurrent = True
+
+    def __init__(self, unit, unit_opts=None, initial_state=None, initial_output=None, weights_init=None,
+                 **kwargs):
+        super().__init__(**kwargs)
+        self._build_cell(_cells.get_cell_class(unit, step_only=True), unit_opts, initial_state, 1, "", True)
+
+    @classmethod
+    def transform_config_dict(cls, d, network, get_layer):
+        super().transform_config_dict(d, network=network, get_layer=get_layer)
+        if d.get("initial_state") is not None:
+            d["initial_state"] = _resolve_initial_state(d["initial_state"], get_layer)
+
+    @classmethod
+    def get_out_data_from_opts(cls, name, sources=(), n_out=NotSpecified, network=None, **kwargs):
+        _cells.get_cell_class(kwargs["unit"], step_only=True)
+        return _cell_out_template(name, sources, n_out, network.get_inside_rec_time_dim() if network else None)
+
+    @classmethod
+    def get_rec_initial_extra_outputs(cls, batch_dim, rec_layer, n_out=None, unit=None, unit_opts=None,
+                                      initial_state=None, name=None, **kwargs):
+        return cls._cell_rec_initial_extra_outputs(
+            _cells.get_cell_class(unit, step_only=True), batch_dim, rec_layer, n_out, unit_opts, initial_state,
+            "", name)
+
+
+class GetLastHiddenStateLayer(LayerBase):
+    """The (last) state of a cell layer, all parts concatenated ([B, n_out])."""
+
+    layer_class = "get_last_hidden_state"
+
+    def __init__(self, n_out, combine="concat", key="*", **kwargs):
+        super().__init__(n_out=n_out, **kwargs)
+        src = self.sources[0]
+        h = src.get_last_hidden_state(key)
+        if h is None:
+            raise ValueError("source %r has no hidden state" % src.name)
+        if h.shape[-1] is not None and h.shape[-1] != n_out:
+            raise ValueError("hidden state of %r has dim %s, n_out is %i" % (src.name, h.shape[-1], n_out))
+        self.output.placeholder = h
+
+    @classmethod
+    def get_out_data_from_opts(cls, name, sources=(), n_out=NotSpecified, **kwargs):
+        return Data(name="%s_output" % name, dims=(batch_dim,
+                                                    Dim(n_out, kind=Dim.Types.Feature,
+                                                        description="%s:feature" % name)))
+
+
+
+class RecLayer(_CellMixin, ConcatInputLayer):
+    """
+    Recurrent layer: ``unit`` is a cell name (e.g. "lstm", "gru", "standardlstm") run over the time axis of the
+    input (time-major output), or a dict: a subnetwork computed per frame (see subnet.py).
+    """
+
+    layer_class = "rec"
+    recurrent = True
+
+    def __init__(self, unit="lstm", unit_opts=None, direction=None, input_projection=True, initial_state=None,
+                 max_seq_len=None, forward_weights_init=None, recurrent_weights_init=None, bias_init=None,
+                 optimize_move_layers_out=None, cheating=False, unroll=False, back_prop=None,
+                 use_global_rec_step_offset=False, include_eos=False, debug=None, axis=None, in_dim=None,
+                 out_dim=None, **kwargs):
+        if isinstance(unit, dict):
+            kwargs.setdefault("dropout", 0)
+        super().__init__(**kwargs)
+        self._extra_params = []
+        self.final_state = None
+        self.subnet = None
+        if isinstance(unit, dict):
+            from .subnet import RecSubnetLoop
+
+            self.subnet = RecSubnetLoop(self, unit, max_seq_len=max_seq_len,
+                                        optimize_move_layers_out=optimize_move_layers_out,
+                                        template=self._subnet_template)
+            self.subnet.build()
+        else:
+            if direction not in (None, 1, -1):
+                raise ValueError("direction must be 1 or -1, got %r" % (direction,))
+            self._build_cell(_cells.get_cell_class(unit), unit_opts, initial_state, direction or 1, "rec/", False)
+
+    def _is_per_step(self, inp):
+        return self.network.is_inside_rec_layer() and inp.get_time_dim_tag() == self.network.get_inside_rec_time_dim()
+
+    @classmethod
+    def transform_config_dict(cls, d, network, get_layer):
+        unit = d.get("unit", "lstm")
+        if isinstance(unit, dict):
+            d.setdefault("from", [])
+        super().transform_config_dict(d, network=network, get_layer=get_layer)
+        if d.get("initial_state") is not None:
+            d["initial_state"] = _resolve_initial_state(d["initial_state"], get_layer)
+        if isinstance(unit, dict):
+            from .subnet import RecSubnetLoop
+
+            d["_subnet_template"] = RecSubnetLoop.make_template(d, network, get_layer)
+        else:
+            _cells.get_cell_class(unit)
+            for t in ([d["target"]] if isinstance(d.get("target"), str) else []):
+                if not t.startswith("layer:"):
+                    network.get_extern_data(t)
+
+    def __new_kwargs(self):
+        pass
+
+    @classmethod
+    def get_out_data_from_opts(cls, name, network, sources=(), unit="lstm", n_out=NotSpecified, _subnet_template=None,
+                               **kwargs):
+        if isinstance(unit, dict):
+            return _subnet_template.get_output_template(name)
+        _cells.get_cell_class(unit)
+        if n_out is NotSpecified or n_out is None:
+            raise ValueError("n_out must be given for a rec layer with a cell unit")
+        inside = network.get_inside_rec_time_dim() if network.is_inside_rec_layer() else None
+        return _cell_out_template(name, sources, n_out, inside)
+
+    @classmethod
+    def get_rec_initial_extra_outputs(cls, batch_dim, rec_layer, unit="lstm", n_out=None, unit_opts=None,
+                                      initial_state=None, name=None, **kwargs):
+        if isinstance(unit, dict):
+            return {}
+        return cls._cell_rec_initial_extra_outputs(
+            _cells.get_cell_class(unit), batch_dim, rec_layer, n_out, unit_opts, initial_state, "rec/", name)
+
+    # ---- sub-layers (subnetwork unit) ----
+    def get_subnet_scope_prefix(self):
+        return self.get_absolute_name_scope_prefix() + self.name + "/rec/"
+
+    def add_extra_param(self, var):
+        self.params[var.op.name[len(self.get_absolute_name_scope_prefix() + self.name) + 1:]] = var
+
+    def get_sub_layer(self, layer_name):
+        if self.subnet is None:
+            return None
+        return self.subnet.get_accumulated_layer(layer_name)
+
+    def get_sub_networks(self):
+        return self.subnet.get_sub_networks() if self.subnet is not None else []
+
+    def get_last_hidden_state(self, key):
+        if self.final_state is None:
+            return None
+        return last_hidden_state(self.final_state, key)
+
+
+class GetRecAccumulatedLayer(LayerBase):
+    """The accumulated (over time) output of a sub-layer of a rec layer with a subnetwork unit."""
+
+    layer_class = "get_rec_accumulated"
+
+    def __init__(self, sub_layer, **kwargs):
+        super().__init__(**kwargs)
+        self.output.placeholder = self.sources[0].get_sub_layer(sub_layer).output.placeholder
+
+    @classmethod
+    def get_out_data_from_opts(cls, name, sources=(), sub_layer=None, **kwargs):
+        return sources[0].get_sub_layer(sub_layer).output.copy_template(name="%s_output" % name)
+
+
+class RecLastOutputLayer(LayerBase):
+    """The last frame (within the sequence length) of a sub-layer of a rec layer (``need_last``)."""
+
+    layer_class = "rec_last_output"
+
+    def __init__(self, rec_layer, sub_layer_name, **kwargs):
+        kwargs.pop("sources", None)
+        super().__init__(**kwargs)
+        self.output.placeholder = rec_layer.subnet.get_last_frame(sub_layer_name)
+
+    @classmethod
+    def transform_config_dict(cls, d, network, get_layer):
+        d.setdefault("from", [])
+        super().transform_config_dict(d, network=network, get_layer=get_layer)
+        d["rec_layer"] = get_layer(d["rec_layer"])
+
+    @classmethod
+    def get_out_data_from_opts(cls, name, rec_layer, sub_layer_name, **kwargs):
+        return rec_layer.subnet.get_step_template(sub_layer_name).copy_template(name="%s_output" % name)
+
+
+class RecUnstackLayer(LayerBase):
+    """Inside a rec loop: the current frame of a source with the loop's time axis (outside: identity)."""
+
+    layer_class = "rec_unstack"
+
+    def __init__(self, axis="T", declare_rec_time=NotSpecified, **kwargs):
+        super().__init__(**kwargs)
+        self.output.placeholder = self.sources[0].output.placeholder
+
+    @classmethod
+    def get_out_data_from_opts(cls, name, sources=(), **kwargs):
+        return sources[0].output.copy_template(name="%s_output" % name)
