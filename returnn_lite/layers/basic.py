@@ -119,7 +119,7 @@ class ActivationLayer(CopyLayer):
         super().__init__(**kwargs)
         func = get_activation_function(activation)
         x = self.input_data.placeholder
-        if self.output.dtype != self.input_data.dtype:
+        if self.output.dtype != self.input_data.dtype and not self.input_data.dtype.startswith("complex"):
             x = tf.cast(x, self.output.dtype)
         self.output_before_activation = OutputWithActivation(self.output.copy(placeholder=x), activation)
         self.output.placeholder = func(x)
@@ -131,6 +131,8 @@ class ActivationLayer(CopyLayer):
         if out.sparse and activation not in (None, "identity", "linear"):
             out.sparse_dim = None
             out.dtype = "float32"
+        if activation in ("abs", "angle") and out.dtype.startswith("complex"):  # complex -> real magnitude/phase
+            out.dtype = "float64" if out.dtype == "complex128" else "float32"
         return out
 
 
