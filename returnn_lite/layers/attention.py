@@ -1,0 +1,630 @@
+"""
+Attention family: self_attention, positional_encoding, relative_positional_encoding, cum_concat,
+generic_attention, dot_attention, concat_attention.
+
+Rec-loop interface (what the rec layer calls / provides), the same hooks as the original:
+
+* Inside a loop, the per-step network has ``network.is_inside_rec_layer()`` true and
+  ``network.get_rec_step_info().step`` is the scalar int32 index of the current step.
+* A layer that keeps state over steps implements the classmethods
+  ``get_rec_initial_extra_outputs(batch_dim, rec_layer, **layer_kwargs) -> {name: tensor}`` (the state
+  before the first step; ``layer_kwargs`` are the transformed layer options: ``name``, ``network``,
+  ``sources``, ``n_out``, ``output`` (the template), ...) and
+  ``get_rec_initial_extra_outputs_shape_invariants(**layer_kwargs) -> {name: tf.TensorShape}`` (for
+  ``tf.while_loop``; axes that grow over the steps are None).
+* The rec layer builds the layer of each step with ``rec_previous_layer=<obj>`` where
+  ``obj.rec_vars_outputs`` is the state dict of the previous step (the initial dict in the first step);
+  after construction, ``layer.rec_vars_outputs`` (same keys) is the state after this step.
+
+State per layer: self_attention (attention_left_only): ``k_left`` [B,heads,t,key_dim//heads] and
+``v_left`` [B,heads,t,n_out//heads]; cum_concat: ``state`` [B,t,...] (batch-major, the accumulated
+frames). positional_encoding and relative_positional_encoding use only the step index.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy
+import tensorflow as tf
+
+from ..data import Data, Dim
+from ..util import NotSpecified
+from .base import ConcatInputLayer, LayerBase, concat_sources_template
+
+tf1 = tf.compat.v1
+
+
+def _in_rec_loop(network, data=None):
+    """True if we are built per step inside a rec loop (the data, if given, has no rec time axis)."""
+    if not network.is_inside_rec_layer():
+        return False
+    if data is None:
+        return True
+    rec_time = network.get_inside_rec_time_dim(inside_loop=True)
+    if rec_time is not None and isinstance(rec_time, Dim):
+        return rec_time not in data.dims
+    return data.time_dim_axis is None
+
+
+def get_positional_encoding(num_channels, position, min_timescale=1.0, max_timescale=1.0e4):
+    """
+    Sinusoidal encoding as in "Attention is all you need" (tensor2tensor layout: sin half, then cos half).
+    :param int num_channels:
+    :param tf.Tensor position: any shape, int or float
+    :return: position.shape + [num_channels], float32
+    """
+    position = tf.cast(position, tf.float32)
+    num_timescales = num_channels // 2
+    log_timescale_increment = math.log(float(max_timescale) / float(min_timescale)) / (float(num_timescales) - 1)
+    inv_timescales = min_timescale * tf.exp(
+        tf.range(num_timescales, dtype=tf.float32) * -log_timescale_increment)
+    scaled_time = tf.expand_dims(position, -1) * inv_timescales
+    signal = tf.concat([tf.sin(scaled_time), tf.cos(scaled_time)], axis=-1)
+    if num_channels % 2:
+        signal = tf.pad(signal, [[0, 0]] * (signal.shape.rank - 1) + [[0, 1]])
+    return signal
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# self_attention
+
+
+class SelfAttentionLayer(ConcatInputLayer):
+    """
+    Multi-head dot-product self-attention (Transformer style) with one fused Q/K/V projection ``QKV``
+    [n_in, 2*total_key_dim + n_out]. Padded key frames are masked (unless attention_left_only, which masks
+    future frames). Inside a rec loop (attention_left_only required) the keys/values of all previous steps
+    are kept as state. Output is batch-major.
+    """
+
+    layer_class = "self_attention"
+    recurrent = True
+
+    def __init__(self, num_heads, total_key_dim, key_shift=None, forward_weights_init="glorot_uniform",
+                 attention_dropout=0.0, attention_left_only=False, initial_state=None,
+                 restrict_state_length=None, state_var_lengths=None, **kwargs):
+        super().__init__(**kwargs)
+        self.rec_vars_outputs = {}
+        inp = self.input_data
+        n_out = self.output.dim
+        if total_key_dim % num_heads:
+            raise ValueError("total_key_dim %i must be divisible by num_heads %i" % (total_key_dim, num_heads))
+        if n_out % num_heads:
+            raise ValueError("n_out %i must be divisible by num_heads %i" % (n_out, num_heads))
+        if initial_state not in (None, "zeros"):
+            raise NotImplementedError("self_attention: initial_state %r not supported" % (initial_state,))
+        if state_var_lengths is not None:
+            raise NotImplementedError("self_attention: state_var_lengths not supported")
+        key_dim, value_dim = total_key_dim // num_heads, n_out // num_heads
+        mat_n_out = 2 * total_key_dim + n_out
+        in_loop = self.rec_previous_layer is not None or _in_rec_loop(self.network, inp)
+        if in_loop and not attention_left_only:
+            raise ValueError("self_attention inside a rec loop needs attention_left_only=True")
+        if not in_loop and inp.time_dim_axis is None:
+            raise ValueError("self_attention: input %s has no time axis (and we are not in a rec loop)"
+                             % inp.short_repr())
+        mat = self.create_param("QKV", (inp.dim, mat_n_out), forward_weights_init)
+        data = inp.copy_as_batch_major() if inp.have_batch_axis() else inp
+        if in_loop:
+            if data.batch_ndim - (0 if data.sparse else 1) != 1:
+                raise ValueError("self_attention in loop: expected input [B,F], got %s" % data.short_repr())
+        else:
+            data = data.copy_with_time_dim_axis(1)
+            if data.batch_ndim - (0 if data.sparse else 1) != 2 or (not data.sparse and data.feature_dim_axis != 2):
+                raise ValueError("self_attention: expected input [B,T,F], got %s" % inp.short_repr())
+        x = data.placeholder
+        if data.sparse:
+            x = tf.nn.embedding_lookup(mat, x)
+        else:
+            x = tf.matmul(x, mat)
+        if in_loop:
+            x = tf.expand_dims(x, 1)  # (B,1,qkv)
+            t = 1
+        else:
+            t = data.batch_shape[1] if data.batch_shape[1] is not None else tf.shape(x)[1]
+        x = tf.reshape(x, [-1, t, num_heads, mat_n_out // num_heads])
+        x = tf.transpose(x, [0, 2, 1, 3])  # (B,H,T|1,qkv/H)
+        q, k, v = tf.split(x, [key_dim, key_dim, value_dim], axis=-1)
+        q = q * (key_dim ** -0.5)
+        if in_loop:
+            prev = self.rec_previous_layer.rec_vars_outputs
+            k = tf.concat([prev["k_left"], k], axis=2)  # (B,H,t+1,key_dim)
+            v = tf.concat([prev["v_left"], v], axis=2)
+            if restrict_state_length:
+                k = k[:, :, -restrict_state_length:]
+                v = v[:, :, -restrict_state_length:]
+            self.rec_vars_outputs["k_left"] = k
+            self.rec_vars_outputs["v_left"] = v
+        energy = tf.matmul(q, k, transpose_b=True)  # (B,H,T|1,T)
+        if key_shift is not None:
+            ks = key_shift.output
+            if ks.have_batch_axis() or ks.dim != key_dim:
+                raise ValueError("self_attention: key_shift %s must be (T,T,%i) without batch" % (
+                    ks.short_repr(), key_dim))
+            ks_x = ks.copy_with_feature_last().placeholder
+            if ks_x.shape.rank == 2:  # in loop: (keys, key_dim) for the current query
+                ks_x = tf.expand_dims(ks_x, 0)
+            energy += tf.einsum("bhqd,qkd->bhqk", q, ks_x)
+        if attention_left_only:
+            if in_loop:
+                pass  # all accumulated keys are to the left of (or at) the current step
+            else:
+                t = data.batch_shape[1]
+                if t is not None:
+                    mask = tf.constant(numpy.tril(numpy.ones((t, t), dtype=bool)))
+                else:
+                    n = tf.shape(energy)[-1]
+                    mask = tf.cast(tf.linalg.band_part(tf.ones([n, n]), -1, 0), tf.bool)
+                energy = tf.where(mask, energy, float("-inf"))
+        else:
+            tag = data.dims[1]
+            if tag.dyn_size is not None:
+                mask = tag.get_mask(data.get_dim(1))  # (B,T)
+                energy = tf.where(mask[:, None, None, :], energy, float("-inf"))
+        weights = tf.nn.softmax(energy)
+        if attention_dropout:
+            seed = self.network.random_seed_for(self, "attention_dropout")
+            weights = self.network.cond_on_train(
+                lambda: tf.nn.dropout(weights, rate=attention_dropout, seed=seed), lambda: weights)
+        out = tf.matmul(weights, v)  # (B,H,T|1,value_dim)
+        out = tf.transpose(out, [0, 2, 1, 3])  # (B,T|1,H,value_dim)
+        if in_loop:
+            out = tf.reshape(out, [-1, n_out])
+        else:
+            t = data.batch_shape[1] if data.batch_shape[1] is not None else tf.shape(out)[1]
+            out = tf.reshape(out, [-1, t, n_out])
+        self.output.placeholder = out
+
+    @classmethod
+    def transform_config_dict(cls, d, network, get_layer):
+        super().transform_config_dict(d, network=network, get_layer=get_layer)
+        if d.get("key_shift"):
+            d["key_shift"] = get_layer(d["key_shift"])
+
+    @classmethod
+    def get_out_data_from_opts(cls, name, sources=(), n_out=NotSpecified, out_type=None, **kwargs):
+        if n_out is NotSpecified or n_out is None:
+            raise ValueError("self_attention needs n_out")
+        out = cls._base_out_data(name, sources, n_out, out_type)
+        if out.have_batch_axis():
+            out = out.copy_as_batch_major()
+        if out.time_dim_axis is not None and out.time_dim_axis != 1 and out.batch_ndim == 3:
+            out = out.copy_with_time_dim_axis(1)
+        return out
+
+    def get_dep_layers(self):
+        deps = super().get_dep_layers()
+        if self.kwargs and self.kwargs.get("key_shift") is not None:
+            deps.append(self.kwargs["key_shift"])
+        return deps
+
+    @classmethod
+    def _state_dims(cls, num_heads, total_key_dim, n_out, output=None):
+        n_out = n_out if isinstance(n_out, int) else output.dim
+        return total_key_dim // num_heads, n_out // num_heads
+
+    @classmethod
+    def get_rec_initial_extra_outputs(cls, batch_dim, rec_layer, num_heads, total_key_dim, n_out=NotSpecified,
+                                      output=None, attention_left_only=False, **kwargs):
+        key_dim, value_dim = cls._state_dims(num_heads, total_key_dim, n_out, output)
+        return {"k_left": tf.zeros((batch_dim, num_heads, 0, key_dim)),
+                "v_left": tf.zeros((batch_dim, num_heads, 0, value_dim))}
+
+    @classmethod
+    def get_rec_initial_extra_outputs_shape_invariants(cls, num_heads, total_key_dim, n_out=NotSpecified,
+                                                       output=None, **kwargs):
+        key_dim, value_dim = cls._state_dims(num_heads, total_key_dim, n_out, output)
+        return {"k_left": tf.TensorShape((None, num_heads, None, key_dim)),
+                "v_left": tf.TensorShape((None, num_heads, None, value_dim))}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# positional encodings
+
+
+class PositionalEncodingLayer(ConcatInputLayer):
+    """
+    Sinusoidal positional encoding (sin half, cos half) of the frame index on the time axis, or of the rec step
+    index inside a loop; ``constant`` > -1 fixes the position, ``offset`` (a layer) is added to it.
+    With add_to_input, the encoding is added to the input (output dim = input dim), else n_out gives the dim.
+    """
+
+    layer_class = "positional_encoding"
+    recurrent = True
+
+    def __init__(self, add_to_input=False, constant=-1, offset=None, **kwargs):
+        super().__init__(**kwargs)
+        self.rec_vars_outputs = {}
+        if len(self.sources) != 1:
+            raise ValueError("positional_encoding expects a single source, got %i" % len(self.sources))
+        source = self.input_data
+        out = self.output
+        if add_to_input and source.dim != out.dim:
+            raise ValueError("add_to_input: input dim %r != output dim %r" % (source.dim, out.dim))
+        f = out.feature_dim_axis
+        if f is None:
+            raise ValueError("positional_encoding: output %s has no feature axis" % out.short_repr())
+        templ_wo_feat = out.copy_template_excluding_axis(f)
+        in_loop = _in_rec_loop(self.network, source)
+        if constant > -1:
+            position = tf.constant(constant, dtype=tf.int32)
+        elif in_loop:
+            position = self.network.get_rec_step_info().step
+        else:
+            t_axis = source.time_dim_axis
+            if t_axis is None:
+                raise ValueError("positional_encoding: input %s has no time axis" % source.short_repr())
+            position = tf.range(source.get_dim(t_axis))
+            t_out = templ_wo_feat.get_axis_by_tag(source.dims[t_axis])
+            shape = [1] * templ_wo_feat.batch_ndim
+            shape[t_out] = -1
+            if templ_wo_feat.batch_ndim > 1:
+                position = tf.reshape(position, shape)
+        if offset is not None:
+            off = offset.output.copy_compatible_to(templ_wo_feat, check_dtype=False)
+            off_x = off.placeholder
+            position = tf.cast(position, off_x.dtype) + off_x
+        signal = get_positional_encoding(num_channels=out.dim, position=position)  # (...,F)
+        if signal.shape.rank != out.batch_ndim:  # scalar position (step or constant): (F,)
+            signal = tf.reshape(signal, [1] * (out.batch_ndim - 1) + [out.dim])
+        if f != out.batch_ndim - 1:
+            perm = list(range(out.batch_ndim - 1))
+            perm.insert(f, out.batch_ndim - 1)
+            signal = tf.transpose(signal, perm)
+        if add_to_input:
+            x = source.copy_compatible_to(out).placeholder if source.dims != out.dims else source.placeholder
+            signal = x + signal
+        else:
+            full = [d.dimension if d.dimension is not None else
+                    self.network.get_data_batch_dim() if d.is_batch_dim() else
+                    source.get_dim(source.get_axis_by_tag(d)) for d in out.dims]
+            signal = tf.broadcast_to(signal, full)
+        self.output.placeholder = signal
+
+    @classmethod
+    def transform_config_dict(cls, d, network, get_layer):
+        super().transform_config_dict(d, network=network, get_layer=get_layer)
+        if d.get("offset"):
+            d["offset"] = get_layer(d["offset"])
+
+    @classmethod
+    def get_out_data_from_opts(cls, name, sources=(), add_to_input=False, n_out=NotSpecified, out_type=None,
+                               **kwargs):
+        if add_to_input:
+            out = concat_sources_template(sources, name="%s_output" % name)
+            if n_out is not NotSpecified and n_out is not None and n_out != out.dim:
+                raise ValueError("add_to_input: n_out %r != input dim %r" % (n_out, out.dim))
+            return out
+        if (n_out is NotSpecified or n_out is None) and not (out_type and out_type.get("dim")):
+            raise ValueError("positional_encoding needs n_out (or add_to_input=True)")
+        return cls._base_out_data(name, sources, n_out, out_type)
+
+    def get_dep_layers(self):
+        deps = super().get_dep_layers()
+        if self.kwargs and self.kwargs.get("offset") is not None:
+            deps.append(self.kwargs["offset"])
+        return deps
+
+
+class RelativePositionalEncodingLayer(ConcatInputLayer):
+    """
+    Learned relative positional encoding (Shaw et al. 2018) for self_attention's key_shift:
+    output [T_query, T_key, n_out] (no batch) = encoding_matrix[clip(key - query, -clipping, clipping) + clipping],
+    both axes with the input's time tag. Inside a loop: [t+1 keys, n_out] for the current query t.
+    """
+
+    layer_class = "relative_positional_encoding"
+    recurrent = True
+
+    def __init__(self, n_out, forward_weights_init="glorot_uniform", clipping=16, fixed=False, **kwargs):
+        super().__init__(n_out=n_out, **kwargs)
+        self.rec_vars_outputs = {}
+        self.clipping = clipping
+        if fixed:
+            encoding_matrix = get_positional_encoding(num_channels=n_out, position=tf.range(2 * clipping + 1))
+        else:
+            encoding_matrix = self.create_param("encoding_matrix", (2 * clipping + 1, n_out), forward_weights_init)
+        out = self.output
+        if out.batch_ndim == 2:  # in loop: keys 0..t relative to the query t
+            step = self.network.get_rec_step_info().step
+            distance = tf.range(step + 1) - step
+            out.dims[0].dyn_size = tf.fill([self.network.get_data_batch_dim()], step + 1)
+        else:
+            inp = self.input_data
+            length = inp.get_dim(inp.time_dim_axis)
+            r = tf.range(length)
+            distance = r[None, :] - r[:, None]  # [query, key] -> key - query
+        indices = tf.clip_by_value(distance, -clipping, clipping) + clipping
+        self.output.placeholder = tf.gather(encoding_matrix, indices)
+
+    @classmethod
+    def get_out_data_from_opts(cls, name, network, sources=(), n_out=NotSpecified, **kwargs):
+        src = concat_sources_template(sources, name="%s_output" % name)
+        feat = Dim(n_out, kind=Dim.Types.Feature, description="%s:rel-pos-feature" % name)
+        if _in_rec_loop(network, src):
+            keys = Dim(None, kind=Dim.Types.Spatial, description="%s:rel-pos-keys" % name)
+            return Data(name="%s_output" % name, dims=(keys, feat))
+        if src.time_dim_axis is None:
+            raise ValueError("relative_positional_encoding: input %s has no time axis" % src.short_repr())
+        tag = src.dims[src.time_dim_axis]
+        out = Data(name="%s_output" % name, dims=(tag, tag, feat))
+        if tag.dimension is not None:
+            out.time_dim_axis = 0
+        return out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# cum_concat
+
+
+class CumConcatLayer(ConcatInputLayer):
+    """
+    Inside a rec loop: concatenates the frame of every step so far on a new axis ``out_spatial_dim``
+    (batch-major output [B, t+1, ...], state ``state``). Outside the loop (optimized out): the input over the
+    whole sequence, with the rec time axis replaced by ``out_spatial_dim``.
+    """
+
+    layer_class = "cum_concat"
+    recurrent = True
+
+    def __init__(self, out_spatial_dim=None, axis=None, **kwargs):
+        super().__init__(**kwargs)
+        self.rec_vars_outputs = {}
+        out = self.output
+        new_axis = self._new_axis(out, out_spatial_dim, self.name)
+        new_tag = out.dims[new_axis]
+        if _in_rec_loop(self.network, self.input_data):
+            cur = self.input_data.copy_as_batch_major()
+            if cur.sparse or cur.dims != tuple(d for i, d in enumerate(out.dims) if i != new_axis):
+                cur = cur.copy_compatible_to(out.copy_template_excluding_axis(new_axis))
+            frame = tf.expand_dims(cur.placeholder, new_axis)
+            prev = self.rec_previous_layer.rec_vars_outputs["state"]
+            x = tf.concat([prev, frame], axis=new_axis)
+            self.rec_vars_outputs["state"] = x
+            if new_tag.dyn_size is None:
+                step = self.network.get_rec_step_info().step
+                new_tag.dyn_size = tf.fill([self.network.get_data_batch_dim()], step + 1)
+            out.placeholder = x
+        else:
+            inp = self.input_data
+            t_axis = self._rec_time_axis(self.network, inp)
+            if new_tag.dyn_size is None:
+                new_tag.dyn_size = inp.dims[t_axis].dyn_size
+            out.placeholder = inp.copy_compatible_to(
+                out.copy_template_replace_dim_tag(new_axis, inp.dims[t_axis])).placeholder if inp.dims[
+                t_axis] not in out.dims else inp.placeholder
+
+    @staticmethod
+    def _new_axis(out, out_spatial_dim, name):
+        if out_spatial_dim is not None:
+            return out.get_axis_by_tag(out_spatial_dim)
+        return [i for i, d in enumerate(out.dims) if d.description == "%s:cum-concat" % name][0]
+
+    @staticmethod
+    def _rec_time_axis(network, data):
+        tag = network.get_inside_rec_time_dim(inside_loop=False)
+        if isinstance(tag, Dim) and tag in data.dims:
+            return data.get_axis_by_tag(tag)
+        if data.time_dim_axis is None:
+            raise ValueError("cum_concat: input %s has no time axis" % data.short_repr())
+        return data.time_dim_axis
+
+    @classmethod
+    def get_out_data_from_opts(cls, name, network, sources=(), out_spatial_dim=None, axis=None, **kwargs):
+        src = concat_sources_template(sources, name="%s_output" % name)
+        if out_spatial_dim is None:
+            out_spatial_dim = Dim(None, kind=Dim.Types.Spatial, description="%s:cum-concat" % name)
+        if _in_rec_loop(network, src):
+            out = src.copy_as_batch_major() if src.have_batch_axis() else src
+            return out.copy_add_dim_by_tag(out_spatial_dim, unbroadcast=True, axis=1 if src.have_batch_axis() else 0)
+        t_axis = cls._rec_time_axis(network, src)
+        out = src.copy_template_replace_dim_tag(t_axis, out_spatial_dim)
+        return out
+
+    @classmethod
+    def get_rec_initial_extra_outputs(cls, batch_dim, rec_layer, output=None, name=None, network=None,
+                                      out_spatial_dim=None, **kwargs):
+        if output is None:
+            output = cls.get_out_data_from_opts(name=name, network=network, out_spatial_dim=out_spatial_dim, **kwargs)
+        new_axis = cls._new_axis(output, out_spatial_dim, name)
+        shape = [batch_dim if d.is_batch_dim() else 0 if i == new_axis else d.dimension
+                 for i, d in enumerate(output.dims)]
+        return {"state": tf.zeros(shape, dtype=output.dtype)}
+
+    @classmethod
+    def get_rec_initial_extra_outputs_shape_invariants(cls, output=None, name=None, network=None,
+                                                       out_spatial_dim=None, **kwargs):
+        if output is None:
+            output = cls.get_out_data_from_opts(name=name, network=network, out_spatial_dim=out_spatial_dim, **kwargs)
+        new_axis = cls._new_axis(output, out_spatial_dim, name)
+        return {"state": tf.TensorShape([None if i == new_axis else d.dimension for i, d in enumerate(output.dims)])}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# attention over a base (encoder)
+
+
+class AttentionBaseLayer(ConcatInputLayer):
+    """Common base: ``base`` is the layer attended over; the output is base without its time axis."""
+
+    def __init__(self, base, **kwargs):
+        super().__init__(**kwargs)
+        self.base = base
+        self.base_weights = None  # (B, base_time) after construction, if the layer computes them
+
+    @classmethod
+    def transform_config_dict(cls, d, network, get_layer):
+        super().transform_config_dict(d, network=network, get_layer=get_layer)
+        d["base"] = get_layer(d["base"])
+
+    def get_dep_layers(self):
+        return super().get_dep_layers() + [self.base]
+
+    def get_base_weights(self):
+        return self.base_weights
+
+    @classmethod
+    def get_out_data_from_opts(cls, name, base, n_out=NotSpecified, sources=(), **kwargs):
+        out = base.output.copy_template_excluding_time_dim().copy(name="%s_output" % name)
+        if n_out is not NotSpecified and n_out is not None and out.dim != n_out:
+            raise ValueError("n_out %r does not match base dim %r" % (n_out, out.dim))
+        return out
+
+
+class GlobalAttentionContextBaseLayer(AttentionBaseLayer):
+    """Attention where the energies come from ``base_ctx`` [B, base_time, inner] and the source [B, inner]."""
+
+    def __init__(self, base_ctx, **kwargs):
+        super().__init__(**kwargs)
+        self.base_ctx = base_ctx
+
+    @classmethod
+    def transform_config_dict(cls, d, network, get_layer):
+        super().transform_config_dict(d, network=network, get_layer=get_layer)
+        d["base_ctx"] = get_layer(d["base_ctx"])
+
+    def get_dep_layers(self):
+        return super().get_dep_layers() + [self.base_ctx]
+
+    def _inputs(self):
+        """base [B,T,n_out], base_ctx [B,T,inner], source [B,inner] (batch-major placeholders)."""
+        base = self.base.output.copy_as_batch_major()
+        base_ctx = self.base_ctx.output.copy_as_batch_major()
+        source = self.input_data.copy_as_batch_major()
+        for d, what in ((base, "base"), (base_ctx, "base_ctx")):
+            if d.batch_ndim != 3 or d.time_dim_axis is None:
+                raise ValueError("%s: %s %s must be [B,T,F]" % (self.layer_class, what, d.short_repr()))
+        if source.batch_ndim != 2:
+            raise ValueError("%s: source %s must be [B,F] (one step)" % (self.layer_class, source.short_repr()))
+        if source.dim != base_ctx.dim:
+            raise ValueError("%s: source dim %r != base_ctx dim %r" % (self.layer_class, source.dim, base_ctx.dim))
+        base = base.copy_with_time_dim_axis(1)
+        base_ctx = base_ctx.copy_with_time_dim_axis(1)
+        return base, base_ctx, source
+
+    def _attend(self, energy, base):
+        """energy [B,T] -> masked softmax -> weighted sum of base [B,T,F] -> [B,F]."""
+        tag = base.dims[1]
+        if tag.dyn_size is not None:
+            mask = tag.get_mask(tf.shape(energy)[1])
+            energy = tf.where(mask, energy, float("-inf"))
+        self.base_weights = tf.nn.softmax(energy)  # (B,T)
+        out = tf.matmul(tf.expand_dims(self.base_weights, 1), base.placeholder)  # (B,1,F)
+        return tf.squeeze(out, axis=1)
+
+
+class DotAttentionLayer(GlobalAttentionContextBaseLayer):
+    """energy = <base_ctx, source> (times energy_factor), softmax over the base time (masked), sum of base."""
+
+    layer_class = "dot_attention"
+
+    def __init__(self, energy_factor=None, **kwargs):
+        super().__init__(**kwargs)
+        base, base_ctx, source = self._inputs()
+        energy = tf.squeeze(tf.matmul(base_ctx.placeholder, tf.expand_dims(source.placeholder, 2)), axis=2)
+        if energy_factor:
+            energy *= energy_factor
+        self.output.placeholder = self._attend(energy, base)
+
+
+class ConcatAttentionLayer(GlobalAttentionContextBaseLayer):
+    """Additive attention: energy = v . tanh(base_ctx + source), param ``v`` [inner]."""
+
+    layer_class = "concat_attention"
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        base, base_ctx, source = self._inputs()
+        v = self.create_param("v", (source.dim,))
+        concat_in = tf.tanh(base_ctx.placeholder + tf.expand_dims(source.placeholder, 1))  # (B,T,inner)
+        energy = tf.reduce_sum(concat_in * v, axis=2)
+        self.output.placeholder = self._attend(energy, base)
+
+
+class GenericAttentionLayer(AttentionBaseLayer):
+    """
+    Weighted sum of ``base`` over its time axis with explicit ``weights`` (e.g. from softmax_over_spatial);
+    no masking here. Reduced: the weights axis with base's time tag (else the weights' time axis).
+    Axes of base (other than time/feature) that the weights also have are shared; the weights' other axes
+    are kept (static size-1 ones are squeezed with auto_squeeze). Output: [B, weights' kept axes, base axes].
+    """
+
+    layer_class = "generic_attention"
+
+    def __init__(self, weights, auto_squeeze=True, **kwargs):
+        super().__init__(**kwargs)
+        if self.sources:
+            raise ValueError("generic_attention takes no sources, only base and weights")
+        self.weights = weights
+        w, b, w_red, common, w_keep, _ = self._plan(weights.output, self.base.output, auto_squeeze)
+        letters = iter("acdefghijklmnopqstuvwxyz")
+        w_sub = [None] * w.batch_ndim
+        b_sub = [None] * b.batch_ndim
+        w_sub[w_red] = b_sub[b.time_dim_axis] = "r"
+        for bi, wi in common.items():
+            w_sub[wi] = b_sub[bi] = next(letters)
+        for i in range(w.batch_ndim):
+            if w_sub[i] is None:
+                w_sub[i] = next(letters)
+        for i in range(b.batch_ndim):
+            if b_sub[i] is None:
+                b_sub[i] = next(letters)
+        out_sub = [b_sub[b.batch_dim_axis]] + [w_sub[i] for i in w_keep] + [
+            b_sub[i] for i in range(b.batch_ndim) if i not in (b.batch_dim_axis, b.time_dim_axis)]
+        x = tf.einsum("%s,%s->%s" % ("".join(w_sub), "".join(b_sub), "".join(out_sub)),
+                      w.placeholder, b.placeholder)
+        self.output.placeholder = x
+
+    @classmethod
+    def _plan(cls, weights, base, auto_squeeze):
+        w = weights.copy_as_batch_major()
+        b = base.copy_as_batch_major()
+        if not w.have_batch_axis() or not b.have_batch_axis():
+            raise ValueError("generic_attention: weights %s and base %s need a batch axis" % (
+                w.short_repr(), b.short_repr()))
+        if b.time_dim_axis is None:
+            raise ValueError("generic_attention: base %s has no time axis" % b.short_repr())
+        b_time = b.dims[b.time_dim_axis]
+        cands = [i for i, d in enumerate(w.dims) if d == b_time]
+        w_red = cands[0] if cands else w.time_dim_axis
+        if w_red is None:
+            raise ValueError("generic_attention: weights %s have no axis matching base time %s" % (
+                w.short_repr(), b_time.short_repr()))
+        common = {b.batch_dim_axis: w.batch_dim_axis}
+        used = {w_red, w.batch_dim_axis}
+        for i, d in enumerate(b.dims):
+            if i in common or i in (b.time_dim_axis, b.feature_dim_axis):
+                continue
+            m = [j for j, e in enumerate(w.dims) if j not in used and e == d]
+            if not m and d.dimension is not None and d.dimension != 1:
+                m = [j for j, e in enumerate(w.dims) if j not in used and e.dimension == d.dimension]
+                m = m if len(m) == 1 else []
+            if m:
+                common[i] = m[0]
+                used.add(m[0])
+        w_rest = [j for j in range(w.batch_ndim) if j not in used]
+        squeezed = [j for j in w_rest if auto_squeeze and w.dims[j].dimension == 1]
+        w_keep = [j for j in w_rest if j not in squeezed]
+        return w, b, w_red, common, w_keep, squeezed
+
+    @classmethod
+    def transform_config_dict(cls, d, network, get_layer):
+        d.setdefault("from", [])
+        super().transform_config_dict(d, network=network, get_layer=get_layer)
+        d["weights"] = get_layer(d["weights"])
+
+    def get_dep_layers(self):
+        return super().get_dep_layers() + [self.weights]
+
+    @classmethod
+    def get_out_data_from_opts(cls, name, base, weights, auto_squeeze=True, sources=(), **kwargs):
+        w, b, w_red, common, w_keep, _ = cls._plan(weights.output, base.output, auto_squeeze)
+        b_rest = [i for i in range(b.batch_ndim) if i not in (b.batch_dim_axis, b.time_dim_axis)]
+        dims = [b.dims[b.batch_dim_axis]] + [w.dims[j] for j in w_keep] + [b.dims[i] for i in b_rest]
+        out = Data(name="%s_output" % name, dims=dims, dtype=b.dtype)
+        if b.feature_dim_axis is not None:
+            f = 1 + len(w_keep) + b_rest.index(b.feature_dim_axis)
+            if out.feature_dim_axis != f:
+                out.feature_dim_axis = f
+        return out
