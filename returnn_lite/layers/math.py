@@ -1,0 +1,952 @@
+"""
+Math and reduction layers: reduce, reduce_out, math_norm, dot, weighted_sum, elemwise_prod,
+softmax_over_spatial, batch_softmax, gating, accumulate_mean, variable, top_k, gradient,
+synthetic_gradient, tikhonov_regularization, identity, print, train_flag, complex_linear_projection,
+sparse_softmax_cross_entropy_with_logits.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+
+from ..activations import get_activation_function
+from ..data import Data, Dim, batch_dim
+from ..util import NotSpecified, as_list
+from .base import ConcatInputLayer, CopyLayer, InternalLayer, LayerBase, concat_sources_template
+
+tf1 = tf.compat.v1
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# reduce
+
+_REDUCE_FUNCS = {
+    "sum": tf.reduce_sum, "max": tf.reduce_max, "min": tf.reduce_min, "mean": tf.reduce_mean,
+    "logsumexp": tf.reduce_logsumexp, "prod": tf.reduce_prod, "any": tf.reduce_any, "all": tf.reduce_all,
+}
+_ARG_FUNCS = {"argmax": tf.argmax, "argmin": tf.argmin}
+
+
+def _norm_reduce_mode(mode, layer_name=None):
+    m = str(mode).lower()
+    if m == "avg":
+        m = "mean"
+    if m not in _REDUCE_FUNCS and m not in _ARG_FUNCS:
+        raise ValueError("reduce layer %r: invalid mode %r, choose from %s" % (
+            layer_name, mode, sorted(list(_REDUCE_FUNCS) + list(_ARG_FUNCS))))
+    return m
+
+
+def _has_int_axis(axes):
+    if isinstance(axes, bool):
+        return False
+    if isinstance(axes, int):
+        return True
+    if isinstance(axes, (list, tuple)):
+        return any(_has_int_axis(a) for a in axes)
+    return False
+
+
+def _reduce_input(data, axes, enforce_batch_dim_axis, layer_name):
+    """Input (batch axis moved if enforced / int axes given) and the resolved axes to reduce."""
+    if axes is None:
+        raise ValueError("reduce layer %r: no axes given (use axes='T', 'F', 'B', ...)" % layer_name)
+    if enforce_batch_dim_axis is None and _has_int_axis(axes):
+        enforce_batch_dim_axis = 0
+    if enforce_batch_dim_axis is not None and data.have_batch_axis() and data.batch_dim_axis != enforce_batch_dim_axis:
+        data = data.copy_with_batch_dim_axis(enforce_batch_dim_axis)
+    try:
+        res = data.get_axes_from_description(axes)
+    except ValueError as exc:
+        raise ValueError("reduce layer %r: cannot reduce over axis %r: %s" % (layer_name, axes, exc)) from exc
+    if not res:
+        raise ValueError("reduce layer %r: axis %r matches no axis of the input %s" % (
+            layer_name, axes, data.short_repr()))
+    return data, sorted(res)
+
+
+def reduce_template(data, mode, axes, keep_dims=False, name="reduce"):
+    """Output template of reducing data (already with the final layout) over axes (resolved ints)."""
+    dims = list(data.dims)
+    t, f = data.time_dim_axis, data.feature_dim_axis_or_unspecified
+    b = data.batch_dim_axis
+    if keep_dims:
+        for i in axes:
+            kind = dims[i].kind if not dims[i].is_batch_dim() else Dim.Types.Spatial
+            dims[i] = Dim(1, kind=kind, description="%s:keep-dim-%i" % (name, i), auto_generated=True)
+        out_t, out_f = t, f
+    else:
+        out_t = NotSpecified if t is None or t in axes else t - len([a for a in axes if a < t])
+        out_f = NotSpecified if f is NotSpecified or f is None or f in axes else f - len([a for a in axes if a < f])
+        if f is None:
+            out_f = None
+        for i in reversed(axes):
+            del dims[i]
+    sparse_dim = None
+    dtype = data.dtype
+    if mode in _ARG_FUNCS:
+        if len(axes) != 1:
+            raise ValueError("%s: %s supports only one reduction axis, got axes %s" % (name, mode, axes))
+        sparse_dim = data.dims[axes[0]]
+        dtype = "int32"
+        out_f = None
+    out = Data(name="%s_output" % name, dims=dims, dtype=dtype, sparse_dim=sparse_dim)
+    if out_t is not NotSpecified and out_t is not None and out_t < len(dims) and not dims[out_t].is_batch_dim():
+        if out_t != out.time_dim_axis:
+            out.time_dim_axis = out_t
+    if out_f is not NotSpecified:
+        if out_f is None or (out_f < len(dims) and not dims[out_f].is_batch_dim()):
+            if out_f != out.feature_dim_axis:
+                out.feature_dim_axis = out_f
+    del b
+    return out
+
+
+def reduce_tensor(data, mode, axes, keep_dims=False, use_time_mask=None):
+    """
+    Reduce data.placeholder over axes; padded frames of dynamic axes are masked with the neutral element
+    (mean counts only the valid frames). argmax/argmin are not masked (as in the original).
+    """
+    x = data.placeholder
+    if use_time_mask is None:
+        use_time_mask = any(data.dims[a].is_dynamic() and data.dims[a].dyn_size is not None for a in axes)
+    if mode in _ARG_FUNCS:
+        y = _ARG_FUNCS[mode](x, axis=axes[0], output_type=tf.int32)
+        if keep_dims:
+            y = tf.expand_dims(y, axes[0])
+        return y
+    dyn_axes = [a for a in axes if a != data.batch_dim_axis and data.dims[a].is_dynamic()
+                and data.dims[a].dyn_size is not None] if use_time_mask else []
+    if not dyn_axes:
+        return _REDUCE_FUNCS[mode](x, axis=axes, keepdims=keep_dims)
+    dtype = x.dtype
+    if mode in ("max", "logsumexp"):
+        repl = dtype.min if not dtype.is_bool else False
+    elif mode == "min":
+        repl = dtype.max if not dtype.is_bool else True
+    elif mode in ("prod", "all"):
+        repl = 1 if not dtype.is_bool else True
+    else:  # sum, mean, any
+        repl = 0 if not dtype.is_bool else False
+    mask = None
+    for a in dyn_axes:
+        m = data.get_sequence_mask_broadcast(a)
+        mask = m if mask is None else tf.logical_and(mask, m)
+    x = tf.where(mask, x, tf.constant(repl, dtype=dtype))
+    if mode != "mean":
+        return _REDUCE_FUNCS[mode](x, axis=axes, keepdims=keep_dims)
+    total = tf.reduce_sum(x, axis=axes, keepdims=keep_dims)
+    cnt = tf.reduce_sum(tf.cast(mask, dtype), axis=axes, keepdims=keep_dims)
+    other = 1
+    for a in axes:
+        if mask.shape[a] == 1:
+            other = other * data.get_dim(a)
+    if not isinstance(other, int) or other != 1:
+        cnt = cnt * tf.cast(other, dtype)
+    return total / cnt
+
+
+class ReduceLayer(ConcatInputLayer):
+    """Reduce axes with sum, max, min, mean, logsumexp, prod, any, all, argmax, argmin."""
+
+    layer_class = "reduce"
+
+    def __init__(self, mode, axes=None, axis=None, keep_dims=False, enforce_batch_dim_axis=None, use_time_mask=None,
+                 **kwargs):
+        super().__init__(**kwargs)
+        if axis is not None:
+            axes = axis
+        mode = _norm_reduce_mode(mode, self.name)
+        data, axes = _reduce_input(self.input_data, axes, enforce_batch_dim_axis, self.name)
+        self.output.placeholder = reduce_tensor(data, mode, axes, keep_dims=keep_dims, use_time_mask=use_time_mask)
+
+    @classmethod
+    def get_out_data_from_opts(cls, name, sources, mode="", axes=None, axis=None, keep_dims=False,
+                               enforce_batch_dim_axis=None, **kwargs):
+        if axis is not None:
+            if axes is not None:
+                raise ValueError("reduce layer %r: don't provide both 'axes' and 'axis'" % name)
+            axes = axis
+        mode = _norm_reduce_mode(mode, name)
+        src = concat_sources_template(sources, name="%s_output" % name)
+        if src.sparse:
+            raise ValueError("reduce layer %r: input %s is sparse" % (name, src.short_repr()))
+        data, axes = _reduce_input(src, axes, enforce_batch_dim_axis, name)
+        return reduce_template(data, mode, axes, keep_dims=keep_dims, name=name)
+
+
+class ReduceOutLayer(ConcatInputLayer):
+    """Split the feature axis into (dim // num_pieces, num_pieces) and reduce the pieces (e.g. maxout)."""
+
+    layer_class = "reduce_out"
+
+    def __init__(self, mode, num_pieces, out_dim=None, **kwargs):
+        super().__init__(**kwargs)
+        funcs = {"max": tf.reduce_max, "sum": tf.reduce_sum, "mean": tf.reduce_mean, "avg": tf.reduce_mean}
+        if mode not in funcs:
+            raise ValueError("reduce_out layer %r: invalid mode %r" % (self.name, mode))
+        data = self.input_data.copy_with_feature_last()
+        shape = [data.get_dim(i) for i in range(data.batch_ndim - 1)]
+        x = tf.reshape(data.placeholder, shape + [self.output.dim, num_pieces])
+        x = funcs[mode](x, axis=data.batch_ndim)
+        f_in, f_out = self.input_data.feature_dim_axis, self.output.feature_dim_axis
+        if f_in != data.batch_ndim - 1:
+            x = Data(name="tmp", dims=[d for i, d in enumerate(self.input_data.dims) if i != f_in] + [
+                self.output.dims[f_out]], placeholder=x).copy_move_axis(-1, f_out).placeholder
+        self.output.placeholder = x
+
+    @classmethod
+    def get_out_data_from_opts(cls, name, sources, num_pieces, out_dim=None, **kwargs):
+        out = concat_sources_template(sources, name="%s_output" % name)
+        if out.sparse or out.feature_dim_axis is None:
+            raise ValueError("reduce_out layer %r: needs a dense input with a feature axis" % name)
+        if out.dim % num_pieces:
+            raise ValueError("reduce_out layer %r: feature dim %i not divisible by num_pieces %i" % (
+                name, out.dim, num_pieces))
+        new = out_dim or Dim(out.dim // num_pieces, kind=Dim.Types.Feature, description="%s:reduce-out" % name)
+        return out.copy_template_replace_dim_tag(out.feature_dim_axis, new, name="%s_output" % name)
+
+
+class MathNormLayer(ConcatInputLayer):
+    """sum(|x| ** p) ** (1/p) over axes."""
+
+    layer_class = "math_norm"
+
+    def __init__(self, p, axes=None, axis=None, keep_dims=False, **kwargs):
+        super().__init__(**kwargs)
+        axes = axes if axes is not None else axis
+        data, axes = _reduce_input(self.input_data, axes, None, self.name)
+        x = data.copy(placeholder=tf.abs(data.placeholder) ** p)
+        self.output.placeholder = reduce_tensor(x, "sum", axes, keep_dims=keep_dims) ** (1.0 / p)
+
+    @classmethod
+    def get_out_data_from_opts(cls, name, sources, axes=None, axis=None, keep_dims=False, **kwargs):
+        axes = axes if axes is not None else axis
+        src = concat_sources_template(sources, name="%s_output" % name)
+        data, axes = _reduce_input(src, axes, None, name)
+        return reduce_template(data, "sum", axes, keep_dims=keep_dims, name=name)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# dot, weighted_sum, elemwise_prod
+
+
+def _dot_axes(data, desc, what, layer_name):
+    if desc is None:
+        return []
+    try:
+        return data.get_axes_from_description(desc)
+    except ValueError as exc:
+        raise ValueError("dot layer %r: %s %r: %s" % (layer_name, what, desc, exc)) from exc
+
+
+def _dot_plan(name, a, b, red1, red2, var1, var2, add_var2_if_empty):
+    """Resolve the axes of a dot product: (einsum spec, output dims)."""
+    red1_ = _dot_axes(a, red1, "red1", name)
+    red2_ = _dot_axes(b, red2, "red2", name)
+    if len(red1_) != len(red2_):
+        raise ValueError("dot layer %r: red1 %r gives %i axes of %s but red2 %r gives %i axes of %s" % (
+            name, red1, len(red1_), a.short_repr(), red2, len(red2_), b.short_repr()))
+    for i, j in zip(red1_, red2_):
+        da, db = a.dims[i], b.dims[j]
+        if da != db and da.dimension != db.dimension:
+            raise ValueError("dot layer %r: reduce axes do not match: %s vs %s" % (name, da, db))
+    var1_ = [i for i in _dot_axes(a, var1, "var1", name) if i not in red1_]
+    var2_ = [i for i in _dot_axes(b, var2, "var2", name) if i not in red2_]
+    rest1 = [i for i in range(a.batch_ndim) if i not in red1_ and i not in var1_]
+    rest2 = [i for i in range(b.batch_ndim) if i not in red2_ and i not in var2_]
+    # pair shared axes: same tag first, then by order among equal static sizes / batch
+    pair = {}
+    used = set()
+    for i in rest1:
+        for j in rest2:
+            if j not in used and a.dims[i] == b.dims[j]:
+                pair[i] = j
+                used.add(j)
+                break
+    for i in rest1:
+        if i in pair:
+            continue
+        for j in rest2:
+            if j in used:
+                continue
+            da, db = a.dims[i], b.dims[j]
+            if da.is_batch_dim() or db.is_batch_dim():
+                continue
+            if da.dimension is not None and da.dimension == db.dimension:
+                pair[i] = j
+                used.add(j)
+                break
+    letters = iter("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+    la = [None] * a.batch_ndim
+    lb = [None] * b.batch_ndim
+    for i, j in zip(red1_, red2_):
+        la[i] = lb[j] = next(letters)
+    out_letters, out_dims = [], []
+    for i in rest1:
+        la[i] = next(letters)
+        if i in pair:
+            lb[pair[i]] = la[i]
+        out_letters.append(la[i])
+        out_dims.append(a.dims[i])
+    for j in rest2:
+        if j not in used:
+            lb[j] = next(letters)
+            out_letters.append(lb[j])
+            out_dims.append(b.dims[j])
+    for i in var1_:
+        la[i] = next(letters)
+        out_letters.append(la[i])
+        out_dims.append(a.dims[i])
+    for j in var2_:
+        lb[j] = next(letters)
+        out_letters.append(lb[j])
+        out_dims.append(b.dims[j])
+    add_dim = None
+    if not var2_ and add_var2_if_empty:
+        add_dim = Dim(1, kind=Dim.Types.Spatial, description="%s:dot:dummy-var2" % name)
+        out_dims.append(add_dim)
+    spec = "%s,%s->%s" % ("".join(la), "".join(lb), "".join(out_letters))
+    return spec, out_dims, red1_, red2_, add_dim is not None
+
+
+class DotLayer(LayerBase):
+    """Dot product of two sources: reduce red1/red2, keep var1/var2, the other axes are shared."""
+
+    layer_class = "dot"
+
+    def __init__(self, red1=-1, red2=-2, var1=-2, var2=-1, add_var2_if_empty=True, debug=False, **kwargs):
+        super().__init__(**kwargs)
+        a, b = self.sources[0].output, self.sources[1].output
+        spec, _, red1_, red2_, added = _dot_plan(self.name, a, b, red1, red2, var1, var2, add_var2_if_empty)
+        xa, xb = a, b
+        for d, red in ((0, red1_), (1, red2_)):
+            data = a if d == 0 else b
+            dyn = [i for i in red if data.dims[i].is_dynamic() and data.dims[i].dyn_size is not None]
+            if dyn:
+                masked = data.copy_masked(0.0, axes=dyn)
+                if d == 0:
+                    xa = masked
+                else:
+                    xb = masked
+        y = tf.einsum(spec, xa.placeholder, xb.placeholder)
+        if added:
+            y = tf.expand_dims(y, -1)
+        self.output.placeholder = y
+
+    @classmethod
+    def get_out_data_from_opts(cls, name, sources, red1=-1, red2=-2, var1=-2, var2=-1, add_var2_if_empty=True,
+                               **kwargs):
+        if len(sources) != 2:
+            raise ValueError("dot layer %r: needs exactly two sources, got %i" % (name, len(sources)))
+        a, b = sources[0].output, sources[1].output
+        _, dims, _, _, _ = _dot_plan(name, a, b, red1, red2, var1, var2, add_var2_if_empty)
+        return Data(name="%s_output" % name, dims=dims, dtype=a.dtype)
+
+
+class WeightedSumLayer(ConcatInputLayer):
+    """Trainable weighted sum over fixed axes, or over windows of them (a correlation with the weights)."""
+
+    layer_class = "weighted_sum"
+
+    def __init__(self, axes, padding=None, size=None, keep_dims=None, **kwargs):
+        super().__init__(**kwargs)
+        data = self.input_data
+        axes_ = data.get_axes_from_description(axes)
+        size, padding, keep_dims = self._defaults(data, axes_, size, padding, keep_dims)
+        w = self.create_param("W", tuple(size), 1.0 / float(np.prod(size)))
+        rest = [i for i in range(data.batch_ndim) if i not in axes_]
+        perm = rest + axes_
+        x = tf.transpose(data.placeholder, perm) if perm != list(range(data.batch_ndim)) else data.placeholder
+        rest_shape = [data.get_dim(i) for i in rest]
+        ax_shape = [data.dims[i].dimension for i in axes_]
+        x = tf.reshape(x, [-1] + ax_shape + [1])
+        y = tf.nn.convolution(x, tf.reshape(w, list(size) + [1, 1]), padding=padding.upper())
+        y_ax = [d for d in y.shape.as_list()[1:-1]]
+        if keep_dims:
+            y = tf.reshape(y, rest_shape + y_ax)
+            inv = [perm.index(i) for i in range(data.batch_ndim)]
+            y = tf.transpose(y, inv)
+        else:
+            y = tf.reshape(y, rest_shape)
+        self.output.placeholder = y
+
+    @staticmethod
+    def _defaults(data, axes, size, padding, keep_dims):
+        if size is None:
+            size = [data.dims[i].dimension for i in axes]
+            if any(s is None for s in size):
+                raise ValueError("weighted_sum: axes must be static without size, got %s" % data.short_repr())
+            if keep_dims is None:
+                keep_dims = False
+            if padding is None:
+                padding = "valid"
+        else:
+            size = list(size)
+            if keep_dims is None:
+                keep_dims = True
+            if padding is None:
+                raise ValueError("weighted_sum: padding must be given with size")
+        if len(size) != len(axes):
+            raise ValueError("weighted_sum: size %r does not match axes %r" % (size, axes))
+        return size, padding, keep_dims
+
+    @classmethod
+    def get_out_data_from_opts(cls, name, sources, axes, padding=None, size=None, keep_dims=None, **kwargs):
+        data = concat_sources_template(sources, name="%s_output" % name)
+        axes_ = data.get_axes_from_description(axes)
+        size, padding, keep_dims = cls._defaults(data, axes_, size, padding, keep_dims)
+        if not keep_dims:
+            if padding.lower() != "valid" or any(data.dims[a].dimension != s for a, s in zip(axes_, size)):
+                raise ValueError("weighted_sum layer %r: keep_dims=False needs the full axes with valid padding" % name)
+            out = data
+            for a in sorted(axes_, reverse=True):
+                out = out.copy_template_excluding_axis(a)
+            return out.copy_template(name="%s_output" % name)
+        out = data.copy_template(name="%s_output" % name)
+        if padding.lower() == "valid":
+            for a, s in zip(axes_, size):
+                d = data.dims[a]
+                out = out.copy_template_replace_dim_tag(a, Dim(
+                    d.dimension - s + 1, kind=d.kind, description="%s:weighted-sum-%i" % (name, a)))
+        elif padding.lower() != "same":
+            raise ValueError("weighted_sum layer %r: invalid padding %r" % (name, padding))
+        return out
+
+
+class ElemwiseProdLayer(ConcatInputLayer):
+    """x * W with a trainable W over the given (static) axes."""
+
+    layer_class = "elemwise_prod"
+
+    def __init__(self, axes, size=None, **kwargs):
+        super().__init__(**kwargs)
+        data = self.input_data
+        axes_ = data.get_axes_from_description(axes)
+        shape = tuple(data.dims[a].dimension for a in axes_)
+        if any(s is None for s in shape):
+            raise ValueError("elemwise_prod layer %r: axes %r must be static in %s" % (
+                self.name, axes, data.short_repr()))
+        if size is not None and tuple(size) != shape:
+            raise ValueError("elemwise_prod layer %r: size %r does not match %r" % (self.name, size, shape))
+        w = self.create_param("W", shape, 1.0)
+        bc = [1] * data.batch_ndim
+        for a, s in zip(axes_, shape):
+            bc[a] = s
+        if sorted(axes_) != list(axes_):
+            order = sorted(range(len(axes_)), key=lambda k: axes_[k])
+            w = tf.transpose(w, order)
+        self.output.placeholder = data.placeholder * tf.reshape(w, bc)
+
+    @classmethod
+    def get_out_data_from_opts(cls, name, sources, **kwargs):
+        return concat_sources_template(sources, name="%s_output" % name)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# softmax variants, gating
+
+
+def _softmax_axis(data, axis, name):
+    if axis is None:
+        if data.time_dim_axis is None:
+            raise ValueError("softmax_over_spatial layer %r: input %s has no time axis" % (name, data.short_repr()))
+        return data.time_dim_axis
+    return data.get_axis_from_description(axis, allow_int=False)
+
+
+def _move_to_last_keep_special(data, axis):
+    """copy_move_axis(axis, -1) where the time and feature axes follow their dims."""
+    t, f = data.time_dim_axis, data.feature_dim_axis
+    n = data.batch_ndim
+    perm = [i for i in range(n) if i != axis] + [axis]
+    out = data.copy_transpose(perm) if perm != list(range(n)) else data.copy()
+    new_t = None if t is None else perm.index(t)
+    new_f = None if f is None else perm.index(f)
+    if out.time_dim_axis != new_t:
+        out.time_dim_axis = new_t
+    if out.feature_dim_axis != new_f:
+        out.feature_dim_axis = new_f
+    return out
+
+
+def build_seq_mask(data, axis, start=None, window_start=None, window_size=None):
+    """Bool mask broadcastable to data for the axis: valid frames, optionally >= start and inside a window."""
+    mask = None
+    if data.dims[axis].dyn_size is not None:
+        mask = data.get_sequence_mask_broadcast(axis)
+    if start is not None or window_start is not None:
+        n = data.get_dim(axis)
+        shape = [1] * data.batch_ndim
+        shape[axis] = -1
+        idxs = tf.reshape(tf.range(n), shape)
+
+        def bc(v):
+            if isinstance(v, Data):
+                t = v.copy_compatible_to(data.copy_template(), check_dtype=False, check_sparse=False)
+                return tf.cast(t.placeholder, tf.int32)
+            return tf.constant(v, dtype=tf.int32)
+
+        if start is not None:
+            m = tf.greater_equal(idxs, bc(start))
+            mask = m if mask is None else tf.logical_and(mask, m)
+        if window_start is not None:
+            ws = bc(window_start)
+            m = tf.greater_equal(idxs, ws)
+            if window_size is not None:
+                m = tf.logical_and(m, tf.less(idxs, ws + bc(window_size)))
+            mask = m if mask is None else tf.logical_and(mask, m)
+    return mask
+
+
+class SoftmaxOverSpatialLayer(ConcatInputLayer):
+    """Softmax over a spatial axis (the time axis by default), masking padded frames; the axis becomes last."""
+
+    layer_class = "softmax_over_spatial"
+
+    def __init__(self, axis=None, energy_factor=None, start=None, window_start=None, window_size=None,
+                 use_time_mask=None, log_space=False, **kwargs):
+        super().__init__(**kwargs)
+        self.start, self.window_start, self.window_size = start, window_start, window_size
+        data = self.input_data
+        ax = _softmax_axis(data, axis, self.name)
+        data = _move_to_last_keep_special(data, ax)
+        ax = data.batch_ndim - 1
+        x = data.placeholder
+        if use_time_mask is None:
+            use_time_mask = data.dims[ax].is_dynamic()
+        if use_time_mask:
+            mask = build_seq_mask(
+                data, ax, start=start.output if start is not None else None,
+                window_start=window_start.output if isinstance(window_start, LayerBase) else window_start,
+                window_size=window_size.output if isinstance(window_size, LayerBase) else window_size)
+            if mask is not None:
+                x = tf.where(mask, x, tf.constant(float("-inf"), dtype=x.dtype))
+        if energy_factor:
+            x = x * energy_factor
+        self.output.placeholder = tf.nn.log_softmax(x) if log_space else tf.nn.softmax(x)
+
+    @classmethod
+    def transform_config_dict(cls, d, network, get_layer):
+        super().transform_config_dict(d, network=network, get_layer=get_layer)
+        for key in ("start", "window_start", "window_size"):
+            if isinstance(d.get(key), str):
+                d[key] = get_layer(d[key])
+
+    @classmethod
+    def get_out_data_from_opts(cls, name, sources, axis=None, **kwargs):
+        out = concat_sources_template(sources, name="%s_output" % name)
+        ax = _softmax_axis(out, axis, name)
+        return _move_to_last_keep_special(out, ax)
+
+    def get_dep_layers(self):
+        deps = super().get_dep_layers()
+        for x in (self.start, self.window_start, self.window_size):
+            if isinstance(x, LayerBase):
+                deps.append(x)
+        return deps
+
+
+class BatchSoftmaxLayer(ConcatInputLayer):
+    """Softmax over the spatial and feature axes together (per batch entry), masking padded frames."""
+
+    layer_class = "batch_softmax"
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        data = self.input_data.copy_as_batch_major()
+        x = data.placeholder
+        mask = None
+        for a in data.get_dynamic_axes():
+            if data.dims[a].dyn_size is not None:
+                m = data.get_sequence_mask_broadcast(a)
+                mask = m if mask is None else tf.logical_and(mask, m)
+        if mask is not None:
+            x = tf.where(mask, x, tf.constant(float("-inf"), dtype=x.dtype))
+        shape = tf.shape(x)
+        y = tf.reshape(tf.nn.softmax(tf.reshape(x, [shape[0], -1])), shape)
+        out = data.copy(placeholder=y)
+        self.output.placeholder = out.copy_compatible_to(self.output).placeholder if out.dims != self.output.dims \
+            else y
+
+    @classmethod
+    def get_out_data_from_opts(cls, name, sources, **kwargs):
+        return concat_sources_template(sources, name="%s_output" % name).copy_as_batch_major()
+
+
+class GatingLayer(ConcatInputLayer):
+    """Split the feature axis in halves a, b: activation(a) * gate_activation(b)."""
+
+    layer_class = "gating"
+
+    def __init__(self, activation, gate_activation="sigmoid", out_dim=None, **kwargs):
+        super().__init__(**kwargs)
+        data = self.input_data
+        a, b = tf.split(data.placeholder, 2, axis=data.feature_dim_axis)
+        act = get_activation_function(activation) if activation else tf.identity
+        gate = get_activation_function(gate_activation) if gate_activation else tf.identity
+        self.output.placeholder = act(a) * gate(b)
+
+    @classmethod
+    def get_out_data_from_opts(cls, name, sources, n_out=NotSpecified, out_dim=None, **kwargs):
+        data = concat_sources_template(sources, name="%s_output" % name)
+        if data.sparse or data.feature_dim_axis is None:
+            raise ValueError("gating layer %r: needs a dense input with a feature axis" % name)
+        if data.dim % 2:
+            raise ValueError("gating layer %r: feature dim %i is not even" % (name, data.dim))
+        dim = data.dim // 2
+        if n_out is not NotSpecified and n_out is not None and n_out != dim:
+            raise ValueError("gating layer %r: n_out %r != input dim / 2 = %i" % (name, n_out, dim))
+        new = out_dim or Dim(dim, kind=Dim.Types.Feature, description="%s:gating" % name)
+        return data.copy_template_replace_dim_tag(data.feature_dim_axis, new, name="%s_output" % name)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# variables and statistics
+
+
+class VariableLayer(LayerBase):
+    """A trainable variable <layer>/<layer>, optionally with a batch axis (tiled) and a size-1 time axis."""
+
+    layer_class = "variable"
+
+    def __init__(self, shape, dtype="float32", add_batch_axis=False, add_time_axis=False, trainable=True, init=0,
+                 init_by_layer=None, **kwargs):
+        super().__init__(trainable=trainable, **kwargs)
+        shape = tuple(int(d.dimension) if isinstance(d, Dim) else int(d) for d in shape)
+        if init_by_layer is not None:
+            init = init_by_layer
+        var = self.create_param(self.name.split("/")[-1], shape, init, dtype=dtype, trainable=trainable)
+        x = tf.convert_to_tensor(var)
+        if add_time_axis:
+            x = tf.expand_dims(x, 0)
+        if add_batch_axis:
+            x = tf.expand_dims(x, 0)
+            x = tf.tile(x, [self.network.get_data_batch_dim()] + [1] * (x.shape.rank - 1))
+        self.output.placeholder = x
+
+    @classmethod
+    def transform_config_dict(cls, d, network, get_layer):
+        d.setdefault("from", [])
+        super().transform_config_dict(d, network=network, get_layer=get_layer)
+        if isinstance(d.get("init_by_layer"), str):
+            d["init_by_layer"] = get_layer(d["init_by_layer"])
+
+    @classmethod
+    def get_out_data_from_opts(cls, name, network, shape, dtype="float32", add_batch_axis=False,
+                               add_time_axis=False, **kwargs):
+        dims = []
+        for i, d in enumerate(shape):
+            if isinstance(d, Dim):
+                dims.append(d)
+            else:
+                kind = Dim.Types.Feature if i == len(shape) - 1 else Dim.Types.Spatial
+                dims.append(Dim(int(d), kind=kind, description="%s:%s:%i" % (
+                    name, "feature" if kind == Dim.Types.Feature else "static", i)))
+        if add_time_axis:
+            dims.insert(0, Dim(1, kind=Dim.Types.Spatial, description="%s:time" % name))
+        if add_batch_axis:
+            dims.insert(0, batch_dim)
+        return Data(name="%s_output" % name, dims=dims, dtype=dtype)
+
+
+class AccumulateMeanLayer(ReduceLayer):
+    """Exponential moving average of the mean over axes (batch and time by default), a non-trainable param."""
+
+    layer_class = "accumulate_mean"
+
+    def __init__(self, exp_average, axes="bt", initial_value=None, is_prob_distribution=None, **kwargs):
+        super().__init__(mode="mean", axes=axes, keep_dims=False, **kwargs)
+        out = self.output
+        if initial_value is None:
+            initial_value = 1.0 / out.dim if is_prob_distribution and out.dim else 0.0
+        shape = tuple(out.batch_shape)
+        var = self.create_param("mean_1", shape, initial_value, dtype=out.dtype, trainable=False)
+        cur = self.output.placeholder
+
+        def train():
+            new = tf1.assign_add(var, (cur - var) * exp_average)
+            return tf.convert_to_tensor(new)
+
+        self.output.placeholder = self.network.cond_on_train(train, lambda: tf.convert_to_tensor(var))
+
+    @classmethod
+    def get_out_data_from_opts(cls, name, sources, axes="bt", **kwargs):
+        kwargs.pop("mode", None)
+        for k in ("exp_average", "initial_value", "is_prob_distribution"):
+            kwargs.pop(k, None)
+        return super().get_out_data_from_opts(name=name, sources=sources, mode="mean", axes=axes, **kwargs)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# gradient tricks
+
+
+@tf.custom_gradient
+def _synthetic_gradient(x, grad_x):
+    def grad(dy):
+        return tf.cast(grad_x, dy.dtype), None
+
+    return tf.identity(x), grad
+
+
+class SyntheticGradientLayer(ConcatInputLayer):
+    """Identity forward; the gradient w.r.t. the input is replaced by the output of the ``gradient`` layer."""
+
+    layer_class = "synthetic_gradient"
+
+    def __init__(self, gradient, meta_loss_scale=1.0, **kwargs):
+        super().__init__(**kwargs)
+        self.gradient = gradient
+        self.meta_loss_scale = meta_loss_scale
+        g = gradient.output.copy_compatible_to(self.input_data).placeholder
+        self.output.placeholder = _synthetic_gradient(self.input_data.placeholder, g)
+
+    @classmethod
+    def transform_config_dict(cls, d, network, get_layer):
+        super().transform_config_dict(d, network=network, get_layer=get_layer)
+        d["gradient"] = get_layer(d["gradient"])
+
+    @classmethod
+    def get_out_data_from_opts(cls, name, sources, **kwargs):
+        return concat_sources_template(sources, name="%s_output" % name)
+
+    def get_dep_layers(self):
+        return super().get_dep_layers() + [self.gradient]
+
+
+class TikhonovRegularizationLayer(CopyLayer):
+    """Identity forward; the Tikhonov regularization is a meta loss (only seen by a meta-loss updater)."""
+
+    layer_class = "tikhonov_regularization"
+
+    def __init__(self, meta_loss_scale=1.0, **kwargs):
+        super().__init__(**kwargs)
+        self.meta_loss_scale = meta_loss_scale
+        self.dummy = self.create_param("dummy", (), 1.0)
+        self.output.placeholder = tf.identity(self.output.placeholder)
+
+
+class GradientLayer(LayerBase):
+    """d y / d x, with y and x layers (output like x)."""
+
+    layer_class = "gradient"
+
+    def __init__(self, y, x, **kwargs):
+        super().__init__(**kwargs)
+        self.y, self.x = y, x
+        g = tf.gradients(y.output.placeholder, x.output.placeholder)[0]
+        if g is None:
+            g = tf.zeros_like(x.output.placeholder)
+        self.output.placeholder = g
+
+    @classmethod
+    def transform_config_dict(cls, d, network, get_layer):
+        d.setdefault("from", [])
+        super().transform_config_dict(d, network=network, get_layer=get_layer)
+        d["y"] = get_layer(d["y"])
+        d["x"] = get_layer(d["x"])
+
+    @classmethod
+    def get_out_data_from_opts(cls, name, x, **kwargs):
+        out = x.output.copy_template(name="%s_output" % name)
+        if out.sparse:
+            raise ValueError("gradient layer %r: x %r is sparse" % (name, x.name))
+        return out
+
+    def get_dep_layers(self):
+        return super().get_dep_layers() + [self.y, self.x]
+
+
+class IdentityLayer(CopyLayer):
+    """Output is the input (tf.identity)."""
+
+    layer_class = "identity"
+
+
+class PrintLayer(CopyLayer):
+    """Identity that prints its input (with sequence lengths) when evaluated."""
+
+    layer_class = "print"
+
+    def __init__(self, summarize=99, extra_print_args=(), **kwargs):
+        super().__init__(**kwargs)
+        x = self.output.placeholder
+        args = ["layer %r:" % self.name, x] + list(extra_print_args)
+        for d in self.output.dims:
+            if d.is_dynamic() and d.dyn_size is not None:
+                args += ["seq lens:", d.dyn_size]
+        op = tf.print(*args, summarize=summarize if summarize is not None else -1)
+        with tf.control_dependencies([op]):
+            self.output.placeholder = tf.identity(x)
+
+
+class TrainFlagLayer(LayerBase):
+    """Scalar bool: the network's train flag."""
+
+    layer_class = "train_flag"
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        flag = self.network.train_flag
+        self.output.placeholder = tf.constant(flag, dtype=tf.bool) if isinstance(flag, bool) else \
+            tf.convert_to_tensor(flag)
+
+    @classmethod
+    def transform_config_dict(cls, d, network, get_layer):
+        d.setdefault("from", [])
+        super().transform_config_dict(d, network=network, get_layer=get_layer)
+
+    @classmethod
+    def get_out_data_from_opts(cls, name, **kwargs):
+        return Data(name="%s_output" % name, dims=(), dtype="bool")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# top_k
+
+
+class TopKLayer(ConcatInputLayer):
+    """Top k values along an axis (which gets a new size-k tag); sub-layer ``indices``."""
+
+    layer_class = "top_k"
+
+    def __init__(self, axis, k, k_dim=None, sorted=True, **kwargs):  # noqa: A002 (original's option name)
+        super().__init__(**kwargs)
+        data = self.input_data
+        ax = data.get_axis_from_description(axis)
+        x = data.copy_move_axis(ax, -1) if ax != data.batch_ndim - 1 else data
+        k_value = k.output.placeholder if isinstance(k, LayerBase) else k
+        values, indices = tf.nn.top_k(x.placeholder, k=k_value, sorted=sorted)
+        if ax != data.batch_ndim - 1:
+            perm = list(range(data.batch_ndim - 1))
+            perm.insert(ax, data.batch_ndim - 1)
+            values = tf.transpose(values, perm)
+            indices = tf.transpose(indices, perm)
+        self.output.placeholder = values
+        idx_out = self._indices_template(self.name, data, ax, self.output.dims[ax])
+        idx_out.placeholder = indices
+        self.indices_layer = InternalLayer(name="%s/indices" % self.name, network=self.network, output=idx_out)
+
+    @staticmethod
+    def _k_dim(name, k, k_dim):
+        if k_dim is not None:
+            return k_dim
+        if isinstance(k, int):
+            return Dim(k, kind=Dim.Types.Spatial, description="%s:topk" % name)
+        return Dim(None, kind=Dim.Types.Spatial, description="%s:topk" % name)
+
+    @staticmethod
+    def _indices_template(name, data, ax, kd):
+        out = data.copy_template_replace_dim_tag(ax, kd, name="%s_indices_output" % name)
+        out.dtype = "int32"
+        out.sparse_dim = data.dims[ax]
+        if out.feature_dim_axis is not None:
+            out.feature_dim_axis = None
+        return out
+
+    @classmethod
+    def transform_config_dict(cls, d, network, get_layer):
+        super().transform_config_dict(d, network=network, get_layer=get_layer)
+        if isinstance(d.get("k"), str):
+            d["k"] = get_layer(d["k"])
+
+    @classmethod
+    def get_out_data_from_opts(cls, name, sources, axis, k, k_dim=None, **kwargs):
+        data = concat_sources_template(sources, name="%s_output" % name)
+        ax = data.get_axis_from_description(axis)
+        kd = cls._k_dim(name, k, k_dim)
+        was_feature = ax == data.feature_dim_axis
+        out = data.copy_template_replace_dim_tag(ax, kd, name="%s_output" % name)
+        if was_feature and not kd.is_feature_dim():
+            out.feature_dim_axis = None
+        return out
+
+    def get_sub_layer(self, layer_name):
+        if layer_name == "indices":
+            return self.indices_layer
+        if layer_name == "values":
+            return self
+        return None
+
+    def get_dep_layers(self):
+        deps = super().get_dep_layers()
+        k = (self.kwargs or {}).get("k")
+        return deps + ([k] if isinstance(k, LayerBase) else [])
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# misc
+
+
+class ComplexLinearProjectionLayer(ConcatInputLayer):
+    """log |W x| for complex inputs stored as interleaved real/imag features; param clp_kernel (2, dim/2, n)."""
+
+    layer_class = "complex_linear_projection"
+
+    def __init__(self, nr_of_filters, clp_weights_init="glorot_uniform", **kwargs):
+        super().__init__(**kwargs)
+        data = self.input_data.copy_with_feature_last()
+        n_in = data.dim
+        kernel = self.create_param("clp_kernel", (2, n_in // 2, nr_of_filters), clp_weights_init)
+        x = data.placeholder
+        x_re, x_im = x[..., 0::2], x[..., 1::2]
+        k_re, k_im = kernel[0], kernel[1]
+        out_re = tf.matmul(x_re, k_re) - tf.matmul(x_im, k_im)
+        out_im = tf.matmul(x_im, k_re) + tf.matmul(x_re, k_im)
+        y = tf.math.log(tf.maximum(tf.sqrt(out_re ** 2 + out_im ** 2), 1e-20))
+        out = Data(name="tmp", dims=list(data.dims[:-1]) + [self.output.feature_dim], placeholder=y)
+        self.output.placeholder = out.copy_compatible_to(self.output).placeholder if out.dims != self.output.dims \
+            else y
+
+    @classmethod
+    def get_out_data_from_opts(cls, name, sources, nr_of_filters, n_out=NotSpecified, **kwargs):
+        data = concat_sources_template(sources, name="%s_output" % name).copy_with_feature_last()
+        if data.dim % 2:
+            raise ValueError("complex_linear_projection layer %r: input dim %i must be even" % (name, data.dim))
+        new = Dim(nr_of_filters, kind=Dim.Types.Feature, description="%s:clp" % name)
+        return data.copy_template_replace_dim_tag(data.feature_dim_axis, new, name="%s_output" % name)
+
+
+class SparseSoftmaxCrossEntropyWithLogitsLayer(LayerBase):
+    """tf.nn.sparse_softmax_cross_entropy_with_logits over the logits' feature axis."""
+
+    layer_class = "sparse_softmax_cross_entropy_with_logits"
+
+    def __init__(self, logits, targets, axis=None, **kwargs):
+        super().__init__(**kwargs)
+        self.logits, self.targets = logits, targets
+        ld = logits.output
+        ax = ld.feature_dim_axis if axis is None else ld.get_axis_from_description(axis)
+        ld = ld.copy_move_axis(ax, -1)
+        tmpl = ld.copy_template_excluding_axis(-1)
+        t = targets.output.copy_compatible_to(tmpl, check_sparse=False, check_dtype=False)
+        y = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=tf.cast(t.placeholder, tf.int32),
+                                                           logits=ld.placeholder)
+        res = tmpl.copy(placeholder=y)
+        self.output.placeholder = res.copy_compatible_to(self.output).placeholder if res.dims != self.output.dims \
+            else y
+
+    @classmethod
+    def transform_config_dict(cls, d, network, get_layer):
+        d.setdefault("from", [])
+        super().transform_config_dict(d, network=network, get_layer=get_layer)
+        d["logits"] = get_layer(d["logits"])
+        d["targets"] = get_layer(d["targets"])
+
+    @classmethod
+    def get_out_data_from_opts(cls, name, logits, axis=None, **kwargs):
+        ld = logits.output
+        ax = ld.feature_dim_axis if axis is None else ld.get_axis_from_description(axis)
+        out = ld.copy_template_excluding_axis(ax)
+        out.name = "%s_output" % name
+        out.sparse_dim = None
+        out.dtype = ld.dtype
+        return out
+
+    def get_dep_layers(self):
+        return super().get_dep_layers() + [self.logits, self.targets]
+
+
+__all__ = ["ReduceLayer", "reduce_tensor", "reduce_template", "build_seq_mask"]

@@ -1,0 +1,244 @@
+"""
+Normalization layers: batch_norm (with running statistics), layer_norm, norm.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from ..util import NotSpecified
+from .base import CopyLayer
+
+tf1 = tf.compat.v1
+
+
+def _bc_shape(data):
+    """Shape that broadcasts a per-feature vector against data: 1 everywhere except the feature axis."""
+    return [data.dim if i == data.feature_dim_axis else 1 for i in range(data.batch_ndim)]
+
+
+def moments(x, axes, keepdims=False):
+    """
+    Mean and (biased) variance like tf.nn.moments, but built without SquaredDifference: TF's grappler
+    (oneDNN remapper) would otherwise fuse the mean/variance/rsqrt pattern into a layer-norm kernel that
+    ignores our epsilon and param shapes.
+    """
+    mean = tf.reduce_mean(x, axis=axes, keepdims=True)
+    variance = tf.reduce_mean(tf.square(x - tf.stop_gradient(mean)), axis=axes, keepdims=keepdims)
+    if not keepdims:
+        mean = tf.squeeze(mean, axis=axes)
+    return mean, variance
+
+
+def _moments_cur_batch(data, masked_time):
+    """Mean and variance over all axes except the feature axis (only the valid frames with masked_time)."""
+    x = data.placeholder
+    f = data.feature_dim_axis
+    t = data.time_dim_axis
+    if masked_time and t is not None and data.have_batch_axis() and data.dims[t].dyn_size is not None:
+        d = data.copy_as_batch_major()
+        d = d.copy_move_axis(d.time_dim_axis, 1)
+        mask = d.dims[1].get_mask(d.get_dim(1))  # [B,T]
+        x = tf.boolean_mask(d.placeholder, mask)  # [N, ...]
+        f = d.feature_dim_axis - 1
+        axes = [i for i in range(d.batch_ndim - 1) if i != f]
+    else:
+        axes = [i for i in range(data.batch_ndim) if i != f]
+    return moments(x, axes)
+
+
+def apply_batch_norm(layer, data, use_shift=True, use_std=True, use_sample=0.0, force_sample=False,
+                     momentum=NotSpecified, epsilon=1e-3, update_sample_only_in_training=NotSpecified,
+                     delay_sample_update=NotSpecified, param_version=NotSpecified, gamma_init=1.0, beta_init=0.0,
+                     masked_time=NotSpecified):
+    """
+    Batch normalization of data (a Data with placeholder) with params under ``<layer>/batch_norm/``.
+    Defaults are those of behavior version 0: momentum 0.99 (weight of the current batch in the running
+    average), the running statistics are updated in training and in eval, the updated values are used
+    immediately (no delay), param_version 0 (names ``<layer>_<data name>_mean`` etc., broadcast shapes),
+    masked_time True. Training uses the current batch statistics, eval the running ones (use_sample=1).
+    The update ops are registered via network.register_post_control_dependencies.
+    :rtype: tf.Tensor
+    """
+    if momentum is NotSpecified:
+        momentum = 0.99
+    if update_sample_only_in_training is NotSpecified:
+        update_sample_only_in_training = False
+    if delay_sample_update is NotSpecified:
+        delay_sample_update = False
+    if param_version is NotSpecified:
+        param_version = 0
+    if masked_time is NotSpecified:
+        masked_time = True
+    if data.feature_dim_axis is None or data.sparse:
+        raise ValueError("batch_norm on layer %r: input %s needs a dense feature axis" % (layer.name, data.short_repr()))
+    if param_version == 0:
+        prefix = "%s_%s_" % (layer.name, data.name)
+    elif param_version == 1:
+        prefix = ""
+    elif param_version == 2:
+        prefix = "v2_"
+    else:
+        raise ValueError("batch_norm on layer %r: invalid param_version %r" % (layer.name, param_version))
+    bc_shape = _bc_shape(data)
+    stats_shape = tuple(bc_shape) if param_version <= 1 else (data.dim,)
+    sample_mean = layer.create_param("batch_norm/%smean" % prefix, stats_shape, 0.0, trainable=False)
+    sample_variance = layer.create_param("batch_norm/%svariance" % prefix, stats_shape, 1.0, trainable=False)
+    gamma = layer.create_param("batch_norm/%sgamma" % prefix, stats_shape, gamma_init, trainable=True) \
+        if use_std else None
+    beta = layer.create_param("batch_norm/%sbeta" % prefix, stats_shape, beta_init, trainable=True) \
+        if use_shift else None
+    x = data.placeholder
+
+    def calc(train):
+        update_sample = (not update_sample_only_in_training) or train
+        need_cur = update_sample or (use_sample != 1 and (force_sample or train))
+        mean_cur = var_cur = None
+        if need_cur:
+            mean_cur, var_cur = _moments_cur_batch(data, masked_time)
+            mean_cur = tf.reshape(mean_cur, stats_shape)
+            var_cur = tf.reshape(var_cur, stats_shape)
+        sm, sv = sample_mean, sample_variance
+        update_fn = None
+        if update_sample:
+            def update_fn():
+                um = tf1.assign_add(sample_mean, (mean_cur - sample_mean) * momentum)
+                uv = tf1.assign_add(sample_variance, (var_cur - sample_variance) * momentum)
+                return um, uv
+
+            if not delay_sample_update:
+                sm, sv = update_fn()
+                update_fn = None
+                updates = [sm, sv]
+            else:
+                updates = None
+        else:
+            updates = []
+        if force_sample or train:
+            if use_sample == 1:
+                mean, var = sm, sv
+            elif use_sample == 0:
+                mean, var = mean_cur, var_cur
+            else:
+                mean = (1.0 - use_sample) * mean_cur + use_sample * sm
+                var = (1.0 - use_sample) * var_cur + use_sample * sv
+        else:
+            mean, var = sm, sv
+        mean = tf.reshape(mean, bc_shape)
+        var = tf.reshape(var, bc_shape)
+        bn = (x - mean) * tf.math.rsqrt(var + epsilon) if epsilon else (x - mean) * tf.math.rsqrt(var)
+        if update_fn is not None:  # delayed: update after the output is computed
+            with tf.control_dependencies([bn]):
+                updates = list(update_fn())
+        return bn, updates
+
+    flag = layer.network.train_flag
+    if isinstance(flag, bool):
+        bn, updates = calc(flag)
+        ops = [u.op if isinstance(u, tf.Tensor) else u for u in updates]
+    else:
+        def branch(train):
+            bn_, ups = calc(train)
+            with tf.control_dependencies(ups):
+                dummy = tf.constant(0)
+            return bn_, dummy
+
+        bn, dummy = tf.cond(flag, lambda: branch(True), lambda: branch(False))
+        ops = [dummy.op]
+    if ops:
+        layer.network.register_post_control_dependencies(ops)
+    if gamma is not None:
+        bn = bn * tf.reshape(gamma, bc_shape)
+    if beta is not None:
+        bn = bn + tf.reshape(beta, bc_shape)
+    return bn
+
+
+_BN_OPTS = ("use_shift", "use_std", "use_sample", "force_sample", "momentum", "epsilon",
+            "update_sample_only_in_training", "delay_sample_update", "param_version", "gamma_init", "beta_init",
+            "masked_time")
+
+
+class BatchNormLayer(CopyLayer):
+    """Batch normalization of the input (see :func:`apply_batch_norm`)."""
+
+    layer_class = "batch_norm"
+
+    def __init__(self, use_shift=NotSpecified, use_std=NotSpecified, use_sample=NotSpecified,
+                 force_sample=NotSpecified, momentum=NotSpecified, epsilon=NotSpecified,
+                 update_sample_only_in_training=NotSpecified, delay_sample_update=NotSpecified,
+                 param_version=NotSpecified, gamma_init=NotSpecified, beta_init=NotSpecified,
+                 masked_time=NotSpecified, **kwargs):
+        local = dict(locals())
+        super().__init__(**kwargs)
+        opts = {k: local[k] for k in _BN_OPTS if local[k] is not NotSpecified}
+        data = self.output.copy()
+        self.output.placeholder = apply_batch_norm(self, data, **opts)
+
+
+class LayerNormLayer(CopyLayer):
+    """Layer normalization over the feature axis, with params scale (ones) and bias (zeros)."""
+
+    layer_class = "layer_norm"
+
+    def __init__(self, epsilon=1e-6, in_dim=None, out_dim=None, **kwargs):
+        super().__init__(**kwargs)
+        data = self.input_data
+        if data.sparse or data.feature_dim_axis is None:
+            raise ValueError("layer_norm layer %r: input %s needs a dense feature axis" % (self.name, data.short_repr()))
+        f = data.feature_dim_axis
+        dim = data.dim
+        scale = self.create_param("scale", (dim,), 1.0)
+        bias = self.create_param("bias", (dim,), 0.0)
+        x = data.placeholder
+        mean, variance = moments(x, [f], keepdims=True)
+        y = (x - mean) * tf.math.rsqrt(variance + epsilon)
+        if f != data.batch_ndim - 1:
+            bc = _bc_shape(data)
+            scale, bias = tf.reshape(scale, bc), tf.reshape(bias, bc)
+        self.output.placeholder = y * scale + bias
+
+
+class NormLayer(CopyLayer):
+    """Normalize over axes (mean/variance of the input, no running statistics), then scale and bias params."""
+
+    layer_class = "norm"
+
+    def __init__(self, axes=NotSpecified, axis=NotSpecified, param_shape=NotSpecified, scale=True, bias=True,
+                 epsilon=1e-6, **kwargs):
+        super().__init__(**kwargs)
+        if axes is NotSpecified:
+            axes = axis
+        if axes is NotSpecified:
+            raise ValueError("norm layer %r: 'axes' must be given" % self.name)
+        if param_shape is NotSpecified:
+            param_shape = "F"
+        data = self.input_data
+        x = data.placeholder
+        axes_ = data.get_axes_from_description(axes)
+        if not axes_:
+            raise ValueError("norm layer %r: axes %r match no axis of %s" % (self.name, axes, data.short_repr()))
+        if isinstance(param_shape, (list, tuple)):
+            param_axes = []
+            for a in param_shape:
+                for i in data.get_axes_from_description(a, allow_int=False):
+                    if i not in param_axes:
+                        param_axes.append(i)
+        else:
+            param_axes = data.get_axes_from_description(param_shape, allow_int=False) if param_shape else []
+        param_axes = sorted(param_axes)
+        p_shape = tuple(data.dims[a].dimension for a in param_axes)
+        if any(s is None for s in p_shape):
+            raise ValueError("norm layer %r: param_shape %r refers to dynamic axes of %s" % (
+                self.name, param_shape, data.short_repr()))
+        bc = [data.dims[i].dimension if i in param_axes else 1 for i in range(data.batch_ndim)]
+        mean, variance = moments(x, axes_, keepdims=True)
+        y = (x - mean) * tf.math.rsqrt(variance + epsilon)
+        if scale:
+            y = y * tf.reshape(self.create_param("scale", p_shape, 1.0), bc)
+        if bias:
+            y = y + tf.reshape(self.create_param("bias", p_shape, 0.0), bc)
+        self.output.placeholder = y
+
+
+__all__ = ["apply_batch_norm", "BatchNormLayer", "LayerNormLayer", "NormLayer"]
