@@ -196,7 +196,7 @@ class RecLayer(_CellMixin, ConcatInputLayer):
                  max_seq_len=None, forward_weights_init=None, recurrent_weights_init=None, bias_init=None,
                  optimize_move_layers_out=None, cheating=False, unroll=False, back_prop=None,
                  use_global_rec_step_offset=False, include_eos=False, debug=None, axis=None, in_dim=None,
-                 out_dim=None, **kwargs):
+                 out_dim=None, _subnet_template=None, **kwargs):
         if isinstance(unit, dict):
             kwargs.setdefault("dropout", 0)
         super().__init__(**kwargs)
@@ -208,7 +208,7 @@ class RecLayer(_CellMixin, ConcatInputLayer):
 
             self.subnet = RecSubnetLoop(self, unit, max_seq_len=max_seq_len,
                                         optimize_move_layers_out=optimize_move_layers_out,
-                                        template=self._subnet_template)
+                                        template=_subnet_template)
             self.subnet.build()
         else:
             if direction not in (None, 1, -1):
@@ -235,9 +235,6 @@ class RecLayer(_CellMixin, ConcatInputLayer):
             for t in ([d["target"]] if isinstance(d.get("target"), str) else []):
                 if not t.startswith("layer:"):
                     network.get_extern_data(t)
-
-    def __new_kwargs(self):
-        pass
 
     @classmethod
     def get_out_data_from_opts(cls, name, network, sources=(), unit="lstm", n_out=NotSpecified, _subnet_template=None,

@@ -1,0 +1,523 @@
+"""
+The per-step subnetwork of a rec layer (``"unit": {...}``).
+
+1. Templates (once, in ``make_template``): every needed sub-layer's per-step output template, built with
+   ``get_out_data_from_opts`` in a template network. ``prev:X`` resolves to X's template; where X is still being
+   built (a recurrence), the referring layer is first built without that source (a guess), and after all
+   templates exist those layers are derived once more with the full information.
+2. Layers that do not depend on ``prev:`` / ``:i`` / recurrent layers (directly or indirectly) are built once over
+   the whole sequence ("moved out"), by the same construct_layer code path (``optimize_move_layers_out``).
+3. The rest is built inside one tf.while_loop body; outputs are accumulated in TensorArrays and are reachable
+   from outside as ``rec_layer/sub_layer``; losses of sub-layers are registered on the accumulated outputs.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from ...data import Data, Dim
+from ...network import LayerNotFound, NetworkConstructionDependencyLoopException, TFNetwork
+from ...losses.holder import LossHolder
+from ...util import as_list
+from ..base import InternalLayer, LayerBase, get_layer_class
+
+tf1 = tf.compat.v1
+
+
+class _NeedPrev(NetworkConstructionDependencyLoopException):
+    """prev:X was asked for while X's template is still being built."""
+
+    def __init__(self, name):  # noqa (no super init: no message formatting needed)
+        Exception.__init__(self, "template of %r not ready" % name)
+        self.layer_name = name
+
+
+class RecStepInfo:
+    """Per-step info inside the loop (``network.rec_step_info``): ``step`` is the int32 frame index."""
+
+    def __init__(self, step, seq_lens, time_dim):
+        self.step = step
+        self.seq_lens = seq_lens
+        self.time_dim = time_dim
+
+    def get_end_flag(self, target_search_choices=None):
+        return tf.logical_not(self.step < self.seq_lens)
+
+
+class _SubNet(TFNetwork):
+    """Child network of a rec layer: layer names 'rec/sub', params under 'rec/rec/sub/...'."""
+
+    def __init__(self, parent_net, rec_name, scope_prefix, **kwargs):
+        super().__init__(parent_net=parent_net, absolute_name_prefix=parent_net.get_absolute_name_prefix() +
+                         rec_name + "/", **kwargs)
+        self._scope_prefix = scope_prefix
+        self.eval_flag = False  # losses are registered on the accumulated outputs by the rec layer
+
+    def get_absolute_name_scope_prefix(self):
+        return self._scope_prefix
+
+    def _get_extern_data_layer(self, name):
+        return self.parent_net._get_extern_data_layer(name)
+
+
+class _TemplateLayer(LayerBase):
+    """A sub-layer's per-step template (no tensors)."""
+
+    def __init__(self, name, network, output, layer_class, kwargs):
+        super().__init__(name=name, network=network, output=output)
+        self.layer_class = layer_class.layer_class
+        self.cls = layer_class
+        self.kwargs = kwargs
+        self.rec_vars_outputs = {}
+
+    def get_last_hidden_state(self, key):
+        return None
+
+
+class _PrevLayer(InternalLayer):
+    """``prev:X`` inside the loop: X's output (and state) of the previous step."""
+
+    def __init__(self, name, network, output, rec_vars_outputs):
+        super().__init__(name=name, network=network, output=output)
+        self.rec_vars_outputs = rec_vars_outputs
+
+    def get_last_hidden_state(self, key):
+        from .layer import last_hidden_state
+
+        return last_hidden_state(self.rec_vars_outputs, key) if self.rec_vars_outputs else None
+
+
+def _frame_template(data, time_dim):
+    """data without the loop's time axis (if it has it), else None."""
+    for i, d in enumerate(data.dims):
+        if d == time_dim:
+            return data.copy_template_excluding_axis(i)
+    return None
+
+
+def _time_major(data, time_dim):
+    return data.copy_move_axis(data.get_axis_by_tag(time_dim), 0)
+
+
+class RecSubnetTemplate:
+    """Result of the template phase: time dim, per-step templates, dependencies."""
+
+    def __init__(self, rec_name, network, unit, sources, target, input_data, time_dim):
+        self.rec_name = rec_name
+        self.network = network
+        self.unit = unit
+        self.sources = sources
+        self.target = target
+        self.input_data = input_data
+        self.time_dim = time_dim
+        self.templates = {}
+        self.deps = {}  # name -> set of refs (strings as in the dict, e.g. "prev:x", "base:y", ":i")
+        self.net = None
+
+    def get_output_template(self, name):
+        out = self.templates["output"].output
+        res = out.copy_template_adding_time_dim(0, self.time_dim, name="%s_output" % name)
+        return res
+
+
+class RecSubnetLoop:
+    """Builds a rec layer with a subnetwork unit (see module doc)."""
+
+    # ---- template phase ----
+    @classmethod
+    def make_template(cls, d, network, get_layer):
+        name = d["_name"]
+        unit = d["unit"]
+        sources = d.get("sources") or []
+        if "output" not in unit:
+            raise LayerNotFound("rec layer %r: its unit has no 'output' sub-layer (sub-layers: %s)" % (
+                name, sorted(unit)), "output", network)
+        input_data = None
+        time_dim = None
+        if sources:
+            from ..base import concat_sources_template
+
+            input_data = concat_sources_template(sources, name="%s_input" % name)
+            if input_data.have_time_axis():
+                time_dim = input_data.get_time_dim_tag()
+        target = d.get("size_target") or d.get("target")
+        target = as_list(target)[0] if target else None
+        if time_dim is None and target and not network.search_flag:
+            tdata = network.get_extern_data(target) if not target.startswith("layer:") else get_layer(
+                target[len("layer:"):]).output
+            time_dim = tdata.get_time_dim_tag()
+        if time_dim is None:
+            raise NotImplementedError("rec layer %r: a subnetwork unit without input time axis and without target "
+                                      "(search with an 'end' layer) is not supported" % name)
+        tpl = RecSubnetTemplate(name, network, unit, sources, target, input_data, time_dim)
+        scope = network.get_absolute_name_scope_prefix() + name + "/rec/"
+        net = _SubNet(network, name, scope, inside_rec_time_dim=time_dim)
+        tpl.net = net
+        step_dim = Data(name=":i", dims=(), dtype="int32")
+        building = []
+        dropped = {}  # name -> refs that were left out in the first derivation
+
+        def outer_layer(ref):
+            layer = get_layer(ref)
+            frame = _frame_template(layer.output, time_dim)
+            if frame is None:
+                return layer
+            return InternalLayer(name=ref, network=net, output=frame)
+
+        cache = {}
+
+        def get_tpl(ref):
+            if ref in cache:
+                return cache[ref]
+            cur = building[-1] if building else None
+            if cur is not None:
+                tpl.deps.setdefault(cur, set()).add(ref)
+            if ref.startswith("prev:"):
+                x = ref[len("prev:"):]
+                if x not in unit:
+                    raise LayerNotFound("rec layer %r: 'prev:%s' refers to sub-layer %r which is not in the unit "
+                                        "(sub-layers: %s)" % (name, x, x, sorted(unit)), x, net)
+                if x in tpl.templates:
+                    return tpl.templates[x]
+                if x in building:
+                    raise _NeedPrev(x)
+                return build(x)
+            if ref == ":i":
+                return InternalLayer(name=":i", network=net, output=step_dim.copy_template())
+            if ref in ("data", "data:source"):
+                if input_data is None:
+                    raise LayerNotFound("rec layer %r has no input ('from'), so 'data:source' is undefined" % name,
+                                        ref, net)
+                res = InternalLayer(name="data:source", network=net, output=_frame_template(input_data, time_dim)
+                                    or input_data.copy_template())
+            elif ref.startswith("data:"):
+                res = outer_layer(ref)
+            elif ref.startswith("base:"):
+                res = outer_layer(ref[len("base:"):])
+            elif ref in unit:
+                return build(ref)
+            else:
+                raise LayerNotFound("rec layer %r: sub-layer %r not found in its unit (sub-layers: %s)" % (
+                    name, ref, sorted(unit)), ref, net)
+            cache[ref] = res
+            return res
+
+        def add_template(name, layer_class, **kwargs):
+            out = layer_class.get_out_data_from_opts(name=name, network=net, **kwargs)
+            layer = _TemplateLayer(name, net, out, layer_class, kwargs)
+            net.layers[name] = layer
+            return layer
+
+        def build(x, unit_dict=None):
+            if x in tpl.templates:
+                return tpl.templates[x]
+            desc = dict(unit[x])
+            building.append(x)
+            tpl.deps[x] = set()
+            try:
+                while True:
+                    try:
+                        layer = net.construct_layer(unit_dict or {x: desc}, x, get_layer=get_tpl,
+                                                    add_layer=add_template)
+                        break
+                    except NetworkConstructionDependencyLoopException:
+                        srcs = as_list(desc.get("from", "data"))
+                        drop = [s for s in srcs if isinstance(s, str) and s.startswith("prev:")
+                                and s[len("prev:"):] not in tpl.templates]
+                        if not drop:
+                            raise
+                        dropped.setdefault(x, []).extend(drop)
+                        desc["from"] = [s for s in srcs if s not in drop]
+                        net.layers.pop(x, None)
+            finally:
+                building.pop()
+            tpl.templates[x] = layer
+            return layer
+
+        needed = ["output"] + [n for n in sorted(unit) if n != "output" and (
+            n == "end" or unit[n].get("is_output_layer") or (unit[n].get("loss") and network.eval_flag))]
+        for x in needed:
+            build(x)
+        if dropped:  # derive the guessed templates once more, now that every prev: template exists
+            for x in list(dropped):
+                old = tpl.templates.pop(x)
+                net.layers.pop(x, None)
+                cache.clear()
+                new = build(x)
+                if new.output.batch_shape != old.output.batch_shape or new.output.dim != old.output.dim:
+                    raise ValueError("rec layer %r: the template of sub-layer %r depends on its own previous "
+                                     "output; got %s, then %s" % (name, x, old.output, new.output))
+        return tpl
+
+    # ---- real construction ----
+    def __init__(self, rec_layer, unit, max_seq_len=None, optimize_move_layers_out=None, template=None):
+        self.rec_layer = rec_layer
+        self.unit = unit
+        self.tpl = template
+        self.max_seq_len = max_seq_len
+        self.move_out = True if optimize_move_layers_out is None else optimize_move_layers_out
+        self.time_dim = template.time_dim
+        self.outside_net = None
+        self.loop_net = None
+        self.accumulated = {}
+        self.step_templates = {}
+
+    def get_sub_networks(self):
+        return [n for n in (self.outside_net, self.loop_net) if n is not None]
+
+    def _classify(self):
+        """Names of the sub-layers that must be computed inside the loop."""
+        tpl = self.tpl
+        names = list(tpl.templates)
+        prev_referenced = {r[len("prev:"):] for n in names for r in tpl.deps.get(n, ()) if r.startswith("prev:")}
+        in_loop = {}
+
+        def dep(x):
+            if x in in_loop:
+                return in_loop[x]
+            in_loop[x] = True  # (cycles only via prev:, which are in the loop anyway)
+            t = tpl.templates[x]
+            refs = tpl.deps.get(x, set())
+            res = (not self.move_out or x in prev_referenced or x == "end" or t.cls.recurrent
+                   or any(r.startswith("prev:") or r == ":i" for r in refs)
+                   or any(dep(r) for r in refs if r in tpl.templates)
+                   or bool(t.cls.get_rec_initial_extra_outputs is not LayerBase.get_rec_initial_extra_outputs.__func__
+                           and _has_extra(t)))
+            in_loop[x] = res
+            return res
+
+        for x in names:
+            dep(x)
+        return [x for x in names if in_loop[x]], [x for x in names if not in_loop[x]]
+
+    def build(self):
+        rec = self.rec_layer
+        net = rec.network
+        tpl = self.tpl
+        time_dim = self.time_dim
+        scope = rec.get_subnet_scope_prefix()
+        in_loop, moved_out = self._classify()
+        self.in_loop, self.moved_out = in_loop, moved_out
+        batch_dim = net.get_data_batch_dim()
+        seq_len = time_dim.dyn_size
+        input_full = None
+        if tpl.input_data is not None:
+            input_full = rec.input_data if rec.input_data is not None else None
+
+        # outer layers / data, full sequence, by the names used in the unit
+        def outer(ref):
+            if ref in ("data", "data:source"):
+                return InternalLayer(name="data:source", network=net, output=input_full)
+            if ref.startswith("base:"):
+                return net.get_layer(ref[len("base:"):])
+            return net.get_layer(ref)
+
+        # moved out: over the whole sequence
+        outside = _SubNet(net, rec.name, scope, over_rec_time_dim=time_dim)
+        outside.parent_layer = rec
+        self.outside_net = outside
+
+        def get_outside(ref):
+            if ref in tpl.templates:
+                return outside.construct_layer(self.unit, ref, get_layer=get_outside)
+            return outer(ref)
+
+        full = {}  # name -> time-major full Data of moved-out layers (and accumulated in-loop ones)
+        for x in moved_out:
+            layer = get_outside(x)
+            full[x] = layer
+
+        # the loop
+        n_time = tf.reduce_max(seq_len) if seq_len is not None else None
+        frame_tas = {}
+
+        def frame_source(key, data):
+            if key not in frame_tas:
+                tm = _time_major(data, time_dim)
+                frame_tas[key] = (tm.copy_template_excluding_axis(0), tf.TensorArray(
+                    tm.dtype, size=tf.shape(tm.placeholder)[0], element_shape=tm.placeholder.shape[1:],
+                    infer_shape=True).unstack(tm.placeholder))
+            return frame_tas[key]
+
+        prev_names = sorted({r[len("prev:"):] for x in in_loop for r in tpl.deps.get(x, ()) if r.startswith("prev:")})
+        extra_init = {}
+        for x in in_loop:
+            t = tpl.templates[x]
+            kw = dict(t.kwargs)
+            kw.pop("name", None)
+            res = t.cls.get_rec_initial_extra_outputs(batch_dim=batch_dim, rec_layer=rec, name=x, network=t.network,
+                                                      **kw)
+            if res:
+                extra_init[x] = res
+        prev_init = [self._initial_output(x, batch_dim) for x in prev_names]
+        acc_names = [x for x in in_loop if not any(
+            d.is_dynamic() for d in tpl.templates[x].output.dims if not d.is_batch_dim())]
+        extra_keys = [(x, k) for x in sorted(extra_init) for k in sorted(extra_init[x])]
+        loss_layers = [x for x in in_loop if tpl.templates[x].kwargs.get("loss") is not None and net.eval_flag]
+        holder = {}
+
+        def body(i, *args):
+            args = list(args)
+            prevs = dict(zip(prev_names, args[:len(prev_names)]))
+            args = args[len(prev_names):]
+            extras = {}
+            for (x, k), v in zip(extra_keys, args[:len(extra_keys)]):
+                extras.setdefault(x, {})[k] = v
+            tas = args[len(extra_keys):]
+            loop = _SubNet(net, rec.name, scope, inside_rec_time_dim=time_dim)
+            loop.parent_layer = rec
+            loop.rec_step_info = RecStepInfo(i, seq_len, time_dim)
+            self.loop_net = loop
+            cache = {}
+            prev_layers = {}
+
+            def get_prev(x):
+                if x not in prev_layers:
+                    out = tpl.templates[x].output.copy_template(name="prev:%s" % x)
+                    out.placeholder = prevs.get(x)
+                    prev_layers[x] = _PrevLayer("prev:" + x, loop, out, extras.get(x, {}))
+                return prev_layers[x]
+
+            unit = {}
+            for x in in_loop:
+                desc = dict(self.unit[x])
+                if x in extras or x in prev_names:
+                    desc["rec_previous_layer"] = get_prev(x)
+                unit[x] = desc
+
+            def get_loop(ref):
+                if ref in cache:
+                    return cache[ref]
+                if ref.startswith("prev:"):
+                    return get_prev(ref[len("prev:"):])
+                if ref == ":i":
+                    res = InternalLayer(name=":i", network=loop, output=Data(name=":i", dims=(), dtype="int32",
+                                                                              placeholder=i))
+                elif ref in unit:
+                    return loop.construct_layer(unit, ref, get_layer=get_loop)
+                elif ref in full:
+                    res = self._frame_layer(ref, full[ref].output, frame_source, i, loop)
+                else:
+                    layer = outer(ref)
+                    res = self._frame_layer(ref, layer.output, frame_source, i, loop) if _frame_template(
+                        layer.output, time_dim) is not None else layer
+                cache[ref] = res
+                return res
+
+            for x in in_loop:
+                get_loop(x)
+            new_prev = [self._as_template_layout(loop.layers[x].output, tpl.templates[x].output) for x in prev_names]
+            new_extra = [loop.layers[x].rec_vars_outputs[k] for x, k in extra_keys]
+            new_tas = []
+            for ta, x in zip(tas[:len(acc_names)], acc_names):
+                new_tas.append(ta.write(i, self._as_template_layout(loop.layers[x].output, tpl.templates[x].output)))
+            logit_tas = tas[len(acc_names):]
+            for ta, x in zip(logit_tas, loss_layers):
+                oba = getattr(loop.layers[x], "output_before_activation", None)
+                new_tas.append(ta.write(i, oba.data.placeholder))
+            return [i + 1] + new_prev + new_extra + new_tas
+
+        tas = [tf.TensorArray(tf.as_dtype(tpl.templates[x].output.dtype), size=n_time, element_shape=tf.TensorShape(
+            tpl.templates[x].output.batch_shape)) for x in acc_names]
+        self._loss_logits = [x for x in loss_layers if x in acc_names]
+        tas += [tf.TensorArray(tf.float32, size=n_time, infer_shape=False) for x in self._loss_logits]
+        loss_layers[:] = self._loss_logits
+        init = [tf.constant(0)] + prev_init + [extra_init[x][k] for x, k in extra_keys] + tas
+        invariants = ([tf.TensorShape([])] + [tf.TensorShape(tpl.templates[x].output.batch_shape) for x in prev_names]
+                      + [tf.TensorShape([None] * extra_init[x][k].shape.rank) for x, k in extra_keys]
+                      + [tf.TensorShape(None) for _ in tas])
+        res = tf.while_loop(lambda i, *_: i < n_time, body, init, shape_invariants=invariants,
+                            parallel_iterations=1, name="rec_loop") if in_loop else None
+        if res is not None:
+            res = res[1 + len(prev_names) + len(extra_keys):]
+            for x, ta in zip(acc_names, res[:len(acc_names)]):
+                out = tpl.templates[x].output.copy_template_adding_time_dim(0, time_dim, name="%s/%s" % (rec.name, x))
+                out.placeholder = ta.stack()
+                self.accumulated[x] = _AccumulatedLayer(x, self.loop_net, out, self.loop_net.layers[x])
+            for x, ta in zip(loss_layers, res[len(acc_names):]):
+                logits = ta.stack()
+                layer = self.accumulated[x]
+                layer.set_logits(logits)
+        for x in moved_out:
+            layer = full[x]
+            out = _time_major(layer.output, time_dim)
+            self.accumulated[x] = _AccumulatedLayer(x, outside, out, layer)
+        out = self.accumulated["output"].output
+        rec.output.placeholder = out.copy_compatible_to(rec.output).placeholder if out.dims != rec.output.dims \
+            else out.placeholder
+        if net.eval_flag:
+            for x in sorted(self.accumulated):
+                layer = self.accumulated[x]
+                if layer.loss is not None:
+                    key = net.get_absolute_name_prefix() + rec.name + "/" + x
+                    net.get_root_network().losses_dict[key] = LossHolder(
+                        name=key, loss=layer.loss, layer_output=layer.output, layer=layer, network=net)
+
+    def _initial_output(self, x, batch_dim):
+        t = self.tpl.templates[x]
+        out = t.output
+        init = self.unit[x].get("initial_output", 0)
+        if isinstance(init, str) and init not in ("zeros", "ones"):
+            layer = self.rec_layer.network.get_layer(init)
+            return self._as_template_layout(layer.output, out)
+        value = {"zeros": 0, "ones": 1, None: 0}.get(init, init)
+        shape = [batch_dim if d.is_batch_dim() else d.dimension for d in out.dims]
+        if any(s is None for s in shape):
+            raise ValueError("rec layer %r: cannot create the initial output of %r with shape %s" % (
+                self.rec_layer.name, x, out))
+        return tf.fill(shape, tf.constant(value, dtype=out.dtype))
+
+    @staticmethod
+    def _as_template_layout(data, template):
+        if data.dims == template.dims or data.batch_ndim != template.batch_ndim:
+            return data.placeholder
+        try:
+            return data.copy_compatible_to(template).placeholder
+        except Exception:
+            return data.placeholder
+
+    def _frame_layer(self, ref, data, frame_source, i, loop):
+        template, ta = frame_source(ref, data)
+        out = template.copy_template(name=ref)
+        out.placeholder = ta.read(i)
+        return InternalLayer(name=ref, network=loop, output=out)
+
+    # ---- access from outside ----
+    def get_accumulated_layer(self, name):
+        return self.accumulated.get(name)
+
+    def get_step_template(self, name):
+        return self.tpl.templates[name].output
+
+    def get_last_frame(self, name):
+        acc = self.accumulated[name].output
+        seq_len = self.time_dim.dyn_size
+        x = acc.copy_as_batch_major().placeholder  # [B, T, ...]
+        return tf.gather(x, tf.maximum(seq_len - 1, 0), axis=1, batch_dims=1)
+
+
+def _has_extra(t):
+    return True
+
+
+class _AccumulatedLayer(InternalLayer):
+    """A sub-layer's output over all frames (time-major), as seen from outside the rec layer."""
+
+    def __init__(self, name, network, output, step_layer):
+        super().__init__(name=name, network=network, output=output, loss=step_layer.loss,
+                         target=step_layer.target)
+        self.step_layer = step_layer
+        self.layer_class = step_layer.layer_class
+        self.output_before_activation = None
+        oba = getattr(step_layer, "output_before_activation", None)
+        if oba is not None and oba.data.dims == step_layer.output.dims and step_layer.output.have_time_axis():
+            self.output_before_activation = oba  # moved-out layer: same layout as the output
+
+    def set_logits(self, logits):
+        from ..basic import OutputWithActivation
+
+        oba = self.step_layer.output_before_activation
+        self.output_before_activation = OutputWithActivation(self.output.copy(placeholder=logits), oba.act_name)
+
+    def get_last_hidden_state(self, key):
+        return self.step_layer.get_last_hidden_state(key)
