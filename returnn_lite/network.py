@@ -384,6 +384,10 @@ class TFNetwork:
         params = self.get_params_list() + self.get_auxiliary_params()
         if params:
             session.run([p.initializer for p in params])
+        for layer in self.get_all_layers_deep():  # e.g. subnetwork load_on_init
+            hook = getattr(layer, "post_initialize_params", None)
+            if hook is not None:
+                hook(session)
 
     def get_param_values_dict(self, session):
         return {layer.name: layer.get_param_values_dict(session)

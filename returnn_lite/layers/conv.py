@@ -116,9 +116,9 @@ def transform_input(data, name, in_spatial_dims=None, num_spatial=None, input_ex
         spatial = [i for i in range(data.batch_ndim) if i not in (b, f)]
     if num_spatial is not None and len(spatial) != num_spatial:
         raise ValueError(
-            "%s=%s has %i entries but the input %s has %i spatial axes %s to convolve over "
+            "%s has %i entries but the input %s has %i spatial axes %s to convolve over "
             "(use in_spatial_dims, input_expand_dims, input_add_feature_dim or input_split_feature_dim)" % (
-                filter_opt, num_spatial, num_spatial, data.short_repr(), len(spatial),
+                filter_opt, num_spatial, data.short_repr(), len(spatial),
                 [data.dims[a].short_repr() for a in spatial]))
     other = [i for i in range(data.batch_ndim) if i not in spatial and i not in (b, f)]
     perm = ([b] if b is not None else []) + other + spatial + ([f] if f is not None else [])
@@ -216,7 +216,7 @@ class ConvLayer(_ConvBase):
         filter_size, strides, dilation_rate = opts
         data, n_batch, _ = transform_input(
             self.input_data, self.name, in_spatial_dims, len(filter_size), input_expand_dims,
-            input_split_feature_dim, input_add_feature_dim)
+            input_split_feature_dim, input_add_feature_dim, filter_opt="filter_size=%r" % (filter_size,))
         n_in = data.dim
         n_out = self.output.dim
         if n_in % groups or n_out % groups:
@@ -281,7 +281,7 @@ class ConvLayer(_ConvBase):
         data = concat_sources_template(sources, name="%s_input" % name)
         data, n_batch, _ = transform_input(
             data, name, in_spatial_dims, len(filter_size), input_expand_dims, input_split_feature_dim,
-            input_add_feature_dim)
+            input_add_feature_dim, filter_opt="filter_size=%r" % (filter_size,))
         funcs = [cls._len_func(f, s, dl, padding) for f, s, dl in zip(filter_size, strides, dilation_rate)]
         in_dims = data.dims[n_batch:n_batch + len(filter_size)]
         out_dims = _new_spatial_dims(name, in_dims, funcs, out_spatial_dims)
@@ -314,7 +314,7 @@ class PoolLayer(_ConvBase):
         pool_size, strides, dilation_rate = self._norm_opts(pool_size, strides, dilation_rate)
         padding = padding.upper()
         data, n_batch, _ = transform_input(self.input_data, self.name, in_spatial_dims, len(pool_size),
-                                           filter_opt="pool_size")
+                                           filter_opt="pool_size=%r" % (pool_size,))
         if all(p == 1 for p in pool_size) and all(s == 1 for s in strides):
             self.output.placeholder = data.placeholder
             return
@@ -344,7 +344,8 @@ class PoolLayer(_ConvBase):
                                in_spatial_dims=None, out_spatial_dims=None, **kwargs):
         pool_size, strides, dilation_rate = cls._norm_opts(pool_size, strides, dilation_rate)
         data = concat_sources_template(sources, name="%s_input" % name)
-        data, n_batch, _ = transform_input(data, name, in_spatial_dims, len(pool_size), filter_opt="pool_size")
+        data, n_batch, _ = transform_input(data, name, in_spatial_dims, len(pool_size),
+                                           filter_opt="pool_size=%r" % (pool_size,))
         if all(p == 1 for p in pool_size) and all(s == 1 for s in strides):
             out = data.copy_template(name="%s_output" % name)
             return out
@@ -371,7 +372,8 @@ class TransposedConvLayer(_ConvBase):
         self._filter_layer, self._bias_layer = filter, bias
         filter_size, strides, remove_padding, output_padding = self._norm_opts(
             filter_size, strides, remove_padding, output_padding)
-        data, n_batch, n_sp = transform_input(self.input_data, self.name, in_spatial_dims, len(filter_size))
+        data, n_batch, n_sp = transform_input(self.input_data, self.name, in_spatial_dims, len(filter_size),
+                                              filter_opt="filter_size=%r" % (filter_size,))
         funcs = self._funcs(filter_size, strides, padding, output_padding, remove_padding)
         in_dims = data.dims[n_batch:n_batch + n_sp]
         out_dims = self.output.dims[n_batch:n_batch + n_sp]
@@ -442,7 +444,8 @@ class TransposedConvLayer(_ConvBase):
         if n_out is NotSpecified or n_out is None:
             raise ValueError("n_out must be given")
         data = concat_sources_template(sources, name="%s_input" % name)
-        data, n_batch, n_sp = transform_input(data, name, in_spatial_dims, len(filter_size))
+        data, n_batch, n_sp = transform_input(data, name, in_spatial_dims, len(filter_size),
+                                              filter_opt="filter_size=%r" % (filter_size,))
         funcs = cls._funcs(filter_size, strides, padding, output_padding, remove_padding)
         out_dims = _new_spatial_dims(name, data.dims[n_batch:n_batch + n_sp], funcs, out_spatial_dims)
         feat = out_dim or Dim(n_out, kind=Dim.Types.Feature, description="%s:channel" % name)

@@ -1,0 +1,493 @@
+"""
+Structure layers: subnetwork (own namespace as a child network), cond (tf.cond between two layers),
+hdf_dump (writes what passes through into an HDF file), image_summary and framewise_statistics
+(pass-through plus summaries/statistics), and forced_align / fast_bw (need an external Sprint binary).
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import tensorflow as tf
+
+from ..data import Data, Dim
+from ..util import NotSpecified, as_list
+from .base import InternalLayer, LayerBase, concat_sources, concat_sources_template
+
+tf1 = tf.compat.v1
+
+
+def _network_module():
+    from .. import network  # late import: network imports the layer registry
+
+    return network
+
+
+def make_subnetwork(parent_net, name, own_data=None, fallback_to_parent=False):
+    """
+    A child TFNetwork for the namespace ``<parent prefix><name>/``.
+
+    :param own_data: dict data key -> Data: extern data of the child ("data", "data:KEY"); other keys come
+        from the parent network
+    :param fallback_to_parent: names missing in the child's layer dict are looked up in the parent network
+    """
+    net_mod = _network_module()
+
+    class Subnetwork(net_mod.TFNetwork):
+        """Namespace of a subnetwork layer (params ``<name>/<sub layer>/...``, losses ``<name>/<sub layer>``)."""
+
+        def __init__(self):
+            super().__init__(parent_net=parent_net, extern_data=parent_net.extern_data,
+                             train_flag=parent_net.train_flag, eval_flag=parent_net.eval_flag,
+                             search_flag=parent_net.search_flag, name=name,
+                             absolute_name_prefix=parent_net.get_absolute_name_prefix() + name + "/")
+            self.own_data = dict(own_data or {})
+            self.fallback_to_parent = fallback_to_parent
+
+        def __repr__(self):
+            return "<Subnetwork %r parent_layer=%r train=%s>" % (
+                self.get_absolute_name_prefix(), self.parent_layer, self.train_flag)
+
+        @staticmethod
+        def _data_key(layer_name):
+            return "data" if layer_name == "data" else layer_name[len("data:"):]
+
+        def _get_extern_data_layer(self, layer_name):
+            key = self._data_key(layer_name)
+            if key not in self.own_data:
+                return self.parent_net.get_layer(layer_name)
+            if layer_name not in self.layers:
+                self.layers[layer_name] = InternalLayer(name=layer_name, network=self, output=self.own_data[key])
+            return self.layers[layer_name]
+
+        def get_extern_data(self, key, mark_data_key_as_used=True):
+            if key in self.own_data:
+                return self.own_data[key]
+            return self.parent_net.get_extern_data(key, mark_data_key_as_used=mark_data_key_as_used)
+
+        def construct_layer(self, net_dict, layer_name, get_layer=None, add_layer=None, check_existing=True):
+            if (self.fallback_to_parent and layer_name not in net_dict and layer_name not in self.layers
+                    and not layer_name.startswith("base:") and layer_name != "data"
+                    and not layer_name.startswith("data:") and "/" not in layer_name):
+                return self.parent_net.get_layer(layer_name)
+            return super().construct_layer(net_dict, layer_name, get_layer=get_layer, add_layer=add_layer,
+                                           check_existing=check_existing)
+
+    return Subnetwork()
+
+
+class SubnetworkLayer(LayerBase):
+    """
+    A whole network dict as one layer. Its input is ``data``/``data:data`` inside (the concatenated sources),
+    or with concat_sources=False also ``data:<source name>`` and ``data:0`` .. ``data:<n-1>``. The sub layer
+    ``output`` is the output; ``base:NAME`` refers to the parent network.
+    """
+
+    layer_class = "subnetwork"
+    recurrent = True
+
+    def __init__(self, subnetwork, _subnet, _output, concat_sources=True, load_on_init=None, dropout=0,
+                 dropout_noise_shape=None, dropout_on_forward=False, _parent_layer_cache=None, _from=None, **kwargs):
+        super().__init__(**kwargs)
+        self.subnetwork = _subnet
+        _subnet.parent_layer = self
+        self.output_layer = _output
+        self.load_on_init = load_on_init
+        self.output.placeholder = _output.output.placeholder
+        for layer in _subnet.get_all_layers_deep():  # sub params are also this layer's params (original naming)
+            prefix = _subnet.get_absolute_name_prefix()
+            for p in layer.params.values():
+                name = p.op.name
+                self.params.setdefault(name[len(prefix):] if name.startswith(prefix) else name, p)
+
+    @classmethod
+    def transform_config_dict(cls, d, network, get_layer):
+        super().transform_config_dict(d, network=network, get_layer=get_layer)
+        name = d["_name"]
+        net_dict = d.get("subnetwork")
+        if not isinstance(net_dict, dict):
+            raise TypeError("subnetwork layer %r: option 'subnetwork' must be a layer dict, got %r" % (name, net_dict))
+        if "output" not in net_dict:
+            raise _network_module().LayerNotFound(
+                "subnetwork layer %r: its subnetwork dict has no 'output' layer (it has: %s); the 'output' sub layer "
+                "is the output of the subnetwork layer" % (
+                    network.get_absolute_name_prefix() + name, ", ".join(sorted(net_dict)) or "nothing"),
+                "output", network)
+        sources = d["sources"]
+        own = {}
+        if sources:
+            if d.get("concat_sources", True):
+                data = concat_sources(sources, name="%s_data" % name)
+                if d.get("dropout"):
+                    data = network.apply_dropout(data, d["dropout"], noise_shape=d.get("dropout_noise_shape"),
+                                                 on_forward=d.get("dropout_on_forward", False))
+                own["data"] = data
+            else:
+                for i, src in enumerate(sources):
+                    data = src.output.copy(name="%s_data_%i" % (name, i))
+                    if d.get("dropout"):
+                        data = network.apply_dropout(data, d["dropout"], noise_shape=d.get("dropout_noise_shape"),
+                                                     on_forward=d.get("dropout_on_forward", False))
+                    own[str(i)] = data
+                    own.setdefault(src.name, data)
+                own["data"] = own["0"]
+        subnet = make_subnetwork(network, name, own_data=own)
+        subnet.construct_from_dict(net_dict)
+        d["_subnet"] = subnet
+        d["_output"] = subnet.get_layer("output")
+
+    @classmethod
+    def get_out_data_from_opts(cls, name, _output, n_out=NotSpecified, out_type=None, **kwargs):
+        out = _output.output.copy_template(name="%s_output" % name)
+        if n_out is not NotSpecified and n_out is not None and out.dim != n_out:
+            raise ValueError("n_out=%r does not match the dim %r of the subnetwork output %s" % (
+                n_out, out.dim, out.short_repr()))
+        return out
+
+    def get_sub_layer(self, layer_name):
+        return self.subnetwork.get_layer(layer_name)
+
+    def get_sub_networks(self):
+        return [self.subnetwork]
+
+    def get_sub_layers(self):
+        return self.subnetwork.get_all_layers_shallow()
+
+    def get_dep_layers(self):
+        return super().get_dep_layers() + [self.output_layer]
+
+    def post_initialize_params(self, session):
+        """load_on_init: after the random init, load the sub params from a checkpoint (names without our prefix)."""
+        if not self.load_on_init:
+            return
+        opts = self.load_on_init
+        if isinstance(opts, str):
+            opts = {"filename": opts}
+        opts = dict(opts)
+        prefix = self.subnetwork.get_absolute_name_prefix()
+        opts.setdefault("load_if_prefix", prefix)
+        opts.setdefault("params_prefix", "")
+        params = [p for layer in self.subnetwork.get_all_layers_deep() for p in layer.params.values()]
+        loader = _network_module().CustomCheckpointLoader(saveable_params=params, network=self.subnetwork, **opts)
+        loader.load_now(session)
+
+
+class CondLayer(LayerBase):
+    """
+    tf.cond on a scalar bool ``condition`` between ``true_layer`` and ``false_layer`` (names or layer dicts;
+    dicts are built as sub layers ``<name>/condition``, ``<name>/true_layer``, ``<name>/false_layer``).
+    """
+
+    layer_class = "cond"
+    recurrent = True
+
+    def __init__(self, condition, true_layer, false_layer, _extra_net=None, **kwargs):
+        super().__init__(**kwargs)
+        self.condition_layer, self.true_layer, self.false_layer = condition, true_layer, false_layer
+        self._extra_net = _extra_net
+        c = condition.output
+        if c.batch_ndim != 0 or c.dtype != "bool":
+            raise ValueError("condition %r must be a scalar bool, got %s" % (condition.name, c.short_repr()))
+        t = true_layer.output
+        f = false_layer.output
+        try:
+            f = f.copy_compatible_to(t)
+            f_ph = f.placeholder
+        except ValueError:
+            f_ph = f.placeholder
+        self.output.placeholder = tf.cond(c.placeholder, lambda: tf.identity(t.placeholder), lambda: tf.identity(f_ph))
+        for i, d in enumerate(self.output.dims):
+            if d is t.dims[i] or d.dimension is not None or d.is_batch_dim():
+                continue
+            td, fd = t.dims[i], self._false_tag(i)
+            if fd is not None and td.dyn_size is not None and fd.dyn_size is not None:
+                d.dyn_size = tf.cond(c.placeholder, lambda: td.dyn_size, lambda: fd.dyn_size)
+            else:
+                d.dyn_size = td.dyn_size
+
+    def _false_tag(self, axis):
+        t, f = self.true_layer.output, self.false_layer.output
+        mapping = f.find_matching_axes(t)
+        inv = {j: i for i, j in mapping.items()}
+        if axis in inv:
+            return f.dims[inv[axis]]
+        dyn_t = [i for i in t.get_dynamic_axes()]
+        dyn_f = [i for i in f.get_dynamic_axes()]
+        if axis in dyn_t and len(dyn_t) == len(dyn_f):
+            return f.dims[dyn_f[dyn_t.index(axis)]]
+        return None
+
+    @classmethod
+    def transform_config_dict(cls, d, network, get_layer):
+        d.setdefault("from", [])
+        super().transform_config_dict(d, network=network, get_layer=get_layer)
+        name = d["_name"]
+        extra = None
+        for key in ("condition", "true_layer", "false_layer"):
+            v = d.get(key)
+            if v is None:
+                raise ValueError("cond layer %r: option %r must be given" % (name, key))
+            if isinstance(v, str):
+                d[key] = get_layer(v)
+            elif isinstance(v, dict):
+                if extra is None:
+                    extra = make_subnetwork(network, name, fallback_to_parent=True)
+                d[key] = extra.construct_layer({key: v}, key)
+            elif not isinstance(v, LayerBase):
+                raise TypeError("cond layer %r: option %r must be a layer name or dict, got %r" % (name, key, v))
+        d["_extra_net"] = extra
+
+    @classmethod
+    def get_out_data_from_opts(cls, name, true_layer, false_layer, **kwargs):
+        t, f = true_layer.output, false_layer.output
+        out = t.copy_template(name="%s_output" % name)
+        if t.batch_ndim != f.batch_ndim or t.dtype != f.dtype:
+            raise ValueError("true_layer %s and false_layer %s do not have the same shape and dtype" % (
+                t.short_repr(), f.short_repr()))
+        mapping = f.find_matching_axes(t)
+        matched = set(mapping.values())
+        dims = list(out.dims)
+        for i, d in enumerate(dims):
+            if i not in matched and d.dimension is None and not d.is_batch_dim():
+                dims[i] = Dim(None, kind=d.kind, description="%s:cond-%s" % (name, d.description))
+        out.dims = tuple(dims)
+        return out
+
+    def get_sub_networks(self):
+        return [self._extra_net] if self._extra_net is not None else []
+
+    def get_sub_layers(self):
+        return [self.condition_layer, self.true_layer, self.false_layer]
+
+    def get_sub_layer(self, layer_name):
+        if self._extra_net is not None and layer_name in self._extra_net.layers:
+            return self._extra_net.layers[layer_name]
+        return None
+
+    def get_dep_layers(self):
+        return super().get_dep_layers() + [self.condition_layer, self.true_layer, self.false_layer]
+
+
+class HDFDumpLayer(LayerBase):
+    """
+    Pass-through of its (single) source which also writes every batch that runs through it into an HDF file in
+    the HDFDataset layout (inputs, seqLengths, seqTags, targets/data/<extra key>). The file is rewritten after
+    every run, so it is complete whenever a session.run returned.
+    """
+
+    layer_class = "hdf_dump"
+
+    def __init__(self, filename, extra=None, dump_whole_batches=False, labels=None, extend_existing_file=False,
+                 dump_per_run=False, **kwargs):
+        super().__init__(**kwargs)
+        if len(self.sources) != 1:
+            raise ValueError("hdf_dump needs exactly one source, got %i" % len(self.sources))
+        data = self.sources[0].output.copy_as_batch_major()
+        if not data.have_batch_axis():
+            raise ValueError("hdf_dump: source %s has no batch axis" % data.short_repr())
+        self.filename = filename
+        self.extra = dict(extra or {})
+        self.dump_whole_batches = dump_whole_batches
+        self.labels = labels
+        self._batches = []  # per run: (inputs, seq_lens, extra dict, extra lens dict)
+        self._existing = self._read_existing(filename) if extend_existing_file else None
+        self._seq_counter = 0 if self._existing is None else len(self._existing["tags"])
+        self._template = data.copy_template()
+        x, lens = self._batch_major_with_time(data)
+        tensors = [x, lens]
+        keys = sorted(self.extra)
+        for key in keys:
+            e = self.extra[key].output.copy_as_batch_major()
+            ex, elens = self._batch_major_with_time(e)
+            tensors += [ex, elens]
+        dump = tf.numpy_function(self._dump, tensors, tf.int64, name="hdf_dump")
+        with tf.control_dependencies([dump]):
+            self.output.placeholder = tf.identity(self.sources[0].output.placeholder)
+        self._extra_keys = keys
+
+    @staticmethod
+    def _batch_major_with_time(data):
+        """[B, T, ...] (a length-1 time axis is added if there is none) and [B] lengths."""
+        dyn = [i for i in data.get_dynamic_axes() if data.dims[i].dyn_size is not None]
+        if len(dyn) > 1:
+            raise NotImplementedError("hdf_dump: only one dynamic axis is supported, got %s" % data.short_repr())
+        x = data.placeholder
+        if dyn:
+            t = dyn[0]
+            if t != 1:
+                data = data.copy_move_axis(t, 1)
+                x = data.placeholder
+            lens = data.dims[1].dyn_size
+        else:
+            x = tf.expand_dims(x, 1)
+            lens = tf.ones([tf.shape(x)[0]], dtype=tf.int32)
+        return x, tf.cast(lens, tf.int32)
+
+    @staticmethod
+    def _read_existing(filename):
+        import h5py
+
+        if not os.path.exists(filename):
+            raise IOError("hdf_dump: extend_existing_file=True but %r does not exist" % filename)
+        with h5py.File(filename, "r") as f:
+            lens = f["seqLengths"][...]
+            inputs = f["inputs"][...]
+            tags = [t.decode("utf8") if isinstance(t, bytes) else str(t) for t in f["seqTags"][...]]
+            extra = {}
+            if "targets" in f:
+                for key in f["targets/data"]:
+                    extra[key] = f["targets/data"][key][...]
+        return {"lens": lens, "inputs": inputs, "tags": tags, "extra": extra}
+
+    def _dump(self, x, lens, *extra):
+        extras = {}
+        for i, key in enumerate(self._extra_keys):
+            extras[key] = (extra[2 * i], extra[2 * i + 1])
+        if self.dump_whole_batches:
+            x = np.concatenate([x[b, :lens[b]] for b in range(x.shape[0])], axis=0)[None]
+            lens = np.array([x.shape[1]], dtype=np.int32)
+            extras = {k: (np.concatenate([v[b, :ln[b]] for b in range(v.shape[0])], axis=0)[None],
+                          np.array([int(np.sum(ln))], dtype=np.int32)) for k, (v, ln) in extras.items()}
+        tags = ["seq-%i" % (self._seq_counter + i) for i in range(x.shape[0])]
+        self._seq_counter += x.shape[0]
+        self._batches.append((x, lens, tags, extras))
+        self._write()
+        return np.int64(0)
+
+    def _write(self):
+        from ..datasets.hdf import SimpleHDFWriter
+
+        tmpl = self._template
+        ndim = 1 if tmpl.sparse else max(tmpl.batch_ndim - 1 + (0 if tmpl.get_dynamic_axes() else 1), 1)
+        dim = tmpl.dim
+        directory = os.path.dirname(os.path.abspath(self.filename))
+        os.makedirs(directory, exist_ok=True)
+        writer = SimpleHDFWriter(self.filename, dim=dim, ndim=ndim, labels=self.labels)
+        try:
+            if self._existing is not None:
+                ex = self._existing
+                offsets = np.concatenate([[0], np.cumsum(ex["lens"][:, 0])])
+                for i, tag in enumerate(ex["tags"]):
+                    seq = ex["inputs"][offsets[i]:offsets[i + 1]]
+                    writer.insert_batch(seq[None], [seq.shape[0]], [tag])
+            for x, lens, tags, extras in self._batches:
+                writer.insert_batch(x, lens, tags, extra={k: v for k, (v, _) in extras.items()} or None,
+                                    extra_seq_len={k: ln for k, (_, ln) in extras.items()} or None)
+        except Exception:
+            writer.abort()
+            raise
+        writer.close()
+
+    @classmethod
+    def transform_config_dict(cls, d, network, get_layer):
+        super().transform_config_dict(d, network=network, get_layer=get_layer)
+        if d.get("extra"):
+            d["extra"] = {k: get_layer(v) for k, v in d["extra"].items()}
+        if callable(d.get("filename")):
+            d["filename"] = d["filename"]()
+
+    @classmethod
+    def get_out_data_from_opts(cls, name, sources=(), **kwargs):
+        if len(sources) != 1:
+            raise ValueError("hdf_dump needs exactly one source, got %i" % len(sources))
+        return sources[0].output.copy_template(name="%s_output" % name)
+
+    def get_dep_layers(self):
+        return super().get_dep_layers() + list(self.extra.values())
+
+
+class ImageSummaryLayer(LayerBase):
+    """Pass-through of its source, adding a TensorBoard image summary of it ([B, H, W] or [B, H, W, 1])."""
+
+    layer_class = "image_summary"
+
+    def __init__(self, max_outputs=3, **kwargs):
+        super().__init__(**kwargs)
+        data = self.sources[0].output
+        x = data.placeholder
+        self.output.placeholder = x
+        img = data.copy_as_batch_major().placeholder
+        if img.shape.rank == 3:
+            img = tf.expand_dims(img, -1)
+        if img.shape.rank == 4 and img.dtype.is_floating:
+            tf1.summary.image(self.name, tf.cast(img, tf.float32), max_outputs=max_outputs)
+
+    @classmethod
+    def get_out_data_from_opts(cls, name, sources=(), **kwargs):
+        if not sources:
+            raise ValueError("image_summary needs a source")
+        return sources[0].output.copy_template(name="%s_output" % name)
+
+
+class FramewiseStatisticsLayer(LayerBase):
+    """
+    Statistics of its source (frame posteriors) against the target: frame error rate, silence ratios and
+    output-probability histogram, stored in ``self.stats``. The output is a dummy scalar.
+    """
+
+    layer_class = "framewise_statistics"
+
+    def __init__(self, sil_label_idx, histogram_num_bins=20, **kwargs):
+        super().__init__(**kwargs)
+        self.output.placeholder = tf.constant(0, dtype=tf.int32)
+        if not self.sources or not self.target:
+            return
+        out = self.sources[0].output.copy_as_batch_major()
+        target = self._get_target_value().copy_as_batch_major()
+        mask = target.get_sequence_mask()
+        pred = tf.argmax(out.placeholder, axis=-1, output_type=tf.int32) if not out.sparse else out.placeholder
+        ref = target.placeholder if target.sparse else tf.argmax(target.placeholder, axis=-1, output_type=tf.int32)
+        pred_m = tf.boolean_mask(pred, mask)
+        ref_m = tf.boolean_mask(ref, mask)
+        n = tf.cast(tf.size(ref_m), tf.float32)
+        err = tf.cast(tf.not_equal(pred_m, ref_m), tf.float32)
+        ref_sil = tf.equal(ref_m, sil_label_idx)
+        pred_sil = tf.equal(pred_m, sil_label_idx)
+        self.stats["fer"] = tf.reduce_sum(err) / n
+        self.stats["ref_sil_ratio"] = tf.reduce_mean(tf.cast(ref_sil, tf.float32))
+        self.stats["out_sil_ratio"] = tf.reduce_mean(tf.cast(pred_sil, tf.float32))
+        self.stats["fer_sil"] = tf.math.divide_no_nan(
+            tf.reduce_sum(err * tf.cast(ref_sil, tf.float32)), tf.reduce_sum(tf.cast(ref_sil, tf.float32)))
+        self.stats["fer_non_sil"] = tf.math.divide_no_nan(
+            tf.reduce_sum(err * tf.cast(~ref_sil, tf.float32)), tf.reduce_sum(tf.cast(~ref_sil, tf.float32)))
+        if not out.sparse and out.dtype.startswith("float"):
+            probs = tf.boolean_mask(tf.reduce_max(out.placeholder, axis=-1), mask)
+            self.stats["output_prob_histogram"] = tf.histogram_fixed_width(
+                probs, [0.0, 1.0], nbins=histogram_num_bins)
+        for key, value in self.stats.items():
+            if value.shape.rank == 0:
+                tf1.summary.scalar("%s_%s" % (self.name, key), value)
+
+    @classmethod
+    def get_out_data_from_opts(cls, name, **kwargs):
+        return Data(name="%s_output" % name, shape=(), dtype="int32", batch_dim_axis=None)
+
+
+class _NeedsSprintLayer(LayerBase):
+    _why = ""
+
+    @classmethod
+    def transform_config_dict(cls, d, network, get_layer):
+        raise NotImplementedError(
+            "layer class %r: %s returnn_lite has neither the native op nor the external Sprint (RASR) binary "
+            "(sprint-executables / nn-trainer) that the original calls for this." % (cls.layer_class, cls._why))
+
+    @classmethod
+    def get_out_data_from_opts(cls, **kwargs):
+        return cls.transform_config_dict({}, None, None)
+
+
+class ForcedAlignmentLayer(_NeedsSprintLayer):
+    """Viterbi forced alignment: not available (needs the original's native ops / Sprint)."""
+
+    layer_class = "forced_align"
+    _why = "the Viterbi forced alignment needs native TF ops (ctc/rna topologies built by Sprint automata)."
+
+
+class FastBaumWelchLayer(_NeedsSprintLayer):
+    """Fast Baum-Welch: not available (needs the native op and, for align_target='sprint', Sprint)."""
+
+    layer_class = "fast_bw"
+    recurrent = True
+    _why = "fast Baum-Welch needs the native FastBaumWelch op and, for align_target='sprint', the Sprint automata."
