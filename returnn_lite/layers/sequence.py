@@ -1,0 +1,987 @@
+"""
+Sequence layers: window, cumsum, shift_axis, prefix_in_time, postfix_in_time, time_chunking,
+time_unchunking, pad, seq_len_mask, range, range_in_axis, range_from_length, rand_int, search_sorted.
+
+Layers that change the length of an axis give it a new :class:`Dim` whose sequence lengths are set in
+``__init__`` (the template only knows the tag). window and cumsum keep state inside rec loops: their
+``get_rec_initial_extra_outputs`` gives the initial state and ``__init__`` takes the previous state from
+``rec_previous_layer.rec_vars_outputs["state"]`` when the network is inside a rec loop.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import tensorflow as tf
+
+from ..data import Data, Dim, batch_dim
+from ..util import NotSpecified
+from .base import ConcatInputLayer, LayerBase, concat_sources_template
+
+
+def _ceildiv(a, b):
+    return -(-a // b)
+
+
+def _new_dim_like(tag, dimension, description):
+    """A new tag of the same kind as ``tag`` (static dimension or None for dynamic)."""
+    return Dim(dimension, kind=tag.kind if tag.kind is not None else Dim.Types.Spatial, description=description)
+
+
+def _dim_size(data, axis, x=None):
+    """Padded size of an axis: static int or scalar tensor (from x or the placeholder)."""
+    d = data.dims[axis].dimension
+    if d is not None:
+        return d
+    return tf.shape(data.placeholder if x is None else x)[axis]
+
+
+def _is_rec_step_axis(network, data, axis):
+    """
+    True if ``axis`` means the time axis of the rec loop we are built in (per step): then the layer keeps its
+    state over the steps (``rec_previous_layer.rec_vars_outputs``) instead of working on an axis of data.
+    """
+    if network is None or not network.is_inside_rec_layer():
+        return False
+    if isinstance(axis, Dim):
+        rec_dim = network.get_inside_rec_time_dim()
+        return rec_dim is not None and axis == rec_dim and axis not in data.dims
+    return isinstance(axis, str) and axis.lower() in ("t", "time") and not data.have_time_axis()
+
+
+def _get_prev_state(layer, key="state"):
+    prev = layer.rec_previous_layer
+    outputs = getattr(prev, "rec_vars_outputs", None) or {}
+    if key not in outputs:
+        raise ValueError("layer %r inside a rec loop: the previous step's state %r is not available (the rec layer "
+                         "must pass rec_previous_layer with rec_vars_outputs from get_rec_initial_extra_outputs)" % (
+                             layer.name, key))
+    return outputs[key]
+
+
+def _static_shape_wo_batch(data, what):
+    shape = []
+    for d in data.dims:
+        if d.is_batch_dim():
+            continue
+        if d.dimension is None:
+            raise NotImplementedError("%s: rec state with dynamic axis %r" % (what, d))
+        shape.append(d.dimension)
+    return shape
+
+
+def _seq_mask(tag, max_len, data, axis):
+    """Bool mask of tag's lengths at padded length max_len, shaped to broadcast against data's layout."""
+    mask = tag.get_mask(max_len)  # [B,T] (or [T] without batch)
+    b = data.batch_dim_axis
+    if b is None or tag.dyn_size.shape.rank == 0:
+        kept = [axis]
+    else:
+        kept = [b, axis]
+        if b > axis:
+            mask = tf.transpose(mask)
+            kept = [axis, b]
+    for i in range(data.batch_ndim):
+        if i not in kept:
+            mask = tf.expand_dims(mask, i)
+    return mask
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# window
+
+class WindowLayer(ConcatInputLayer):
+    """
+    Adds a window axis right after ``axis`` (sliding window over it); output is batch major.
+    padding "same" keeps the length (window_left/window_right frames of zeros), "valid" shortens it;
+    stride keeps every stride-th window.
+    """
+
+    layer_class = "window"
+    recurrent = True
+
+    def __init__(self, window_size=None, window_dim=None, window_left=None, window_right=None, axis="T",
+                 out_spatial_dim=None, padding="same", stride=1, **kwargs):
+        super().__init__(**kwargs)
+        self.rec_vars_outputs = {}
+        window_size = self._get_window_size(window_size, window_dim)
+        data = self.input_data.copy_as_batch_major()
+        if _is_rec_step_axis(self.network, data, axis):
+            prev = _get_prev_state(self)  # [B, W, ...]
+            state = tf.concat([prev[:, 1:], tf.expand_dims(data.placeholder, 1)], axis=1)
+            self.rec_vars_outputs["state"] = state
+            self.output.placeholder = state
+            return
+        a = data.get_axis_from_description(axis)
+        x = data.placeholder
+        padding = padding.lower()
+        n_in = _dim_size(data, a)
+        if padding == "same":
+            left, right = self._get_left_right(window_size, window_left, window_right)
+            if left or right:
+                pads = [(0, 0)] * data.batch_ndim
+                pads[a] = (left, right)
+                x = tf.pad(x, pads)
+            n_out = _ceildiv(n_in, stride)
+        elif padding == "valid":
+            n_out = _ceildiv(n_in - window_size + 1, stride)
+            n_out = max(n_out, 0) if isinstance(n_out, int) else tf.maximum(n_out, 0)
+        else:
+            raise ValueError("window layer %r: padding must be 'same' or 'valid', got %r" % (self.name, padding))
+        if isinstance(n_out, int):
+            idx = (np.arange(n_out)[:, None] * stride + np.arange(window_size)[None, :]).astype("int32")
+        else:
+            idx = tf.range(n_out)[:, None] * stride + tf.range(window_size)[None, :]
+        self.output.placeholder = tf.gather(x, idx, axis=a)  # [..., T', W, ...]
+        in_tag, out_tag = data.dims[a], self.output.dims[a]
+        if out_tag is not in_tag and out_tag.dyn_size is None and in_tag.dyn_size is not None:
+            size = in_tag.dyn_size
+            if padding == "valid":
+                size = tf.maximum(size - (window_size - 1), 0)
+            if stride > 1:
+                size = _ceildiv(size, stride)
+            out_tag.dyn_size = size
+
+    @staticmethod
+    def _get_window_size(window_size, window_dim):
+        if window_dim is not None:
+            if window_size is not None and window_size != window_dim.dimension:
+                raise ValueError("window_size %r does not match window_dim %r" % (window_size, window_dim))
+            window_size = window_dim.dimension
+        if not isinstance(window_size, int) or window_size < 1:
+            raise ValueError("window_size must be a positive int, got %r" % (window_size,))
+        return window_size
+
+    @staticmethod
+    def _get_left_right(window_size, window_left, window_right):
+        if window_right is None:
+            window_right = window_size - window_left - 1 if window_left is not None else window_size // 2
+        if window_left is None:
+            window_left = window_size - window_right - 1
+        if window_left + window_right + 1 != window_size:
+            raise ValueError("window_left %r + window_right %r + 1 != window_size %r" % (
+                window_left, window_right, window_size))
+        return window_left, window_right
+
+    @classmethod
+    def get_out_data_from_opts(cls, name, network, window_size=None, window_dim=None, axis="T", sources=(),
+                               padding="same", stride=1, out_spatial_dim=None, **kwargs):
+        window_size = cls._get_window_size(window_size, window_dim)
+        data = concat_sources_template(sources, name="%s_output" % name).copy_as_batch_major()
+        if window_dim is None:
+            window_dim = Dim(window_size, kind=Dim.Types.Spatial, description="%s:window" % name)
+        if _is_rec_step_axis(network, data, axis):
+            return data.copy_add_dim_by_tag(window_dim, unbroadcast=True, axis=1 if data.have_batch_axis() else 0)
+        a = data.get_axis_from_description(axis)
+        in_tag = data.dims[a]
+        if padding.lower() == "same" and stride == 1:
+            out_tag = in_tag
+        elif in_tag.dimension is not None:
+            n = in_tag.dimension if padding.lower() == "same" else max(in_tag.dimension - window_size + 1, 0)
+            out_tag = _new_dim_like(in_tag, _ceildiv(n, stride), "%s:window-out" % name)
+        else:
+            out_tag = _new_dim_like(in_tag, None, "%s:window-out" % name)
+        if out_spatial_dim is not None:
+            if out_tag is not in_tag:
+                out_spatial_dim.declare_same_as(out_tag) if out_spatial_dim.dyn_size is None else None
+            out_tag = out_spatial_dim
+        if out_tag is not in_tag:
+            data = data.copy_template_replace_dim_tag(a, out_tag)
+        return data.copy_add_dim_by_tag(window_dim, unbroadcast=True, axis=a + 1)
+
+    @classmethod
+    def get_rec_initial_extra_outputs(cls, batch_dim=None, rec_layer=None, window_size=None, window_dim=None,
+                                      axis="T", sources=(), network=None, **kwargs):
+        """Initial rec state: zeros [B, window_size, <input dims without batch>] (input as inside the loop)."""
+        window_size = cls._get_window_size(window_size, window_dim)
+        data = concat_sources_template(sources).copy_as_batch_major()
+        if not _is_rec_step_axis(network, data, axis):
+            return {}
+        shape = [batch_dim, window_size] + _static_shape_wo_batch(data, "window")
+        return {"state": tf.zeros(shape, dtype=data.dtype)}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# cumsum
+
+class CumsumLayer(ConcatInputLayer):
+    """tf.cumsum over an axis (inside a rec loop: running sum over the steps)."""
+
+    layer_class = "cumsum"
+    recurrent = True
+
+    def __init__(self, axis="T", additional_left_summand_per_element=None, reverse=False, **kwargs):
+        super().__init__(**kwargs)
+        self.rec_vars_outputs = {}
+        data = self.input_data
+        in_loop = _is_rec_step_axis(self.network, data, axis)
+        if in_loop:
+            data = data.copy_as_batch_major()
+        x = data.placeholder
+        if additional_left_summand_per_element is not None:
+            x = tf.constant(additional_left_summand_per_element, dtype=x.dtype) + x
+        if in_loop:
+            if reverse:
+                raise NotImplementedError("cumsum layer %r: reverse=True inside a rec loop" % self.name)
+            x = _get_prev_state(self) + x
+            self.rec_vars_outputs["state"] = x
+        else:
+            a = data.get_axis_from_description(axis)
+            x = tf.cumsum(x, axis=a, reverse=reverse)
+        if x.dtype.base_dtype.name != self.output.dtype:
+            x = tf.cast(x, self.output.dtype)
+        self.output.placeholder = x
+
+    @classmethod
+    def get_out_data_from_opts(cls, name, network, sources=(), axis="T", **kwargs):
+        data = concat_sources_template(sources, name="%s_output" % name)
+        if _is_rec_step_axis(network, data, axis):
+            return data.copy_as_batch_major()
+        data.get_axis_from_description(axis)  # fail early on an axis that matches nothing
+        return data
+
+    @classmethod
+    def get_rec_initial_extra_outputs(cls, batch_dim=None, rec_layer=None, axis="T", sources=(), network=None,
+                                      **kwargs):
+        """Initial rec state: zeros like one step of the input ([B, ...])."""
+        data = concat_sources_template(sources).copy_as_batch_major()
+        if not _is_rec_step_axis(network, data, axis):
+            return {}
+        shape = ([batch_dim] if data.have_batch_axis() else []) + _static_shape_wo_batch(data, "cumsum")
+        return {"state": tf.zeros(shape, dtype=data.dtype)}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# shift_axis
+
+class ShiftAxisLayer(ConcatInputLayer):
+    """Shift the frames of an axis (amount < 0: left, > 0: right); pad keeps the size."""
+
+    layer_class = "shift_axis"
+
+    def __init__(self, axis, amount, pad=True, adjust_size_info=True, **kwargs):
+        super().__init__(**kwargs)
+        data = self.input_data
+        a = data.get_axis_from_description(axis)
+        x = data.placeholder
+        slices = [slice(None)] * data.batch_ndim
+        if amount < 0:  # left shift: drop the first -amount frames
+            slices[a] = slice(-amount, None)
+            paddings = (0, -amount)
+        else:  # right shift: drop the last amount frames
+            slices[a] = slice(None, -amount)
+            paddings = (amount, 0)
+        x = x[tuple(slices)]
+        if pad:
+            pads = [(0, 0)] * data.batch_ndim
+            pads[a] = paddings
+            x = tf.pad(x, pads)
+        self.output.placeholder = x
+        in_tag, out_tag = data.dims[a], self.output.dims[a]
+        if out_tag is not in_tag and out_tag.dyn_size is None and in_tag.dyn_size is not None:
+            size = in_tag.dyn_size
+            if adjust_size_info:
+                delta = amount if (amount < 0 or pad) else 0
+                size = tf.clip_by_value(size + delta, 0, _dim_size(self.output, a))
+            out_tag.dyn_size = size
+
+    @classmethod
+    def get_out_data_from_opts(cls, name, amount, axis, pad=True, sources=(), **kwargs):
+        if not isinstance(amount, int) or amount == 0:
+            raise ValueError("amount must be a non-zero int, got %r" % (amount,))
+        data = concat_sources_template(sources, name="%s_output" % name)
+        a = data.get_axis_from_description(axis)
+        tag = data.dims[a]
+        if tag.dimension is not None:
+            if pad:
+                return data
+            new = _new_dim_like(tag, max(0, tag.dimension - abs(amount)), "%s:shift_axis" % name)
+        else:
+            new = _new_dim_like(tag, None, "%s:shift_axis" % name)
+        return data.copy_template_replace_dim_tag(a, new)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# prefix_in_time / postfix_in_time
+
+def _const_or_layer_frame(value, data, axis, dtype):
+    """A constant or a layer output (without ``axis``) as a tensor broadcastable against data with size-1 axis."""
+    if isinstance(value, LayerBase):
+        frame = data.copy_template_excluding_axis(axis)
+        v = value.output.copy_compatible_to(frame, check_sparse=False).placeholder
+        v = tf.expand_dims(v, axis)
+        if v.dtype.base_dtype.name != dtype:
+            v = tf.cast(v, dtype)
+        return v
+    return tf.constant(value, dtype=dtype)
+
+
+def _full_shape(data, x):
+    return [data.dims[i].dimension if data.dims[i].dimension is not None else tf.shape(x)[i]
+            for i in range(data.batch_ndim)]
+
+
+class PrefixInTimeLayer(ConcatInputLayer):
+    """Adds ``repeat`` frames of ``prefix`` (constant or layer) before each sequence."""
+
+    layer_class = "prefix_in_time"
+    recurrent = True
+
+    def __init__(self, axis="T", out_dim=None, prefix=0.0, repeat=1, size_base=None, **kwargs):
+        super().__init__(**kwargs)
+        data = self.input_data
+        a = data.get_axis_from_description(axis)
+        x = data.placeholder
+        in_tag, out_tag = data.dims[a], self.output.dims[a]
+        pre = _const_or_layer_frame(prefix, data, a, data.dtype)
+        if size_base is not None:
+            repeat = size_base.output.get_sequence_lengths() - in_tag.dyn_size
+        elif isinstance(repeat, LayerBase):
+            repeat = repeat.output.copy_as_batch_major().placeholder
+        if isinstance(repeat, int):
+            shape = _full_shape(data, x)
+            shape[a] = repeat
+            c = tf.broadcast_to(pre, shape) if isinstance(pre, tf.Tensor) and pre.shape.rank else tf.fill(shape, pre)
+            self.output.placeholder = tf.concat([c, x], axis=a)
+            if out_tag is not in_tag and out_tag.dyn_size is None and in_tag.dyn_size is not None:
+                out_tag.dyn_size = in_tag.dyn_size + repeat
+            return
+        # per-sequence repeat [B]: out[b, t] = prefix if t < repeat[b] else x[b, t - repeat[b]]
+        b = data.batch_dim_axis
+        if b is None:
+            raise ValueError("prefix_in_time %r: per-sequence repeat needs a batch axis" % self.name)
+        repeat = tf.cast(repeat, tf.int32)
+        max_rep = tf.maximum(tf.reduce_max(repeat), 0)
+        shape = _full_shape(data, x)
+        shape[a] = max_rep
+        c = tf.broadcast_to(pre, shape) if pre.shape.rank else tf.fill(shape, pre)
+        xp = tf.concat([c, x], axis=a)  # [.., max_rep + T, ..]
+        n_out = tf.shape(xp)[a]
+        idx = tf.range(n_out)[None, :] + (max_rep - repeat)[:, None]  # [B, T']
+        idx = tf.minimum(idx, n_out - 1)
+        perm = [b, a] + [i for i in range(data.batch_ndim) if i not in (b, a)]
+        xt = tf.transpose(xp, perm)
+        yt = tf.gather(xt, idx, axis=1, batch_dims=1)
+        self.output.placeholder = tf.transpose(yt, np.argsort(perm))
+        if out_tag is not in_tag and out_tag.dyn_size is None:
+            out_tag.dyn_size = in_tag.dyn_size + repeat
+
+    @classmethod
+    def transform_config_dict(cls, d, network, get_layer):
+        super().transform_config_dict(d, network=network, get_layer=get_layer)
+        for key in ("prefix", "repeat", "size_base"):
+            if isinstance(d.get(key), str):
+                d[key] = get_layer(d[key])
+
+    @classmethod
+    def get_out_data_from_opts(cls, name, sources=(), axis="T", out_dim=None, size_base=None, repeat=1, **kwargs):
+        data = concat_sources_template(sources, name="%s_output" % name)
+        a = data.get_axis_from_description(axis)
+        tag = data.dims[a]
+        if size_base is not None:
+            new = size_base.output.get_time_dim_tag()
+        elif isinstance(repeat, int) and tag.dimension is not None:
+            new = _new_dim_like(tag, tag.dimension + repeat, "%s:prefix_in_time" % name)
+        else:
+            new = _new_dim_like(tag, None, "%s:prefix_in_time" % name)
+        if out_dim is not None:
+            new = out_dim
+        return data.copy_template_replace_dim_tag(a, new)
+
+    def get_dep_layers(self):
+        deps = super().get_dep_layers()
+        for key in ("prefix", "repeat", "size_base"):
+            v = (self.kwargs or {}).get(key)
+            if isinstance(v, LayerBase):
+                deps.append(v)
+        return deps
+
+
+class PostfixInTimeLayer(ConcatInputLayer):
+    """Adds ``repeat`` frames of ``postfix`` (constant or layer) right after the end of each sequence."""
+
+    layer_class = "postfix_in_time"
+    recurrent = True
+
+    def __init__(self, axis="T", out_dim=None, postfix=0.0, repeat=1, **kwargs):
+        super().__init__(**kwargs)
+        if not isinstance(repeat, int) or repeat < 0:
+            raise ValueError("postfix_in_time %r: repeat must be an int >= 0, got %r" % (self.name, repeat))
+        data = self.input_data
+        a = data.get_axis_from_description(axis)
+        x = data.placeholder
+        in_tag, out_tag = data.dims[a], self.output.dims[a]
+        post = _const_or_layer_frame(postfix, data, a, data.dtype)
+        pads = [(0, 0)] * data.batch_ndim
+        pads[a] = (0, repeat)
+        xp = tf.pad(x, pads)
+        if in_tag.dyn_size is not None:
+            mask = _seq_mask(in_tag, tf.shape(xp)[a], data, a)
+            if not post.shape.rank:
+                post = tf.fill([1] * data.batch_ndim, post)
+            self.output.placeholder = tf.where(mask, xp, post)
+        else:  # static axis: postfix after the last frame
+            shape = _full_shape(data, x)
+            shape[a] = repeat
+            c = tf.broadcast_to(post, shape) if post.shape.rank else tf.fill(shape, post)
+            self.output.placeholder = tf.concat([x, c], axis=a)
+        if out_tag is not in_tag and out_tag.dyn_size is None and in_tag.dyn_size is not None:
+            out_tag.dyn_size = in_tag.dyn_size + repeat
+
+    @classmethod
+    def transform_config_dict(cls, d, network, get_layer):
+        super().transform_config_dict(d, network=network, get_layer=get_layer)
+        if isinstance(d.get("postfix"), str):
+            d["postfix"] = get_layer(d["postfix"])
+
+    @classmethod
+    def get_out_data_from_opts(cls, name, sources=(), axis="T", out_dim=None, repeat=1, **kwargs):
+        data = concat_sources_template(sources, name="%s_output" % name)
+        a = data.get_axis_from_description(axis)
+        tag = data.dims[a]
+        new = _new_dim_like(tag, None if tag.dimension is None else tag.dimension + repeat,
+                            "%s:postfix_in_time" % name)
+        if out_dim is not None:
+            new = out_dim
+        return data.copy_template_replace_dim_tag(a, new)
+
+    def get_dep_layers(self):
+        deps = super().get_dep_layers()
+        v = (self.kwargs or {}).get("postfix")
+        return deps + [v] if isinstance(v, LayerBase) else deps
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# time_chunking / time_unchunking
+
+class TimeChunkingLayer(ConcatInputLayer):
+    """
+    Splits the time axis into chunks of chunk_size frames every chunk_step frames. Output is time major
+    [chunk_size, B * n_chunks, ...] (chunks of sequence b at b * n_chunks + c), with new time and batch tags.
+    """
+
+    layer_class = "time_chunking"
+    recurrent = True
+
+    def __init__(self, chunk_size, chunk_step, **kwargs):
+        super().__init__(**kwargs)
+        self.chunk_size, self.chunk_step = chunk_size, chunk_step
+        data = self.input_data.copy_as_time_major().copy_as_batch_major().copy_move_axis(1, 0)  # [T, B, ...]
+        self.chunk_input = data
+        x = data.placeholder
+        n_time = _dim_size(data, 0)
+        n_batch = tf.shape(x)[1]
+        if isinstance(n_time, int):
+            n_chunks = max(n_time - chunk_size + chunk_step - 1, 0) // chunk_step + 1
+            idx = (np.arange(n_chunks)[:, None] * chunk_step + np.arange(chunk_size)[None, :]).astype("int32")
+            pad_to = (n_chunks - 1) * chunk_step + chunk_size
+        else:
+            n_chunks = tf.maximum(n_time - chunk_size + chunk_step - 1, 0) // chunk_step + 1
+            idx = tf.range(n_chunks)[:, None] * chunk_step + tf.range(chunk_size)[None, :]
+            pad_to = (n_chunks - 1) * chunk_step + chunk_size
+        self.n_chunks = n_chunks
+        x = tf.pad(x, [(0, pad_to - n_time)] + [(0, 0)] * (data.batch_ndim - 1))
+        y = tf.gather(x, idx, axis=0)  # [n_chunks, size, B, ...]
+        rest = list(range(3, data.batch_ndim + 1))
+        y = tf.transpose(y, [1, 2, 0] + rest)  # [size, B, n_chunks, ...]
+        shape = [chunk_size, n_batch * n_chunks] + [_dim_size(data, i, x) for i in range(2, data.batch_ndim)]
+        self.output.placeholder = tf.reshape(y, shape)
+        lens = data.dims[0].dyn_size
+        if lens is None:
+            lens = tf.fill([n_batch], n_time)
+        starts = tf.range(n_chunks) * chunk_step if not isinstance(n_chunks, int) else np.arange(
+            n_chunks, dtype="int32") * chunk_step
+        chunk_lens = tf.clip_by_value(lens[:, None] - starts[None, :], 0, chunk_size)  # [B, n_chunks]
+        self.output.dims[0].dyn_size = tf.reshape(chunk_lens, [-1])
+
+    @classmethod
+    def get_out_data_from_opts(cls, name, sources=(), **kwargs):
+        data = concat_sources_template(sources, name="%s_output" % name)
+        data = data.copy_as_time_major().copy_as_batch_major().copy_move_axis(1, 0)
+        time_tag = Dim(None, kind=Dim.Types.Spatial, description="%s:chunk-time" % name)
+        batch_tag = Dim(None, kind=Dim.Types.Batch, description="%s:chunk-batch" % name)
+        out = data.copy_template_replace_dim_tag(0, time_tag).copy_template_replace_dim_tag(1, batch_tag)
+        out.time_dim_axis = 0
+        return out
+
+
+class TimeUnChunkingLayer(ConcatInputLayer):
+    """Inverse of time_chunking: overlap-add of the chunks (averaged where chunks overlap)."""
+
+    layer_class = "time_unchunking"
+    recurrent = True
+
+    def __init__(self, chunking_layer, **kwargs):
+        super().__init__(**kwargs)
+        ch = chunking_layer
+        size, step, n_chunks = ch.chunk_size, ch.chunk_step, ch.n_chunks
+        data = self.input_data.copy_as_time_major().copy_as_batch_major().copy_move_axis(1, 0)  # [size, B*n, ...]
+        x = data.placeholder
+        n_time = _dim_size(ch.chunk_input, 0)
+        n_batch = tf.shape(ch.chunk_input.placeholder)[1]
+        rest_shape = [_dim_size(data, i) for i in range(2, data.batch_ndim)]
+        x = tf.reshape(x, [size, n_batch, n_chunks] + rest_shape)
+        rest = list(range(3, data.batch_ndim + 1))
+        x = tf.transpose(x, [2, 0, 1] + rest)  # [n_chunks, size, B, ...]
+        chunk_lens = data.dims[0].dyn_size
+        mask = tf.sequence_mask(tf.reshape(chunk_lens, [n_batch, n_chunks]), maxlen=size, dtype=x.dtype)  # [B,n,size]
+        mask = tf.transpose(mask, [1, 2, 0])  # [n, size, B]
+        mask_x = tf.reshape(mask, tf.concat([tf.shape(mask), [1] * len(rest_shape)], 0)) if rest_shape else mask
+        flat_pos = tf.reshape(tf.range(n_chunks)[:, None] * step + tf.range(size)[None, :], [-1])
+        pad_to = (n_chunks - 1) * step + size
+        summed = tf.math.unsorted_segment_sum(
+            tf.reshape(x * mask_x, [-1, n_batch] + rest_shape), flat_pos, pad_to)  # [L, B, ...]
+        count = tf.math.unsorted_segment_sum(tf.reshape(mask, [-1, n_batch]), flat_pos, pad_to)  # [L, B]
+        count = tf.maximum(count, 1)
+        if rest_shape:
+            count = tf.reshape(count, tf.concat([tf.shape(count), [1] * len(rest_shape)], 0))
+        self.output.placeholder = (summed / count)[:n_time]
+
+    @classmethod
+    def transform_config_dict(cls, d, network, get_layer):
+        super().transform_config_dict(d, network=network, get_layer=get_layer)
+        d["chunking_layer"] = get_layer(d["chunking_layer"])
+
+    @classmethod
+    def get_out_data_from_opts(cls, name, chunking_layer, sources=(), **kwargs):
+        data = concat_sources_template(sources, name="%s_output" % name)
+        data = data.copy_as_time_major().copy_as_batch_major().copy_move_axis(1, 0)
+        orig = concat_sources_template(chunking_layer.sources).copy_as_time_major().copy_as_batch_major()
+        orig = orig.copy_move_axis(1, 0)
+        out = data.copy_template_replace_dim_tag(0, orig.dims[0]).copy_template_replace_dim_tag(1, orig.dims[1])
+        out.time_dim_axis = 0
+        return out
+
+    def get_dep_layers(self):
+        return super().get_dep_layers() + [self.kwargs["chunking_layer"]] if self.kwargs else super().get_dep_layers()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# pad
+
+def _reflect_index(i, n, mode):
+    """Source index for (possibly out of range) index i into an axis of length n."""
+    if mode == "replication":
+        return tf.clip_by_value(i, 0, tf.maximum(n - 1, 0))
+    if mode == "reflect":
+        period = tf.maximum(2 * (n - 1), 1)
+        j = tf.math.floormod(i, period)
+        return tf.where(j >= n, period - j, j)
+    if mode == "symmetric":
+        period = tf.maximum(2 * n, 1)
+        j = tf.math.floormod(i, period)
+        return tf.where(j >= n, period - 1 - j, j)
+    raise ValueError("unknown pad mode %r" % mode)
+
+
+class PadLayer(ConcatInputLayer):
+    """Pads axes left/right (constant value, reflect, symmetric, replication); dynamic lengths grow."""
+
+    layer_class = "pad"
+
+    def __init__(self, axes, padding, out_dims=None, handle_dynamic_dims=None, value=0, mode="constant", **kwargs):
+        super().__init__(**kwargs)
+        data = self.input_data
+        axes_ = data.get_axes_from_description(axes)
+        padding = self._transform_padding(padding, axes_)
+        mode = mode.lower()
+        if mode not in ("constant", "reflect", "symmetric", "replication"):
+            raise ValueError("pad layer %r: unknown mode %r" % (self.name, mode))
+        if handle_dynamic_dims is None:
+            handle_dynamic_dims = False  # behavior version 0: plain tf.pad, no per-sequence padding
+        x = data.placeholder
+        dyn_axes = [(a, p) for a, p in zip(axes_, padding)
+                    if handle_dynamic_dims and data.dims[a].dyn_size is not None and p[1] > 0]
+        static_axes = [(a, p) for a, p in zip(axes_, padding) if (a, p) not in dyn_axes and sum(p) > 0]
+        if static_axes:
+            pads = [(0, 0)] * data.batch_ndim
+            for a, p in static_axes:
+                pads[a] = p
+            if mode == "replication":
+                for a, p in static_axes:
+                    n = _dim_size(data, a, x)
+                    idx = _reflect_index(tf.range(-p[0], n + p[1]), n, mode)
+                    x = tf.gather(x, idx, axis=a)
+            elif mode == "constant":
+                x = tf.pad(x, pads, mode="CONSTANT", constant_values=tf.constant(value, dtype=x.dtype))
+            else:
+                x = tf.pad(x, pads, mode=mode.upper())
+        for a, p in dyn_axes:  # per-sequence padding at the end of each sequence
+            x = self._pad_dynamic(data, x, a, p, value, mode)
+        self.output.placeholder = x
+        for a, p in zip(axes_, padding):
+            in_tag, out_tag = data.dims[a], self.output.dims[a]
+            if out_tag is not in_tag and out_tag.dyn_size is None and in_tag.dyn_size is not None:
+                out_tag.dyn_size = in_tag.dyn_size + (p[0] + p[1])
+
+    @staticmethod
+    def _pad_dynamic(data, x, a, p, value, mode):
+        tag = data.dims[a]
+        b = data.batch_dim_axis
+        n_pad = tf.shape(x)[a] + p[0] + p[1]
+        if mode == "constant":
+            pads = [(0, 0)] * data.batch_ndim
+            pads[a] = p
+            xp = tf.pad(x, pads, constant_values=tf.constant(value, dtype=x.dtype))
+            lens = tag.dyn_size + p[0]
+            pos = tf.range(n_pad)
+            mask = tf.logical_and(pos[None, :] >= p[0], pos[None, :] < lens[:, None])  # [B, T']
+        else:
+            if b is None:
+                raise NotImplementedError("pad %r with handle_dynamic_dims needs a batch axis" % mode)
+            lens = tag.dyn_size
+            idx = _reflect_index(tf.range(n_pad)[None, :] - p[0], lens[:, None], mode)  # [B, T']
+            perm = [b, a] + [i for i in range(data.batch_ndim) if i not in (b, a)]
+            y = tf.gather(tf.transpose(x, perm), idx, axis=1, batch_dims=1)
+            return tf.transpose(y, np.argsort(perm))
+        if b is None:
+            mask = mask[0]
+            shape = [1] * data.batch_ndim
+            shape[a] = -1
+            mask = tf.reshape(mask, shape)
+        else:
+            if b > a:
+                mask = tf.transpose(mask)
+            for i in range(data.batch_ndim):
+                if i not in (a, b):
+                    mask = tf.expand_dims(mask, i)
+        return tf.where(mask, xp, tf.constant(value, dtype=x.dtype))
+
+    @staticmethod
+    def _transform_padding(padding, axes):
+        if isinstance(padding, (list, tuple)):
+            if padding and isinstance(padding[0], (list, tuple)):
+                if len(padding) != len(axes) or any(len(p) != 2 for p in padding):
+                    raise ValueError("padding %r does not match axes %r" % (padding, axes))
+                return [tuple(p) for p in padding]
+            if len(padding) != 2:
+                raise ValueError("padding must be int, (left, right) or a list of those, got %r" % (padding,))
+            return [tuple(padding)] * len(axes)
+        return [(padding, padding)] * len(axes)
+
+    @classmethod
+    def get_out_data_from_opts(cls, name, axes, padding, sources=(), out_dims=None, **kwargs):
+        data = concat_sources_template(sources, name="%s_output" % name)
+        axes_ = data.get_axes_from_description(axes)
+        if not axes_:
+            raise ValueError("axes %r match no axis of %s" % (axes, data.short_repr()))
+        padding = cls._transform_padding(padding, axes_)
+        out_dims = list(out_dims) if isinstance(out_dims, (list, tuple)) else [out_dims] * len(axes_) if out_dims else None
+        for i, (a, p) in enumerate(zip(axes_, padding)):
+            tag = data.dims[a]
+            if out_dims:
+                new = out_dims[i]
+            elif sum(p) == 0:
+                continue
+            else:
+                new = _new_dim_like(tag, None if tag.dimension is None else tag.dimension + p[0] + p[1],
+                                    "%s:pad%i" % (name, i))
+            data = data.copy_template_replace_dim_tag(a, new)
+        return data
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# seq_len_mask
+
+class SeqLenMaskLayer(ConcatInputLayer):
+    """Sets frames outside the sequence (or outside [start, ...) / the window) to mask_value."""
+
+    layer_class = "seq_len_mask"
+
+    def __init__(self, mask_value, axis="T", seq_len_source=None, start=None, window_start=None, window_size=None,
+                 **kwargs):
+        super().__init__(**kwargs)
+        x = self.input_data
+        mask = self.build_mask(
+            x, axis=axis, seq_len_source=seq_len_source.output if seq_len_source is not None else None,
+            start=start.output if start is not None else None,
+            window_start=window_start.output if window_start is not None else None,
+            window_size=window_size.output if isinstance(window_size, LayerBase) else window_size)
+        if mask is None:
+            self.output.placeholder = x.placeholder
+        else:
+            self.output.placeholder = tf.where(mask, x.placeholder, tf.constant(mask_value, dtype=x.placeholder.dtype))
+
+    @classmethod
+    def build_mask(cls, x, axis="T", seq_len_source=None, start=None, window_start=None, window_size=None):
+        """Bool mask broadcastable to x (None if nothing is masked)."""
+        a = x.get_axis_from_description(axis)
+        n = _dim_size(x, a)
+        mask = None
+        if seq_len_source is not None:
+            tag = seq_len_source.get_time_dim_tag() if seq_len_source.have_time_axis() else None
+            if tag is None or tag.dyn_size is None:
+                raise ValueError("seq_len_source %s has no sequence lengths" % seq_len_source.short_repr())
+            mask = _seq_mask(tag, n, x, a)
+        elif x.dims[a].dyn_size is not None:
+            mask = x.get_sequence_mask_broadcast(a)
+        if start is not None or window_start is not None:
+            shape = [1] * x.batch_ndim
+            shape[a] = -1
+            idxs = tf.reshape(tf.range(n), shape)
+
+            def compat(d):
+                v = d.copy_compatible_to(x, check_sparse=False, check_dtype=False).placeholder
+                return tf.cast(v, tf.int32)
+
+            if start is not None:
+                m = tf.greater_equal(idxs, compat(start))
+                mask = m if mask is None else tf.logical_and(mask, m)
+            if window_start is not None:
+                if window_size is None:
+                    raise ValueError("window_start needs window_size")
+                ws = compat(window_start)
+                size = compat(window_size) if isinstance(window_size, Data) else window_size
+                m = tf.logical_and(tf.greater_equal(idxs, ws), tf.less(idxs, ws + size))
+                mask = m if mask is None else tf.logical_and(mask, m)
+        return mask
+
+    @classmethod
+    def transform_config_dict(cls, d, network, get_layer):
+        super().transform_config_dict(d, network=network, get_layer=get_layer)
+        for key in ("seq_len_source", "start", "window_start", "window_size"):
+            if isinstance(d.get(key), str):
+                d[key] = get_layer(d[key])
+
+    @classmethod
+    def get_out_data_from_opts(cls, name, sources=(), axis="T", **kwargs):
+        data = concat_sources_template(sources, name="%s_output" % name)
+        data.get_axis_from_description(axis)
+        return data
+
+    def get_dep_layers(self):
+        deps = super().get_dep_layers()
+        for key in ("seq_len_source", "start", "window_start", "window_size"):
+            v = (self.kwargs or {}).get(key)
+            if isinstance(v, LayerBase):
+                deps.append(v)
+        return deps
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# range, range_in_axis, range_from_length, rand_int
+
+class RangeLayer(LayerBase):
+    """tf.range(start, limit, delta): a static axis without batch."""
+
+    layer_class = "range"
+
+    def __init__(self, limit, start=0, delta=1, dtype=None, sparse=False, out_spatial_dim=None, **kwargs):
+        super().__init__(**kwargs)
+        self.output.placeholder = tf.range(start, limit, delta, dtype=self.output.dtype)
+
+    @classmethod
+    def transform_config_dict(cls, d, network, get_layer):
+        d.setdefault("from", [])
+        super().transform_config_dict(d, network=network, get_layer=get_layer)
+
+    @classmethod
+    def get_out_data_from_opts(cls, name, limit, start=0, delta=1, dtype=None, sparse=False, out_spatial_dim=None,
+                               **kwargs):
+        if dtype is None:
+            dtype = "float32" if any(isinstance(v, float) for v in (limit, start, delta)) else "int32"
+        n = max(0, int(math.ceil((limit - start) / delta)))
+        tag = out_spatial_dim or Dim(n, kind=Dim.Types.Feature, description="%s:range" % name)
+        if tag.dimension != n:
+            raise ValueError("out_spatial_dim %r does not match the range size %i" % (tag, n))
+        sparse_dim = Dim(limit, kind=Dim.Types.Feature, description="%s:range-indices" % name) if sparse else None
+        return Data(name="%s_output" % name, dims=[tag], dtype=dtype, sparse_dim=sparse_dim)
+
+
+class RangeInAxisLayer(LayerBase):
+    """tf.range over the size of an axis of the source; the output has only that axis."""
+
+    layer_class = "range_in_axis"
+    recurrent = True
+
+    def __init__(self, axis, dtype="int32", unbroadcast=False, keepdims=False, sparse=False, **kwargs):
+        super().__init__(**kwargs)
+        data = self.sources[0].output
+        if self.output.batch_ndim == 0:  # inside a rec loop over the rec time axis: the current step
+            self.output.placeholder = tf.cast(self.network.get_rec_step_index(), dtype)
+            return
+        a = data.get_axis_from_description(axis)
+        if a == data.batch_dim_axis:
+            n = data.get_batch_dim()
+        else:
+            n = _dim_size(data, a)
+        self.output.placeholder = tf.range(n, dtype=dtype)
+
+    @classmethod
+    def get_out_data_from_opts(cls, name, network, sources, axis, dtype="int32", sparse=False, unbroadcast=False,
+                               keepdims=False, **kwargs):
+        if len(sources) != 1:
+            raise ValueError("range_in_axis needs exactly one source, got %i" % len(sources))
+        if unbroadcast or keepdims:
+            raise ValueError("range_in_axis: unbroadcast and keepdims are not supported (deprecated)")
+        data = sources[0].output
+        if (network.is_inside_rec_layer() and isinstance(axis, str) and axis.upper() == "T"
+                and not data.have_time_axis()):
+            return Data(name="%s_output" % name, dims=[], dtype=dtype,
+                        sparse_dim=network.get_inside_rec_time_dim() if sparse else None)
+        a = data.get_axis_from_description(axis)
+        tag = data.dims[a]
+        return Data(name="%s_output" % name, dims=[tag], dtype=dtype, sparse_dim=tag if sparse else None)
+
+
+def _find_dim_with_size(network, size):
+    """An existing dim tag whose sequence lengths are the tensor ``size``, or None."""
+    net = network
+    while net is not None:
+        for layer in list(net.layers.values()):
+            out = getattr(layer, "output", None)
+            for d in (out.dims if out is not None else ()):
+                if d.dyn_size is size:
+                    return d
+        net = net.parent_net
+    for data in network.get_root_network().extern_data.data.values():
+        for d in data.dims:
+            if d.dyn_size is size:
+                return d
+    return None
+
+
+class RangeFromLengthLayer(LayerBase):
+    """Sequence lengths [B] in, tf.range(max length) out, over the dim tag with these lengths (new if needed)."""
+
+    layer_class = "range_from_length"
+    recurrent = True
+
+    def __init__(self, dtype="int32", sparse=False, out_spatial_dim=None, **kwargs):
+        super().__init__(**kwargs)
+        src = self.sources[0].output
+        tag = self.output.dims[0]
+        if tag.dyn_size is None:
+            tag.dyn_size = src.placeholder
+        self.output.placeholder = tf.range(tf.reduce_max(src.placeholder), dtype=dtype)
+
+    @classmethod
+    def get_out_data_from_opts(cls, name, network, sources, dtype="int32", sparse=False, out_spatial_dim=None,
+                               **kwargs):
+        if len(sources) != 1:
+            raise ValueError("range_from_length needs exactly one source, got %i" % len(sources))
+        src = sources[0].output
+        if src.dtype not in ("int32", "int64"):
+            raise TypeError("range_from_length: source %r must hold int lengths, got dtype %s" % (
+                sources[0].name, src.dtype))
+        tag = out_spatial_dim
+        if tag is None and src.placeholder is not None:
+            tag = _find_dim_with_size(network, src.placeholder)
+        if tag is None:
+            tag = Dim(None, kind=Dim.Types.Spatial, description="%s:range" % name)
+        return Data(name="%s_output" % name, dims=[tag], dtype=dtype, sparse_dim=tag if sparse else None)
+
+
+class RandIntLayer(LayerBase):
+    """tf.random.uniform ints in [minval, maxval) of the given shape (Dims or ints)."""
+
+    layer_class = "rand_int"
+
+    def __init__(self, shape, maxval, minval=0, dtype="int32", sparse_dim=None, seed=None, **kwargs):
+        super().__init__(**kwargs)
+        sizes = []
+        for d in self.output.dims:
+            if d.is_batch_dim():
+                sizes.append(self.network.get_data_batch_dim())
+            elif d.dimension is not None:
+                sizes.append(d.dimension)
+            else:
+                sizes.append(tf.reduce_max(d.dyn_size))
+        if seed is None:
+            seed = self.network.random_seed_for(self, "rand_int")
+        self.output.placeholder = tf.random.uniform(sizes, minval=minval, maxval=maxval, dtype=dtype, seed=seed)
+
+    @classmethod
+    def transform_config_dict(cls, d, network, get_layer):
+        d.setdefault("from", [])
+        super().transform_config_dict(d, network=network, get_layer=get_layer)
+
+    @classmethod
+    def get_out_data_from_opts(cls, name, shape, maxval, minval=0, dtype="int32", sparse_dim=None, **kwargs):
+        dims = []
+        for i, s in enumerate(shape):
+            if isinstance(s, Dim):
+                dims.append(s)
+            elif isinstance(s, int):
+                dims.append(Dim(s, kind=Dim.Types.Feature if i == len(shape) - 1 else Dim.Types.Spatial,
+                                description="%s:static:%i" % (name, i)))
+            else:
+                raise TypeError("rand_int shape entries must be Dim or int, got %r" % (s,))
+        return Data(name="%s_output" % name, dims=dims, dtype=dtype, sparse_dim=sparse_dim)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# search_sorted
+
+class SearchSortedLayer(LayerBase):
+    """tf.searchsorted of ``values`` in ``sorted_sequence`` along ``axis``; output has the axes of values."""
+
+    layer_class = "search_sorted"
+    recurrent = True
+
+    def __init__(self, sorted_sequence, values, axis="T", side="left", **kwargs):
+        super().__init__(**kwargs)
+        if side not in ("left", "right"):
+            raise ValueError("search_sorted %r: side must be 'left' or 'right', got %r" % (self.name, side))
+        sdata = sorted_sequence.output
+        vdata = values.output
+        a, mapping = self._get_axes(sdata, vdata, axis)
+        s = sdata.placeholder
+        if sdata.dims[a].dyn_size is not None:  # padded frames sort last
+            big = tf.constant(float("inf") if s.dtype.is_floating else s.dtype.max, dtype=s.dtype)
+            s = tf.where(sdata.get_sequence_mask_broadcast(a), s, big)
+        common_v = sorted(mapping.values())  # values axes shared with sorted, in values order
+        inv = {j: i for i, j in mapping.items()}
+        rest_v = [j for j in range(vdata.batch_ndim) if j not in mapping.values()]
+        s = tf.transpose(s, [inv[j] for j in common_v] + [a])
+        v = vdata.placeholder
+        perm_v = common_v + rest_v
+        v = tf.transpose(v, perm_v)
+        vshape = [_dim_size(vdata, j) for j in perm_v]
+        nc = len(common_v)
+        v = tf.reshape(v, vshape[:nc] + [-1])
+        if v.dtype != s.dtype:
+            v = tf.cast(v, s.dtype)
+        # searchsorted wants equal leading dims: broadcast size-1 axes of either side
+        y = tf.searchsorted(s, v, side=side, out_type=tf.int32)
+        y = tf.reshape(y, vshape)
+        self.output.placeholder = tf.transpose(y, np.argsort(perm_v))
+
+    @staticmethod
+    def _get_axes(sdata, vdata, axis):
+        a = sdata.get_axis_from_description(axis)
+        rest = sdata.copy_template_excluding_axis(a)
+        m = rest.find_matching_axes(vdata)
+        missing = [i for i in range(rest.batch_ndim) if i not in m]
+        if missing:
+            raise ValueError("search_sorted: axes %s of sorted_sequence %s are not in values %s" % (
+                [rest.dims[i].short_repr() for i in missing], sdata.short_repr(), vdata.short_repr()))
+        mapping = {(i if i < a else i + 1): j for i, j in m.items()}
+        return a, mapping
+
+    @classmethod
+    def transform_config_dict(cls, d, network, get_layer):
+        d.setdefault("from", [])
+        super().transform_config_dict(d, network=network, get_layer=get_layer)
+        d["sorted_sequence"] = get_layer(d["sorted_sequence"])
+        d["values"] = get_layer(d["values"])
+
+    @classmethod
+    def get_out_data_from_opts(cls, name, sorted_sequence, values, axis="T", **kwargs):
+        cls._get_axes(sorted_sequence.output, values.output, axis)
+        out = values.output.copy_template(name="%s_output" % name)
+        out.dtype = "int32"
+        out.sparse_dim = None
+        return out
+
+    def get_dep_layers(self):
+        return super().get_dep_layers() + [self.kwargs["sorted_sequence"], self.kwargs["values"]] if self.kwargs \
+            else super().get_dep_layers()
+
+
+__all__ = [
+    "WindowLayer", "CumsumLayer", "ShiftAxisLayer", "PrefixInTimeLayer", "PostfixInTimeLayer", "TimeChunkingLayer",
+    "TimeUnChunkingLayer", "PadLayer", "SeqLenMaskLayer", "RangeLayer", "RangeInAxisLayer", "RangeFromLengthLayer",
+    "RandIntLayer", "SearchSortedLayer",
+]
