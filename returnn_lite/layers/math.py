@@ -242,21 +242,28 @@ def _dot_axes(data, desc, what, layer_name):
 
 
 def _dot_plan(name, a, b, red1, red2, var1, var2, add_var2_if_empty):
-    """Resolve the axes of a dot product: (einsum spec, output dims)."""
+    """
+    Resolve the axes of a dot product.
+    :return: einsum spec, output dims, red1 axes, red2 axes, whether a size-1 var2 axis is appended,
+        the output time axis (int, None, or NotSpecified for the default)
+    """
     red1_ = _dot_axes(a, red1, "red1", name)
     red2_ = _dot_axes(b, red2, "red2", name)
-    if len(red1_) != len(red2_):
+    if not red1_ or not red2_ or len(red1_) != len(red2_):
         raise ValueError("dot layer %r: red1 %r gives %i axes of %s but red2 %r gives %i axes of %s" % (
             name, red1, len(red1_), a.short_repr(), red2, len(red2_), b.short_repr()))
     for i, j in zip(red1_, red2_):
         da, db = a.dims[i], b.dims[j]
         if da != db and da.dimension != db.dimension:
             raise ValueError("dot layer %r: reduce axes do not match: %s vs %s" % (name, da, db))
-    var1_ = [i for i in _dot_axes(a, var1, "var1", name) if i not in red1_]
-    var2_ = [i for i in _dot_axes(b, var2, "var2", name) if i not in red2_]
+    var1_ = _dot_axes(a, var1, "var1", name)
+    var2_ = _dot_axes(b, var2, "var2", name)
+    if set(var1_) & set(red1_) or set(var2_) & set(red2_):
+        raise ValueError("dot layer %r: var and red axes overlap (red1 %r, var1 %r, red2 %r, var2 %r)" % (
+            name, red1, var1, red2, var2))
     rest1 = [i for i in range(a.batch_ndim) if i not in red1_ and i not in var1_]
     rest2 = [i for i in range(b.batch_ndim) if i not in red2_ and i not in var2_]
-    # pair shared axes: same tag first, then by order among equal static sizes / batch
+    # pair the shared axes: same tag first, then by order among equal static sizes
     pair = {}
     used = set()
     for i in rest1:
@@ -269,15 +276,19 @@ def _dot_plan(name, a, b, red1, red2, var1, var2, add_var2_if_empty):
         if i in pair:
             continue
         for j in rest2:
-            if j in used:
-                continue
             da, db = a.dims[i], b.dims[j]
-            if da.is_batch_dim() or db.is_batch_dim():
+            if j in used or da.is_batch_dim() or db.is_batch_dim():
                 continue
-            if da.dimension is not None and da.dimension == db.dimension:
+            if da.dimension == db.dimension:
                 pair[i] = j
                 used.add(j)
                 break
+    if len(rest1) != len(rest2) or len(pair) != len(rest1):
+        raise ValueError(
+            "dot layer %r: the remaining (shared) axes do not match: %s of %s vs %s of %s "
+            "(red1 %r, var1 %r, red2 %r, var2 %r)" % (
+                name, [a.dims[i].short_repr() for i in rest1], a.short_repr(),
+                [b.dims[j].short_repr() for j in rest2], b.short_repr(), red1, var1, red2, var2))
     letters = iter("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
     la = [None] * a.batch_ndim
     lb = [None] * b.batch_ndim
@@ -285,16 +296,9 @@ def _dot_plan(name, a, b, red1, red2, var1, var2, add_var2_if_empty):
         la[i] = lb[j] = next(letters)
     out_letters, out_dims = [], []
     for i in rest1:
-        la[i] = next(letters)
-        if i in pair:
-            lb[pair[i]] = la[i]
+        la[i] = lb[pair[i]] = next(letters)
         out_letters.append(la[i])
         out_dims.append(a.dims[i])
-    for j in rest2:
-        if j not in used:
-            lb[j] = next(letters)
-            out_letters.append(lb[j])
-            out_dims.append(b.dims[j])
     for i in var1_:
         la[i] = next(letters)
         out_letters.append(la[i])
@@ -303,46 +307,77 @@ def _dot_plan(name, a, b, red1, red2, var1, var2, add_var2_if_empty):
         lb[j] = next(letters)
         out_letters.append(lb[j])
         out_dims.append(b.dims[j])
-    add_dim = None
+    # the time axis follows the time axis of a (else of b); reduced away -> default
+    inv_pair = {j: i for i, j in pair.items()}
+    time_axis = None
+    ta, tb = a.time_dim_axis, b.time_dim_axis
+    if ta is not None and ta in rest1:
+        time_axis = rest1.index(ta)
+    elif ta is not None and ta in var1_:
+        time_axis = len(rest1) + var1_.index(ta)
+    elif tb is not None and tb in inv_pair:
+        time_axis = rest1.index(inv_pair[tb])
+    elif tb is not None and tb in var2_:
+        time_axis = len(rest1) + len(var1_) + var2_.index(tb)
+    elif ta is not None or tb is not None:
+        time_axis = NotSpecified
+    added = False
     if not var2_ and add_var2_if_empty:
-        add_dim = Dim(1, kind=Dim.Types.Spatial, description="%s:dot:dummy-var2" % name)
-        out_dims.append(add_dim)
+        out_dims.append(Dim(1, kind=Dim.Types.Spatial, description="%s:dot:dummy-var2" % name))
+        added = True
     spec = "%s,%s->%s" % ("".join(la), "".join(lb), "".join(out_letters))
-    return spec, out_dims, red1_, red2_, add_dim is not None
+    return spec, out_dims, red1_, red2_, added, time_axis
+
+
+def _dot_defaults(reduce, red1, red2, var1, var2, add_var2_if_empty):
+    if reduce is not NotSpecified:
+        if red1 is not NotSpecified or red2 is not NotSpecified:
+            raise ValueError("dot: give either 'reduce' or 'red1'/'red2'")
+        red1 = red2 = reduce
+    return (-1 if red1 is NotSpecified else red1, -2 if red2 is NotSpecified else red2,
+            -2 if var1 is NotSpecified else var1, -1 if var2 is NotSpecified else var2,
+            True if add_var2_if_empty is NotSpecified else add_var2_if_empty)
 
 
 class DotLayer(LayerBase):
-    """Dot product of two sources: reduce red1/red2, keep var1/var2, the other axes are shared."""
+    """
+    Dot product of two sources: reduce red1/red2, keep var1/var2, the other axes are shared.
+    Output axes: shared (in the order of the first source), var1, var2. Padded frames of dynamic reduce axes
+    are masked with 0. Defaults as in behavior version 0: red1=-1, red2=-2, var1=-2, var2=-1.
+    """
 
     layer_class = "dot"
 
-    def __init__(self, red1=-1, red2=-2, var1=-2, var2=-1, add_var2_if_empty=True, debug=False, **kwargs):
+    def __init__(self, reduce=NotSpecified, red1=NotSpecified, red2=NotSpecified, var1=NotSpecified,
+                 var2=NotSpecified, add_var2_if_empty=NotSpecified, debug=False, **kwargs):
         super().__init__(**kwargs)
+        red1, red2, var1, var2, add_var2_if_empty = _dot_defaults(reduce, red1, red2, var1, var2, add_var2_if_empty)
         a, b = self.sources[0].output, self.sources[1].output
-        spec, _, red1_, red2_, added = _dot_plan(self.name, a, b, red1, red2, var1, var2, add_var2_if_empty)
-        xa, xb = a, b
-        for d, red in ((0, red1_), (1, red2_)):
-            data = a if d == 0 else b
-            dyn = [i for i in red if data.dims[i].is_dynamic() and data.dims[i].dyn_size is not None]
-            if dyn:
-                masked = data.copy_masked(0.0, axes=dyn)
-                if d == 0:
-                    xa = masked
-                else:
-                    xb = masked
-        y = tf.einsum(spec, xa.placeholder, xb.placeholder)
+        spec, _, red1_, red2_, added, _ = _dot_plan(self.name, a, b, red1, red2, var1, var2, add_var2_if_empty)
+        xa, xb = a.placeholder, b.placeholder
+        dyn_a = [i for i in red1_ if a.dims[i].is_dynamic() and a.dims[i].dyn_size is not None]
+        dyn_b = [j for j in red2_ if b.dims[j].is_dynamic() and b.dims[j].dyn_size is not None]
+        if dyn_a and (not dyn_b or a.batch_ndim <= b.batch_ndim):
+            xa = a.copy_masked(0.0, axes=dyn_a).placeholder
+        elif dyn_b:
+            xb = b.copy_masked(0.0, axes=dyn_b).placeholder
+        y = tf.einsum(spec, xa, xb)
         if added:
             y = tf.expand_dims(y, -1)
         self.output.placeholder = y
 
     @classmethod
-    def get_out_data_from_opts(cls, name, sources, red1=-1, red2=-2, var1=-2, var2=-1, add_var2_if_empty=True,
-                               **kwargs):
+    def get_out_data_from_opts(cls, name, sources, reduce=NotSpecified, red1=NotSpecified, red2=NotSpecified,
+                               var1=NotSpecified, var2=NotSpecified, add_var2_if_empty=NotSpecified, **kwargs):
         if len(sources) != 2:
             raise ValueError("dot layer %r: needs exactly two sources, got %i" % (name, len(sources)))
+        red1, red2, var1, var2, add_var2_if_empty = _dot_defaults(reduce, red1, red2, var1, var2, add_var2_if_empty)
         a, b = sources[0].output, sources[1].output
-        _, dims, _, _, _ = _dot_plan(name, a, b, red1, red2, var1, var2, add_var2_if_empty)
-        return Data(name="%s_output" % name, dims=dims, dtype=a.dtype)
+        _, dims, _, _, _, time_axis = _dot_plan(name, a, b, red1, red2, var1, var2, add_var2_if_empty)
+        out = Data(name="%s_output" % name, dims=dims, dtype=a.dtype if not a.sparse else b.dtype)
+        if time_axis is not NotSpecified and time_axis != out.time_dim_axis:
+            out.time_dim_axis = time_axis
+        return out
 
 
 class WeightedSumLayer(ConcatInputLayer):
@@ -611,13 +646,27 @@ class VariableLayer(LayerBase):
 
     layer_class = "variable"
 
-    def __init__(self, shape, dtype="float32", add_batch_axis=False, add_time_axis=False, trainable=True, init=0,
-                 init_by_layer=None, **kwargs):
+    def __init__(self, shape, dtype="float32", add_batch_axis=False, add_time_axis=False, trainable=True, init=None,
+                 init_by_layer=None, param_name=None, non_critical_for_restore=False, **kwargs):
         super().__init__(trainable=trainable, **kwargs)
-        shape = tuple(int(d.dimension) if isinstance(d, Dim) else int(d) for d in shape)
+        if self.sources:
+            raise ValueError("variable layer %r: does not take sources" % self.name)
+        self.init_by_layer = init_by_layer
+        dims = list(self.output.dims)
+        if add_batch_axis:
+            dims = dims[1:]
+        if add_time_axis:
+            dims = dims[1:]
+        shape = tuple(d.dimension for d in dims)
         if init_by_layer is not None:
-            init = init_by_layer
-        var = self.create_param(self.name.split("/")[-1], shape, init, dtype=dtype, trainable=trainable)
+            base = Data(name=self.output.name, dims=dims, dtype=dtype)
+            init_value = init_by_layer.output.copy_compatible_to(base).placeholder
+
+            def init(*_args, **_kwargs):
+                return tf.cast(init_value, dtype)
+        elif init is None:
+            init = 0
+        var = self.create_param(param_name or self.name, shape, init, dtype=dtype, trainable=trainable)
         x = tf.convert_to_tensor(var)
         if add_time_axis:
             x = tf.expand_dims(x, 0)
@@ -625,6 +674,9 @@ class VariableLayer(LayerBase):
             x = tf.expand_dims(x, 0)
             x = tf.tile(x, [self.network.get_data_batch_dim()] + [1] * (x.shape.rank - 1))
         self.output.placeholder = x
+
+    def get_dep_layers(self):
+        return super().get_dep_layers() + ([self.init_by_layer] if self.init_by_layer is not None else [])
 
     @classmethod
     def transform_config_dict(cls, d, network, get_layer):
@@ -659,17 +711,17 @@ class AccumulateMeanLayer(ReduceLayer):
     def __init__(self, exp_average, axes="bt", initial_value=None, is_prob_distribution=None, **kwargs):
         super().__init__(mode="mean", axes=axes, keep_dims=False, **kwargs)
         out = self.output
+        if out.have_batch_axis() or any(d is None for d in out.batch_shape):
+            raise ValueError("accumulate_mean layer %r: the output %s must have a fixed shape without batch axis "
+                             "(axes %r must contain batch and time)" % (self.name, out.short_repr(), axes))
         if initial_value is None:
-            initial_value = 1.0 / out.dim if is_prob_distribution and out.dim else 0.0
-        shape = tuple(out.batch_shape)
-        var = self.create_param("mean_1", shape, initial_value, dtype=out.dtype, trainable=False)
-        cur = self.output.placeholder
-
-        def train():
-            new = tf1.assign_add(var, (cur - var) * exp_average)
-            return tf.convert_to_tensor(new)
-
-        self.output.placeholder = self.network.cond_on_train(train, lambda: tf.convert_to_tensor(var))
+            initial_value = 1.0 / out.batch_shape[0] if is_prob_distribution and len(out.batch_shape) == 1 else 0.0
+        # The running mean is a param (named as the original's, whose "mean" name collides with an op);
+        # its exponential-average update belongs to the updater (custom update with the current mean).
+        var = self.create_param("mean_1", tuple(out.batch_shape), initial_value, dtype=out.dtype, trainable=False)
+        self.current_mean = self.output.placeholder
+        self.exp_average = exp_average
+        self.output.placeholder = tf.convert_to_tensor(var)
 
     @classmethod
     def get_out_data_from_opts(cls, name, sources, axes="bt", **kwargs):

@@ -1,0 +1,140 @@
+"""
+Math / reduction layers (returnn_lite/layers/math.py): output templates and dim tags, masking of padded
+frames, values against numpy, and the error for a missing reduce axis.
+"""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from returnn_lite.extern_data import ExternData
+from returnn_lite.network import NetworkLayerException, TFNetwork
+
+tf1 = tf.compat.v1
+
+LENS = np.array([7, 5, 4], "int32")
+RNG = np.random.RandomState(3)
+
+
+def _net(extern, net_dict, train_flag=False):
+    net = TFNetwork(extern_data=ExternData(extern), train_flag=train_flag)
+    net.construct_from_dict(net_dict)
+    return net
+
+
+def _run(net, fetch, **arrays):
+    feed = {}
+    for key, value in arrays.items():
+        data = net.extern_data.get_data(key)
+        feed[data.placeholder] = value
+        for _, size in data.size_placeholder.items():
+            feed[size] = LENS
+    with tf1.Session(graph=tf1.get_default_graph()) as session:
+        net.initialize_params(session)
+        return session.run(fetch, feed_dict=feed)
+
+
+@pytest.fixture(autouse=True)
+def _graph():
+    with tf.Graph().as_default():
+        yield
+
+
+def _mask(t=7):
+    return np.arange(t)[None, :] < LENS[:, None]  # [B,T]
+
+
+def test_reduce_templates_and_masking():
+    x = RNG.randn(3, 7, 5).astype("float32")
+    net = _net({"data": {"dim": 5}}, {
+        "sum_t": {"class": "reduce", "mode": "sum", "axis": "T", "from": "data", "is_output_layer": True},
+        "max_t": {"class": "reduce", "mode": "max", "axis": "T", "from": "data", "is_output_layer": True},
+        "mean_bt": {"class": "reduce", "mode": "mean", "axes": ["B", "T"], "from": "data", "is_output_layer": True},
+        "mean_f": {"class": "reduce", "mode": "mean", "axis": "F", "keep_dims": True, "from": "data",
+                   "is_output_layer": True},
+        "argmax_f": {"class": "reduce", "mode": "argmax", "axis": "F", "from": "data", "is_output_layer": True},
+    })
+    data = net.extern_data.get_data("data")
+    sum_t = net.get_layer("sum_t").output
+    assert sum_t.batch_shape == (None, 5) and sum_t.time_dim_axis is None and sum_t.feature_dim_axis == 1
+    assert sum_t.dims[1] is data.dims[2]  # the feature tag is kept
+    mean_f = net.get_layer("mean_f").output
+    assert mean_f.batch_shape == (None, None, 1) and mean_f.dims[1] is data.dims[1]
+    argmax = net.get_layer("argmax_f").output
+    assert argmax.dtype == "int32" and argmax.sparse and argmax.sparse_dim is data.dims[2]
+    assert net.get_layer("mean_bt").output.batch_shape == (5,)
+    names = ["sum_t", "max_t", "mean_bt", "mean_f", "argmax_f"]
+    res = _run(net, [net.get_layer(n).output.placeholder for n in names], data=x)
+    m = _mask()[:, :, None]
+    np.testing.assert_allclose(res[0], np.where(m, x, 0).sum(1), rtol=1e-5)
+    np.testing.assert_allclose(res[1], np.where(m, x, -np.inf).max(1), rtol=1e-5)
+    np.testing.assert_allclose(res[2], x[_mask()].mean(0), rtol=1e-5)
+    np.testing.assert_allclose(res[3], x.mean(2, keepdims=True), rtol=1e-5)
+    np.testing.assert_array_equal(res[4], x.argmax(2))
+
+
+def test_reduce_missing_axis_names_layer_and_axis():
+    with pytest.raises(NetworkLayerException) as exc:
+        _net({"data": {"shape": (None, 5), "time_dim_axis": None, "batch_dim_axis": 0, "feature_dim_axis": 2}}, {
+            "output": {"class": "reduce", "mode": "sum", "axis": "stag:nonexisting", "from": "data"}})
+    msg = str(exc.value)
+    assert "output" in msg and "stag:nonexisting" in msg
+
+
+def test_dot_self_attention_energy_and_softmax_over_spatial():
+    x = RNG.randn(3, 7, 4).astype("float32")
+    net = _net({"data": {"dim": 4}}, {
+        "energy": {"class": "dot", "from": ["data", "data"], "red1": "F", "red2": "F", "var1": "T", "var2": "T"},
+        "output": {"class": "softmax_over_spatial", "from": "energy", "energy_factor": 0.5},
+    })
+    energy = net.get_layer("energy").output
+    assert energy.batch_shape == (None, None, None)
+    out = net.get_layer("output").output
+    assert out.time_dim_axis == 2 and out.feature_dim_axis == 1
+    e, y = _run(net, [energy.placeholder, out.placeholder], data=x)
+    ref_e = np.einsum("bqf,bkf->bqk", x, x)
+    valid = _mask()
+    for b in range(3):
+        n = LENS[b]
+        np.testing.assert_allclose(e[b, :n, :n], ref_e[b, :n, :n], rtol=1e-4, atol=1e-5)
+        # softmax over the first T axis (moved last), masked by the seq lens
+        logits = 0.5 * ref_e[b, :n, :n].T  # [k, q]
+        p = np.exp(logits - logits.max(-1, keepdims=True))
+        p /= p.sum(-1, keepdims=True)
+        np.testing.assert_allclose(y[b, :n, :n], p, rtol=1e-4, atol=1e-5)
+        assert np.all(y[b, :n, n:] == 0.0)
+    assert valid.shape == (3, 7)
+
+
+def test_variable_and_gating_templates():
+    net = _net({"data": {"dim": 6}}, {
+        "var": {"class": "variable", "shape": (2, 3), "init": 1.5, "is_output_layer": True},
+        "var_b": {"class": "variable", "shape": (3,), "add_batch_axis": True, "add_time_axis": True,
+                  "is_output_layer": True},
+        "output": {"class": "gating", "activation": "tanh", "from": "data"},
+    })
+    var = net.get_layer("var")
+    assert var.output.batch_shape == (2, 3) and var.output.feature_dim_axis == 1
+    assert [p.op.name for p in var.params.values()] == ["var/var"]
+    vb = net.get_layer("var_b").output
+    assert vb.batch_shape == (None, 1, 3) and vb.batch_dim_axis == 0
+    assert net.get_layer("output").output.dim == 3
+    x = RNG.randn(3, 7, 6).astype("float32")
+    v, g = _run(net, [var.output.placeholder, net.get_layer("output").output.placeholder], data=x)
+    np.testing.assert_allclose(v, np.full((2, 3), 1.5))
+    np.testing.assert_allclose(g, np.tanh(x[..., :3]) / (1 + np.exp(-x[..., 3:])), rtol=1e-5, atol=1e-6)
+
+
+def test_top_k_indices_sub_layer():
+    net = _net({"data": {"dim": 5}}, {
+        "top": {"class": "top_k", "axis": "F", "k": 2, "from": "data"},
+        "output": {"class": "copy", "from": "top/indices"},
+    })
+    top = net.get_layer("top").output
+    idx = net.get_layer("output").output
+    assert top.batch_shape == (None, None, 2) and top.feature_dim_axis is None
+    assert idx.sparse and idx.dim == 5
+    x = RNG.randn(3, 7, 5).astype("float32")
+    v, i = _run(net, [top.placeholder, idx.placeholder], data=x)
+    np.testing.assert_allclose(v, -np.sort(-x, axis=-1)[..., :2], rtol=1e-6)
+    np.testing.assert_array_equal(i, np.argsort(-x, axis=-1)[..., :2])
