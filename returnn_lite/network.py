@@ -127,7 +127,11 @@ class TFNetwork:
         return ""
 
     def get_absolute_name_scope_prefix(self):
-        return self.get_absolute_name_prefix()
+        """Like get_absolute_name_prefix, each part as TF scope name (see get_valid_scope_name_from_str)."""
+        from .util import get_valid_scope_name_from_str
+
+        parts = self.get_absolute_name_prefix().split("/")
+        return "/".join(get_valid_scope_name_from_str(p) if p else p for p in parts)
 
     def __repr__(self):
         return "<TFNetwork %r train=%s>" % (self.get_absolute_name_prefix() or "root", self.train_flag)

@@ -45,3 +45,15 @@ def as_list(x):
     if isinstance(x, (list, tuple)):
         return list(x)
     return [x]
+
+
+def get_valid_scope_name_from_str(s):
+    """
+    The TF scope name the original uses for a layer name: ':', '(', ')' and '-' become '__' (e.g. layer
+    'center-output' has the param 'center__output/W'); an invalid first char c becomes '.<ord(c)>.'.
+    """
+    for c in (":", "(", ")", "-"):
+        s = s.replace(c, "__")
+    if s[:1] in ("_", "\\", "/"):
+        s = (".%i." % ord(s[0])) + s[1:]
+    return s

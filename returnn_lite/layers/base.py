@@ -11,7 +11,7 @@ import tensorflow as tf
 
 from ..data import Data, Dim
 from ..initializers import get_initializer
-from ..util import NotSpecified, as_list, did_you_mean
+from ..util import NotSpecified, as_list, did_you_mean, get_valid_scope_name_from_str
 
 tf1 = tf.compat.v1
 
@@ -67,6 +67,7 @@ class LayerBase:
                 self.layer_class, name, "s" if len(bad) > 1 else "", ", ".join(repr(k) for k in bad)))
         self.name = name
         self.network = network
+        self.use_batch_norm = batch_norm  # True or dict of batch_norm options; applied in post_init
         self.output = output
         self.n_out = n_out
         self.out_type = out_type
@@ -110,7 +111,12 @@ class LayerBase:
         loss_scale = d.pop("loss_scale", 1.0)
         d.pop("loss_only_on_non_search", None)
         if loss_name and not d.get("target"):
-            d["target"] = network.extern_data.default_target
+            from ..losses import get_loss_class
+
+            # losses without need_target (as_is, via_layer, ...) get no default target
+            default_target = get_loss_class(loss_name).get_default_target(network.extern_data)
+            if default_target:
+                d["target"] = default_target
         target = d.get("target")
         if target and isinstance(target, str) and target.startswith("layer:"):
             d["_target_layers"] = {target: get_layer(target[len("layer:"):])}
@@ -130,6 +136,13 @@ class LayerBase:
                 tdata = cls._static_get_target_data(target, network, d.get("_target_layers"))
                 if tdata is not None and tdata.dim is not None:
                     d["n_out"] = loss_class.get_auto_output_layer_dim(tdata.feature_dim).dimension
+        elif (target and isinstance(target, str) and not target.startswith("layer:")
+              and d.get("n_out", NotSpecified) is NotSpecified and "out_type" not in d
+              and target in network.extern_data.data):
+            # as the original: n_out is guessed from the target also without a loss (e.g. a softmax in a rec unit)
+            tdata = network.get_extern_data(target)
+            if tdata.dim is not None:
+                d["n_out"] = tdata.dim
         for key in ("initial_output",):
             v = d.get(key)
             if isinstance(v, str) and v not in ("zeros", "ones", "var", "keep_over_epoch",
@@ -190,7 +203,7 @@ class LayerBase:
     @contextlib.contextmanager
     def var_creation_scope(self):
         """Variable scope with the layer's absolute name, so params get the original's names (e.g. output/W)."""
-        scope_name = self.get_absolute_name_scope_prefix() + self.name
+        scope_name = self.get_absolute_name_scope_prefix() + self.tf_scope_name
         if self.reuse_params is not None:
             scope_name = self.reuse_params.get_scope_name(self) or scope_name
         scope = tf1.VariableScope(reuse=tf1.AUTO_REUSE, name=scope_name)
@@ -199,6 +212,11 @@ class LayerBase:
 
     def get_absolute_name_scope_prefix(self):
         return self.network.get_absolute_name_scope_prefix()
+
+    @property
+    def tf_scope_name(self):
+        """The layer name as TF scope (param names), e.g. 'center__output' for the layer 'center-output'."""
+        return get_valid_scope_name_from_str(self.name)
 
     def get_absolute_name(self):
         return self.network.get_absolute_name_prefix() + self.name
@@ -219,7 +237,7 @@ class LayerBase:
 
     def add_param(self, param, custom_update=None, trainable=None, saveable=None, axes_split_info=None):
         name = param.op.name
-        prefix = self.get_absolute_name_scope_prefix() + self.name + "/"
+        prefix = self.get_absolute_name_scope_prefix() + self.tf_scope_name + "/"
         key = name[len(prefix):] if name.startswith(prefix) else name.split("/")[-1]
         self.params[key] = param
         return param
@@ -235,7 +253,8 @@ class LayerBase:
     def get_constraints_value(self):
         c = []
         if self.L2:
-            c += [self.L2 * tf.nn.l2_loss(p) for p in self.params.values() if p.dtype.is_floating]
+            # the original: L2 * sum of squares (2 * tf.nn.l2_loss) over the layer's params
+            c += [self.L2 * 2.0 * tf.nn.l2_loss(p) for _, p in sorted(self.params.items()) if p.dtype.is_floating]
         if self.darc1:
             c.append(self.darc1 * self._darc1_value())
         if self.spatial_smoothing:
@@ -245,15 +264,44 @@ class LayerBase:
         return tf.add_n(c) if len(c) > 1 else c[0]
 
     def _darc1_value(self):
-        x = self.output.copy_as_batch_major()
-        xt = tf.abs(x.copy_masked(0.0).placeholder)
-        s = tf.reduce_sum(xt, axis=[i for i in range(x.batch_ndim) if i != x.feature_dim_axis and i != 0])
+        """DARC1: max over the feature dim of the sum of |x| over all frames (x before the activation if known)."""
+        owa = getattr(self, "output_before_activation", None)
+        x = owa.data if owa is not None and owa.data.placeholder is not None else self.output
+        if x.have_time_axis():
+            x = x.copy_masked(0.0, axes=[x.time_dim_axis])
+        xt = tf.abs(x.placeholder)
+        s = tf.reduce_sum(xt, axis=[i for i in range(x.batch_ndim) if i != x.feature_dim_axis])
         return tf.reduce_max(s)
 
     def _spatial_smoothing_value(self):
-        x = self.output.copy_as_batch_major().copy_with_feature_last().placeholder
-        d = x[..., 1:] - x[..., :-1]
-        return tf.reduce_sum(tf.square(d))
+        """
+        Energy of the high-pass filtered output, each frame's features seen as a w x h image (w*h = dim, w the
+        largest divisor <= sqrt(dim)): circular padding, filter 1 in the center, -1/8 around; summed over frames.
+        """
+        import math
+
+        out = self.output.copy_with_feature_last()
+        dim = out.dim
+        w = int(math.sqrt(dim))
+        while dim % w:
+            w -= 1
+        h = dim // w
+        if w < 3 or h < 3:
+            raise ValueError("layer %r: spatial_smoothing needs a feature dim that is a w*h image with w,h >= 3, "
+                             "got dim %r" % (self.name, dim))
+        x = tf.reshape(out.placeholder, [-1, w, h, 1])
+        x = tf.concat([x[:, -1:], x, x[:, :1]], axis=1)
+        x = tf.concat([x[:, :, -1:], x, x[:, :, :1]], axis=2)
+        s = 1.0 / 8.0
+        filt = tf.constant([[-s, -s, -s], [-s, 1.0, -s], [-s, -s, -s]], dtype=x.dtype)[:, :, None, None]
+        y = tf.nn.conv2d(x, filt, strides=[1, 1, 1, 1], padding="VALID")
+        energy = tf.reduce_sum(tf.square(y), axis=[1, 2, 3])
+        energy = tf.reshape(energy, tf.shape(out.placeholder)[:-1])
+        frames = out.copy_template_excluding_axis(out.feature_dim_axis)
+        frames.placeholder = energy
+        if frames.have_time_axis():
+            frames = frames.copy_masked(0.0, axes=[frames.time_dim_axis])
+        return tf.reduce_sum(frames.placeholder)
 
     def get_losses_initialized(self, reduce_func=None):
         return []
@@ -276,7 +324,11 @@ class LayerBase:
         return None
 
     def post_init(self, layer_desc):
-        pass
+        if self.use_batch_norm:  # the ``batch_norm`` option of every layer (see layers/norm.py)
+            from .norm import apply_batch_norm
+
+            opts = self.use_batch_norm if isinstance(self.use_batch_norm, dict) else {}
+            self.output.placeholder = apply_batch_norm(self, self.output, **opts)
 
     @classmethod
     def get_rec_initial_extra_outputs(cls, **kwargs):
@@ -321,7 +373,7 @@ class _ReuseParams:
 
     def get_scope_name(self, layer):
         if self.layer is not None:
-            return self.layer.get_absolute_name_scope_prefix() + self.layer.name
+            return self.layer.get_absolute_name_scope_prefix() + self.layer.tf_scope_name
         return None
 
     def get_variable(self, layer, name, shape):

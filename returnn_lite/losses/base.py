@@ -54,7 +54,8 @@ class Loss:
         self.output = None
         self.output_with_activation = None
         self.target = None
-        self.output_flat = None
+        self._output_flat = None
+        self._output_flat_fn = None
         self.output_before_softmax_flat = None
         self.target_flat = None
         self.output_seq_lens = None
@@ -62,6 +63,7 @@ class Loss:
         self.loss_norm_factor = None
         self.num_frames = None
         self._flat_mask = None
+        self._flat_done = False
 
     @classmethod
     def transform_config_dict(cls, d, network, get_layer):
@@ -87,39 +89,94 @@ class Loss:
                     self.class_name, out.dim, layer.name, target.name, target.dim))
 
     def init_by_layer(self, layer, layer_output_template=None):
-        output = layer.output if layer_output_template is None else layer_output_template
-        if layer_output_template is not None and layer_output_template.placeholder is None:
-            output = layer.output
-        target = layer._get_target_value() if self.need_target and layer.target else None
+        output = layer.output
+        if (layer_output_template is not None and layer_output_template.placeholder is not None
+                and layer_output_template.have_time_axis() and not output.have_time_axis()):
+            output = layer_output_template  # e.g. a layer inside a rec loop: the accumulated frames
+        if layer is self.layer and output is self.output:
+            return
+        target = layer._get_target_value() if layer.target else None
         self.init(output=output, output_with_activation=getattr(layer, "output_before_activation", None),
                   target=target, layer=layer)
 
+    @classmethod
+    def get_default_target(cls, extern_data):
+        """The target used when the layer sets none: the default target if this loss needs one."""
+        return extern_data.default_target if cls.need_target else None
+
+    @property
+    def output_flat(self):
+        """[frames,...] output (computed on first use when the loss got the logits of a softmax)."""
+        if self._output_flat is None and self._output_flat_fn is not None:
+            self._output_flat = self._output_flat_fn()
+        return self._output_flat
+
+    @output_flat.setter
+    def output_flat(self, value):
+        self._output_flat = value
+        self._output_flat_fn = None
+
     def init(self, output, output_with_activation=None, target=None, layer=None):
-        """Flattens output and target over (batch, time) frames and sets the normalization factor."""
+        """
+        Flattens output and target over (batch, time) frames and sets the normalization factor:
+        1 / sum of the target lengths (output lengths without target), 1 / batch without time axis.
+        With the softmax activation, ``output_before_softmax_flat`` holds the flat logits.
+        """
         self.layer = layer
-        self.output = output
-        self.output_with_activation = output_with_activation
-        self.target = target
         with tf.name_scope("loss_init"):
-            if output.have_time_axis():
+            if output.feature_dim_axis is not None and output.feature_dim_axis != output.batch_ndim - 1:
+                if output_with_activation is not None:
+                    output_with_activation = output_with_activation.__class__(
+                        output_with_activation.data.copy_with_feature_last(), output_with_activation.act_name)
+                output = output.copy_with_feature_last()
+            self.output = output
+            self.output_with_activation = output_with_activation
+            self.target = target
+            self.output_flat = None
+            self.output_before_softmax_flat = None
+            self.target_flat = None
+            self.output_seq_lens = None
+            self.target_seq_lens = None
+            if output.have_time_axis() and output.have_batch_axis():
                 self.output_seq_lens = output.get_sequence_lengths()
                 self.num_frames = tf.reduce_sum(self.output_seq_lens)
+                if target is not None and target.have_time_axis():
+                    self.target_seq_lens = target.get_sequence_lengths()
+                    self.num_frames = tf.reduce_sum(self.target_seq_lens)
+            elif output.have_batch_axis():
+                self.num_frames = tf.shape(output.placeholder)[output.batch_dim_axis]
             else:
-                self.num_frames = self.base_network.get_data_batch_dim() if output.have_batch_axis() else 1
-            if target is not None and target.have_time_axis():
-                self.target_seq_lens = target.get_sequence_lengths()
-            if self.use_flatten_frames and not self.recurrent:
-                self.output_flat = self._flatten(output)
-                if output_with_activation is not None:
-                    self.output_before_softmax_flat = self._flatten(output_with_activation.data)
-                if target is not None:
-                    self.target_flat = self._flatten(target, like=output)
+                self.num_frames = 1
+            self._flat_done = False
+            if not self.recurrent or not self.use_flatten_frames:
+                self._init_flat()
             self.loss_norm_factor = self._norm_factor()
+            self._check_init()
+
+    def _init_flat(self):
+        """Sets output_flat (or output_before_softmax_flat for a softmax output) and target_flat."""
+        if self._flat_done:
+            return
+        self._flat_done = True
+        output, owa, target = self.output, self.output_with_activation, self.target
+        if owa is not None and owa.act_name == "softmax":
+            self.output_before_softmax_flat = logits = self._flatten(owa.data)
+            self._output_flat = None
+            self._output_flat_fn = lambda: tf.nn.softmax(logits)
+        else:
+            self.output_flat = self._flatten(output)
+        if target is not None:
+            self.target_flat = self._flatten(target)
+
+    def _check_init(self):
+        """Checks after init (overwritten by losses with other requirements)."""
 
     def _norm_factor(self):
         if self.custom_norm_factor is not None:
             v = self.custom_norm_factor
-            return v(self) if callable(v) else v
+            if callable(v):
+                return v(self=self, output=self.output, layer=self.layer)
+            return v
         if self.custom_inv_norm_factor is not None:
             inv = self.custom_inv_norm_factor
             return 1.0 / tf.cast(tf.reduce_sum(inv.output.placeholder) if hasattr(inv, "output") else inv, tf.float32)
@@ -127,16 +184,45 @@ class Loss:
             return 1.0 / self.num_frames
         return 1.0 / tf.cast(self.num_frames, tf.float32)
 
-    def _flatten(self, data, like=None):
-        """[B,T,...] -> [frames,...] keeping only frames within the sequence lengths (batch-major order)."""
-        data = data.copy_as_batch_major() if data.have_batch_axis() else data
-        if not data.have_time_axis() or not data.have_batch_axis():
+    def _flatten(self, data):
+        """
+        [B,T,...] -> [frames,...]. With use_flatten_frames: only the frames within the sequence lengths, in
+        batch-major order. Without: all B*T frames merged in the order of self.output (batch- or time-major).
+        """
+        if not data.have_batch_axis() or not data.have_time_axis():
             return data.placeholder
-        data = data.copy_with_time_dim_axis(1)
-        mask = data.get_sequence_mask()
-        return tf.boolean_mask(data.placeholder, mask)
+        if not self.use_flatten_frames:
+            if self.output.is_time_major():
+                data = data.copy_as_batch_major().copy_as_time_major()
+            else:
+                data = data.copy_as_batch_major().copy_with_time_dim_axis(1)
+            x = data.placeholder
+            shape = [data.get_dim(i) for i in range(data.batch_ndim)]
+            if all(isinstance(d, int) for d in shape[2:]):
+                rest = shape[2:]
+            else:
+                rest = [tf.shape(x)[i] for i in range(2, data.batch_ndim)]
+            return tf.reshape(x, [-1] + rest)
+        data = data.copy_as_batch_major().copy_with_time_dim_axis(1)
+        return tf.boolean_mask(data.placeholder, data.get_sequence_mask())
+
+    def _reduce_batch_time(self):
+        """Whether the loss frames are the merged (not masked) B*T frames, so reduce_func has to mask them."""
+        return (not self.use_flatten_frames and not self.recurrent and self.output is not None
+                and self.output.have_time_axis() and self.output.have_batch_axis())
+
+    def _merged_frames_mask(self):
+        """[B*T] (or [T*B] for time-major output) bool mask of the merged frames."""
+        out = self.output.copy_as_batch_major()
+        out = out.copy_as_time_major() if self.output.is_time_major() else out.copy_with_time_dim_axis(1)
+        return tf.reshape(out.get_sequence_mask(), [-1])
 
     def reduce_func(self, loss):
+        """Sum over all frames (padded frames masked out first when the frames were merged, not flattened)."""
+        if self._reduce_batch_time():
+            if loss.shape.rank > 1:
+                loss = tf.reduce_sum(loss, axis=list(range(1, loss.shape.rank)))
+            loss = tf.where(self._merged_frames_mask(), loss, tf.zeros_like(loss))
         return tf.reduce_sum(loss)
 
     def reduce_to_batch(self, loss, normalize):
@@ -168,7 +254,11 @@ class Loss:
 
     def _frame_error(self, output_flat=None):
         """Sum of frames where argmax(output) != sparse target."""
-        output_flat = self.output_flat if output_flat is None else output_flat
+        self._init_flat()
+        if output_flat is None:
+            output_flat = self.output_before_softmax_flat
+            if output_flat is None:
+                output_flat = self.output_flat
         if self.target is None or not self.target.sparse:
             target_idx = tf.argmax(self.target_flat, axis=-1, output_type=tf.int32)
         else:

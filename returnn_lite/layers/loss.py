@@ -1,0 +1,258 @@
+"""
+Loss-related layers: loss (a Loss computed as a layer, with sub-layers loss/error), edit_distance,
+ctc_loss, sparse_softmax_cross_entropy_with_logits.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from ..data import Data
+from .base import InternalLayer, LayerBase
+
+_NO_DEFAULT = object()
+
+
+def _identity(x):
+    return x
+
+
+class LossLayer(LayerBase):
+    """
+    Computes the Loss ``loss_`` (with options ``loss_opts_``) of its single source against ``target_`` as a layer:
+    per frame (no reduction, frames not flattened), the source's shape without its feature axis. With
+    ``use_error``, the output is the loss error instead of the value. Sub-layers ``NAME/loss`` and ``NAME/error``.
+    It does not count as a training loss itself (use e.g. ``"loss": "as_is"`` on it for that).
+    """
+
+    layer_class = "loss"
+    recurrent = True
+
+    def __init__(self, loss_, target_=None, use_error=False, **kwargs):
+        super().__init__(**kwargs)
+        if len(self.sources) != 1:
+            raise ValueError("loss layer %r: needs exactly one source, got %i" % (self.name, len(self.sources)))
+        source = self.sources[0]
+        self.loss_ = loss_
+        self.target_ = target_
+        self.use_error = use_error
+        loss_.reduce_func = _identity
+        loss_.use_flatten_frames = False
+        with tf.name_scope("loss"):
+            loss_.init(output=source.output, output_with_activation=getattr(source, "output_before_activation", None),
+                       target=target_.output if target_ is not None else None, layer=source)
+            self.loss_value = self._make_output_value(loss_.get_value())
+            self.error_value = self._make_output_value(loss_.get_error())
+        if use_error:
+            if self.error_value is None:
+                raise ValueError("loss layer %r: loss %r defines no error (use_error=True)" % (
+                    self.name, loss_.class_name))
+            self.output.placeholder = self.error_value
+        else:
+            if self.loss_value is None:
+                raise ValueError("loss layer %r: loss %r defines no value (use use_error=True)" % (
+                    self.name, loss_.class_name))
+            self.output.placeholder = self.loss_value
+
+    def _make_output_value(self, value):
+        """Per-frame value [B*T] (merged in the source's order) or [B] -> the source's shape without feature axis."""
+        if value is None:
+            return None
+        value = tf.cast(value, tf.float32)
+        if value.shape.rank != 1:
+            raise ValueError("loss layer %r: loss %r gives a value of rank %r, expected one value per frame" % (
+                self.name, self.loss_.class_name, value.shape.rank))
+        src = self.sources[0].output
+        shape = [src.get_dim(i) for i in range(src.batch_ndim) if i != src.feature_dim_axis]
+        return tf.reshape(value, shape)
+
+    def get_sub_layer(self, layer_name):
+        if layer_name not in ("loss", "error"):
+            raise ValueError("loss layer %r: invalid sub layer %r (only 'loss' or 'error')" % (self.name, layer_name))
+        value = self.loss_value if layer_name == "loss" else self.error_value
+        if value is None:
+            raise ValueError("loss layer %r: %s not defined for loss %r" % (self.name, layer_name,
+                                                                            self.loss_.class_name))
+        sub_name = "%s/%s" % (self.name, layer_name)
+        out = self.output.copy_template(name="%s_output" % sub_name)
+        out.placeholder = value
+        return InternalLayer(name=sub_name, network=self.network, output=out)
+
+    @classmethod
+    def get_sub_layer_out_data_from_opts(cls, layer_name, parent_layer_kwargs):
+        if layer_name not in ("loss", "error"):
+            return None
+        return cls.get_out_data_from_opts(**parent_layer_kwargs), parent_layer_kwargs["network"], InternalLayer
+
+    def get_dep_layers(self):
+        deps = super().get_dep_layers()
+        if self.target_ is not None:
+            deps.append(self.target_)
+        return deps
+
+    @classmethod
+    def transform_config_dict(cls, d, network, get_layer):
+        super().transform_config_dict(d, network=network, get_layer=get_layer)
+        from ..losses import get_loss_class
+
+        loss_name = d.pop("loss_", None)
+        if not loss_name:
+            raise ValueError("loss layer: option 'loss_' (the loss class name, e.g. 'ce') is required")
+        loss_class = get_loss_class(loss_name)
+        if "target_" not in d:
+            target = loss_class.get_default_target(network.extern_data)
+            if target:
+                d["target_"] = target
+        target = d.get("target_")
+        if target:
+            if isinstance(target, str):
+                if target.startswith("layer:"):
+                    d["target_"] = get_layer(target[len("layer:"):])
+                else:
+                    network.get_extern_data(target, mark_data_key_as_used=True)
+                    d["target_"] = get_layer("data:%s" % target)
+        else:
+            d["target_"] = None
+        opts = dict(d.pop("loss_opts_", None) or {})
+        loss_class.transform_config_dict(opts, network=network, get_layer=get_layer)
+        d["loss_"] = loss_class(base_network=network, **opts)
+
+    @classmethod
+    def get_out_data_from_opts(cls, name, sources=(), target_=None, **kwargs):
+        if len(sources) != 1:
+            raise ValueError("loss layer %r: needs exactly one source, got %i" % (name, len(sources)))
+        out = sources[0].output.copy_template(name="%s_output" % name)
+        if out.sparse:
+            out.sparse_dim = None
+        elif out.have_feature_axis():
+            out = out.copy_template_excluding_axis(out.feature_dim_axis)
+        out.dtype = "float32"
+        return out
+
+
+def _sparse_from_dense(data):
+    """Batch-major [B,T] labels of data as SparseTensor (int32) using its sequence lengths."""
+    from ..losses.ctc import sparse_labels
+
+    data = data.copy_as_batch_major()
+    return sparse_labels(data.placeholder, data.get_sequence_lengths())
+
+
+class EditDistanceLayer(LayerBase):
+    """Levenshtein distance per sequence between the label sequences ``a`` and ``b``: [B] int32."""
+
+    layer_class = "edit_distance"
+    recurrent = True
+
+    def __init__(self, a, b, **kwargs):
+        super().__init__(**kwargs)
+        self.a, self.b = a, b
+        dist = tf.edit_distance(_sparse_from_dense(a.output), _sparse_from_dense(b.output), normalize=False)
+        self.output.placeholder = tf.cast(tf.round(dist), tf.int32)
+
+    def get_dep_layers(self):
+        return super().get_dep_layers() + [self.a, self.b]
+
+    @classmethod
+    def transform_config_dict(cls, d, network, get_layer):
+        d.setdefault("from", [])
+        super().transform_config_dict(d, network=network, get_layer=get_layer)
+        for key in ("a", "b"):
+            if key not in d:
+                raise ValueError("edit_distance layer: option %r is required" % key)
+            d[key] = get_layer(d[key])
+
+    @classmethod
+    def get_out_data_from_opts(cls, name, a, b, **kwargs):
+        for layer in (a, b):
+            out = layer.output
+            if not out.sparse or not out.have_time_axis() or out.batch_ndim != 2:
+                raise ValueError("edit_distance layer %r: %r must be sparse labels [B,T], got %s" % (
+                    name, layer.name, out.short_repr()))
+        batch = a.output.dims[a.output.batch_dim_axis]
+        return Data(name="%s_output" % name, dims=[batch], dtype="int32")
+
+
+class CtcLossLayer(LayerBase):
+    """CTC loss per sequence ([B] float32) of ``logits`` [B,T,N] (unnormalized) against sparse ``targets``."""
+
+    layer_class = "ctc_loss"
+    recurrent = True
+
+    def __init__(self, logits, targets, blank_index=-1, max_approx=False, logits_normalized=False, **kwargs):
+        super().__init__(**kwargs)
+        if max_approx:
+            raise NotImplementedError("ctc_loss layer %r: max_approx (Viterbi) is not supported" % self.name)
+        self.logits, self.targets = logits, targets
+        lg = logits.output.copy_as_batch_major().copy_with_time_dim_axis(1).copy_with_feature_last()
+        tg = targets.output.copy_as_batch_major()
+        num_classes = lg.dim
+        if blank_index < 0:
+            blank_index += num_classes
+        self.output.placeholder = tf.nn.ctc_loss(
+            labels=tf.cast(tg.placeholder, tf.int32), logits=lg.placeholder,
+            label_length=tg.get_sequence_lengths(), logit_length=lg.get_sequence_lengths(),
+            logits_time_major=False, blank_index=blank_index)
+
+    def get_dep_layers(self):
+        return super().get_dep_layers() + [self.logits, self.targets]
+
+    @classmethod
+    def transform_config_dict(cls, d, network, get_layer):
+        d.setdefault("from", [])
+        super().transform_config_dict(d, network=network, get_layer=get_layer)
+        d["logits"] = get_layer(d["logits"])
+        d["targets"] = get_layer(d["targets"])
+
+    @classmethod
+    def get_out_data_from_opts(cls, name, logits, targets, **kwargs):
+        if not targets.output.sparse:
+            raise ValueError("ctc_loss layer %r: targets %r must be sparse" % (name, targets.name))
+        if targets.output.dim + 1 != logits.output.dim:
+            raise ValueError("ctc_loss layer %r: logits dim %r must be the targets' %r classes + 1 (blank)" % (
+                name, logits.output.dim, targets.output.dim))
+        out = logits.output
+        return Data(name="%s_output" % name, dims=[out.dims[out.batch_dim_axis]], dtype="float32")
+
+
+class SparseSoftmaxCrossEntropyWithLogitsLayer(LayerBase):
+    """tf.nn.sparse_softmax_cross_entropy_with_logits of ``logits`` over the class axis against sparse ``targets``."""
+
+    layer_class = "sparse_softmax_cross_entropy_with_logits"
+
+    def __init__(self, logits, targets, axis=None, **kwargs):
+        super().__init__(**kwargs)
+        self.logits, self.targets = logits, targets
+        lg = logits.output
+        class_axis = lg.feature_dim_axis if axis is None else lg.get_axis_from_description(axis)
+        lg = lg.copy_move_axis(class_axis, -1)
+        frames = lg.copy_template_excluding_axis(lg.batch_ndim - 1)
+        tg = targets.output.copy_compatible_to(frames)
+        labels = tg.placeholder
+        ce = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=tf.cast(labels, tf.int32), logits=lg.placeholder)
+        frames.placeholder = ce
+        self.output.placeholder = frames.copy_compatible_to(self.output).placeholder
+
+    def get_dep_layers(self):
+        return super().get_dep_layers() + [self.logits, self.targets]
+
+    @classmethod
+    def transform_config_dict(cls, d, network, get_layer):
+        d.setdefault("from", [])
+        super().transform_config_dict(d, network=network, get_layer=get_layer)
+        d["logits"] = get_layer(d["logits"])
+        d["targets"] = get_layer(d["targets"])
+
+    @classmethod
+    def get_out_data_from_opts(cls, name, logits, targets, axis=None, **kwargs):
+        lg = logits.output
+        class_axis = lg.feature_dim_axis if axis is None else lg.get_axis_from_description(axis)
+        if class_axis is None:
+            raise ValueError("sparse_softmax_cross_entropy_with_logits layer %r: logits have no class axis" % name)
+        if not targets.output.sparse:
+            raise ValueError("sparse_softmax_cross_entropy_with_logits layer %r: targets %r must be sparse" % (
+                name, targets.name))
+        out = lg.copy_template_excluding_axis(class_axis)
+        out.name = "%s_output" % name
+        out.dtype = "float32"
+        return out

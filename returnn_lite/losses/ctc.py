@@ -1,0 +1,267 @@
+"""Sequence losses: ctc, edit_distance, bleu (and the sparse-label helpers they share)."""
+
+from __future__ import annotations
+
+import collections
+import math
+
+import numpy as np
+import tensorflow as tf
+
+from ..data import Dim
+from .base import Loss
+from .cross_entropy import safe_log
+
+tf1 = tf.compat.v1
+
+
+def sparse_labels(x, seq_lens, collapse_repeated=False):
+    """
+    :param tf.Tensor x: [B,T] int labels, batch-major
+    :param tf.Tensor seq_lens: [B]
+    :param bool collapse_repeated: merge consecutive equal labels into one
+    :rtype: tf.SparseTensor  (int32 values, indices renumbered densely within each sequence)
+    """
+    with tf.name_scope("sparse_labels"):
+        x = tf.convert_to_tensor(x)
+        mask = tf.sequence_mask(seq_lens, maxlen=tf.shape(x)[1])
+        if collapse_repeated:
+            changed = tf.concat([tf.ones_like(x[:, :1], dtype=tf.bool), tf.not_equal(x[:, 1:], x[:, :-1])], axis=1)
+            mask = tf.logical_and(mask, changed)
+        idx = tf.where(mask)  # [N,2] int64
+        values = tf.cast(tf.gather_nd(x, idx), tf.int32)
+        if collapse_repeated:
+            pos = tf.cumsum(tf.cast(mask, tf.int64), axis=1) - 1
+            idx = tf.stack([idx[:, 0], tf.gather_nd(pos, idx)], axis=1)
+        dense_shape = tf.cast(tf.shape(x), tf.int64)
+        return tf.SparseTensor(indices=idx, values=values, dense_shape=dense_shape)
+
+
+def map_labels(labels, label_map):
+    """Applies the dict label_map to the values of a SparseTensor (labels not in the map stay)."""
+    size = max(label_map.keys()) + 1
+    table = np.arange(size, dtype=np.int32)
+    for k, v in label_map.items():
+        table[k] = v
+    table = tf.constant(table)
+    values = labels.values
+    in_range = values < size
+    mapped = tf.where(in_range, tf.gather(table, tf.minimum(values, size - 1)), values)
+    return tf.SparseTensor(indices=labels.indices, values=mapped, dense_shape=labels.dense_shape)
+
+
+def _get_logits(loss, output_in_log_space):
+    """Output in log space (time-major [T,B,N]): the output itself, the logits of a softmax, or safe_log(output)."""
+    out = loss.output.copy_as_batch_major().copy_as_time_major()
+    if output_in_log_space:
+        return out.placeholder
+    owa = loss.output_with_activation
+    if owa is not None and owa.act_name == "softmax":
+        return owa.data.copy_as_batch_major().copy_as_time_major().placeholder
+    if owa is not None and owa.act_name == "log_softmax":
+        return out.placeholder
+    return safe_log(out.placeholder)
+
+
+class CtcLoss(Loss):
+    """Connectionist temporal classification via tf.nn.ctc_loss; the blank is the last output class."""
+
+    class_name = "ctc"
+    recurrent = True
+
+    def __init__(self, target_collapse_repeated=False, auto_clip_target_len=False, output_in_log_space=False,
+                 beam_width=100, ctc_opts=None, use_native=False, use_viterbi=False, **kwargs):
+        super().__init__(**kwargs)
+        self.target_collapse_repeated = target_collapse_repeated
+        self.auto_clip_target_len = auto_clip_target_len
+        self.output_in_log_space = output_in_log_space
+        self.beam_width = beam_width
+        self.ctc_opts = dict(ctc_opts or {})
+        self.use_native = use_native
+        self.use_viterbi = use_viterbi
+        self._target_sparse_labels = None
+        self._ctc_loss = None
+
+    def init(self, *args, **kwargs):
+        self._target_sparse_labels = None
+        super().init(*args, **kwargs)
+
+    @classmethod
+    def get_auto_output_layer_dim(cls, target_dim):
+        return Dim(target_dim.dimension + 1, kind=Dim.Types.Feature,
+                   description="%s+blank" % target_dim.description)
+
+    def _check_init(self):
+        if self.target is None:
+            raise ValueError("ctc loss needs a target")
+        if not self.target.sparse:
+            raise ValueError("ctc loss: target %r must be sparse (label indices)" % self.target.name)
+
+    def _get_target_sparse_labels(self):
+        if self._target_sparse_labels is None:
+            seq_lens = self.target_seq_lens
+            if self.auto_clip_target_len:
+                # leave room for at least one blank: not more labels than output frames - 1
+                seq_lens = tf.minimum(seq_lens, tf.maximum(self.output_seq_lens - 1, 0))
+            self._target_sparse_labels = sparse_labels(
+                self.target.copy_as_batch_major().placeholder, seq_lens,
+                collapse_repeated=self.target_collapse_repeated)
+        return self._target_sparse_labels
+
+    def get_output_logits(self):
+        return _get_logits(self, self.output_in_log_space)
+
+    def get_value(self):
+        with tf.name_scope("loss_ctc"):
+            if self.use_viterbi:
+                raise NotImplementedError("ctc loss: use_viterbi needs the native Viterbi op, not available")
+            logits = self.get_output_logits()
+            labels = self._get_target_sparse_labels()
+            self._ctc_loss = tf1.nn.ctc_loss(
+                labels=labels, inputs=logits, sequence_length=self.output_seq_lens, time_major=True,
+                **self.ctc_opts)
+            return self.reduce_func(self._ctc_loss)
+
+    def get_error(self):
+        with tf.name_scope("loss_ctc_error"):
+            logits = self.get_output_logits()
+            seq_lens = self.output_seq_lens
+
+            def greedy():
+                return tf.nn.ctc_greedy_decoder(inputs=logits, sequence_length=seq_lens)[0][0]
+
+            if self.beam_width > 1:
+                decoded = self.base_network.cond_on_train(
+                    greedy, lambda: tf.nn.ctc_beam_search_decoder(
+                        inputs=logits, sequence_length=seq_lens, beam_width=self.beam_width)[0][0])
+            else:
+                decoded = greedy()
+            labels = self._get_target_sparse_labels()
+            error = tf.edit_distance(hypothesis=tf.cast(decoded, labels.dtype), truth=labels, normalize=False)
+            return self.reduce_func(error)
+
+
+class EditDistanceLoss(Loss):
+    """Edit distance of the output labels (or the CTC-decoded dense output) to the target; no loss value."""
+
+    class_name = "edit_distance"
+    recurrent = True
+
+    def __init__(self, debug_print=False, label_map=None, ctc_decode=False, output_in_log_space=False, **kwargs):
+        super().__init__(**kwargs)
+        self.debug_print = debug_print
+        self.label_map = label_map
+        self.ctc_decode = ctc_decode
+        self.output_in_log_space = output_in_log_space
+        if ctc_decode:
+            self.get_auto_output_layer_dim = CtcLoss.get_auto_output_layer_dim
+
+    def _check_init(self):
+        if self.target is None or not self.target.sparse:
+            raise ValueError("edit_distance loss needs a sparse target")
+        if self.output.sparse:
+            if self.ctc_decode:
+                raise ValueError("edit_distance loss: ctc_decode needs a dense output")
+            if self.output.dim != self.target.dim:
+                raise ValueError("edit_distance loss: output dim %r != target dim %r" % (
+                    self.output.dim, self.target.dim))
+        elif not self.ctc_decode:
+            raise ValueError("edit_distance loss: dense output %r needs ctc_decode=True" % self.output.name)
+
+    def _map(self, labels):
+        return map_labels(labels, self.label_map) if self.label_map else labels
+
+    def get_output_logits(self):
+        return _get_logits(self, self.output_in_log_space)
+
+    def _get_output_sparse_labels(self):
+        if self.ctc_decode:
+            logits = self.get_output_logits()
+            decoded = tf.nn.ctc_beam_search_decoder(inputs=logits, sequence_length=self.output_seq_lens)[0][0]
+            labels = tf.SparseTensor(decoded.indices, tf.cast(decoded.values, tf.int32), decoded.dense_shape)
+        else:
+            labels = sparse_labels(self.output.copy_as_batch_major().placeholder, self.output_seq_lens)
+        return self._map(labels)
+
+    def _get_target_sparse_labels(self):
+        return self._map(sparse_labels(self.target.copy_as_batch_major().placeholder, self.target_seq_lens))
+
+    def get_error(self):
+        with tf.name_scope("loss_edit_distance"):
+            error = tf.edit_distance(hypothesis=self._get_output_sparse_labels(),
+                                     truth=self._get_target_sparse_labels(), normalize=False)
+            return self.reduce_func(error)
+
+    def get_value(self):
+        return None
+
+
+def _ngram_counts(seq, max_order):
+    counts = collections.Counter()
+    for order in range(1, max_order + 1):
+        for i in range(len(seq) - order + 1):
+            counts[tuple(seq[i:i + order])] += 1
+    return counts
+
+
+def compute_bleu(reference_corpus, translation_corpus, max_order=4, use_bp=True):
+    """Corpus BLEU of label sequences (geometric mean of the nonzero n-gram precisions, brevity penalty)."""
+    matches = [0] * max_order
+    possible = [0] * max_order
+    ref_len = trans_len = 0
+    for ref, trans in zip(reference_corpus, translation_corpus):
+        ref_len += len(ref)
+        trans_len += len(trans)
+        ref_counts = _ngram_counts(ref, max_order)
+        trans_counts = _ngram_counts(trans, max_order)
+        for ngram, count in ref_counts.items():
+            matches[len(ngram) - 1] += min(count, trans_counts[ngram])
+        for ngram, count in trans_counts.items():
+            possible[len(ngram) - 1] += count
+    precisions = [matches[i] / possible[i] if possible[i] > 0 else 0.0 for i in range(max_order)]
+    geo_mean = 0.0
+    if max(precisions) > 0:
+        geo_mean = math.exp(sum(math.log(p) for p in precisions if p) / max_order)
+    bp = 1.0
+    if use_bp:
+        if ref_len == 0 or trans_len == 0:
+            bp = 0.0 if trans_len == 0 else 1.0
+        else:
+            ratio = trans_len / ref_len
+            bp = math.exp(1.0 - 1.0 / ratio) if ratio < 1.0 else 1.0
+    return geo_mean * bp
+
+
+def bleu_score(hypothesis, truth, hyp_seq_lens, truth_seq_lens):
+    """Per-sequence BLEU [B] (float32) of batch-major label sequences (computed in Python)."""
+
+    def _py(hyp, ref, hyp_lens, ref_lens):
+        return np.array([compute_bleu([ref[n, :ref_lens[n]].tolist()], [hyp[n, :hyp_lens[n]].tolist()])
+                         for n in range(hyp.shape[0])], dtype=np.float32)
+
+    out = tf.numpy_function(_py, [hypothesis, truth, hyp_seq_lens, truth_seq_lens], tf.float32, stateful=False)
+    out.set_shape((None,))
+    return out
+
+
+class BleuLoss(Loss):
+    """Negative BLEU score of the output labels against the target (statistics only, no loss value)."""
+
+    class_name = "bleu"
+    recurrent = True
+
+    def _check_init(self):
+        if self.target is None or not self.target.sparse or not self.output.sparse:
+            raise ValueError("bleu loss needs sparse output and target")
+        if self.output.dim != self.target.dim:
+            raise ValueError("bleu loss: output dim %r != target dim %r" % (self.output.dim, self.target.dim))
+
+    def get_error(self):
+        with tf.name_scope("loss_bleu"):
+            score = bleu_score(
+                hypothesis=self.output.copy_as_batch_major().placeholder, hyp_seq_lens=self.output_seq_lens,
+                truth=self.target.copy_as_batch_major().placeholder, truth_seq_lens=self.target_seq_lens)
+            return -self.reduce_func(score)
+
+    def get_value(self):
+        return None
