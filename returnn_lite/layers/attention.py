@@ -28,7 +28,7 @@ import math
 import numpy
 import tensorflow as tf
 
-from ..data import Data, Dim
+from ..data import Data, Dim, single_step_dim
 from ..util import NotSpecified
 from .base import ConcatInputLayer, LayerBase, concat_sources_template
 
@@ -83,7 +83,7 @@ class SelfAttentionLayer(ConcatInputLayer):
 
     def __init__(self, num_heads, total_key_dim, key_shift=None, forward_weights_init="glorot_uniform",
                  attention_dropout=0.0, attention_left_only=False, initial_state=None,
-                 restrict_state_length=None, state_var_lengths=None, **kwargs):
+                 restrict_state_to_last_seq=False, state_var_lengths=None, **kwargs):
         super().__init__(**kwargs)
         self.rec_vars_outputs = {}
         inp = self.input_data
@@ -106,6 +106,8 @@ class SelfAttentionLayer(ConcatInputLayer):
                              % inp.short_repr())
         mat = self.create_param("QKV", (inp.dim, mat_n_out), forward_weights_init)
         data = inp.copy_as_batch_major() if inp.have_batch_axis() else inp
+        if not data.sparse:
+            data = data.copy_with_feature_last()
         if in_loop:
             if data.batch_ndim - (0 if data.sparse else 1) != 1:
                 raise ValueError("self_attention in loop: expected input [B,F], got %s" % data.short_repr())
@@ -131,9 +133,7 @@ class SelfAttentionLayer(ConcatInputLayer):
             prev = self.rec_previous_layer.rec_vars_outputs
             k = tf.concat([prev["k_left"], k], axis=2)  # (B,H,t+1,key_dim)
             v = tf.concat([prev["v_left"], v], axis=2)
-            if restrict_state_length:
-                k = k[:, :, -restrict_state_length:]
-                v = v[:, :, -restrict_state_length:]
+            # restrict_state_to_last_seq only affects the final state after the loop, not the steps
             self.rec_vars_outputs["k_left"] = k
             self.rec_vars_outputs["v_left"] = v
         energy = tf.matmul(q, k, transpose_b=True)  # (B,H,T|1,T)
@@ -142,9 +142,7 @@ class SelfAttentionLayer(ConcatInputLayer):
             if ks.have_batch_axis() or ks.dim != key_dim:
                 raise ValueError("self_attention: key_shift %s must be (T,T,%i) without batch" % (
                     ks.short_repr(), key_dim))
-            ks_x = ks.copy_with_feature_last().placeholder
-            if ks_x.shape.rank == 2:  # in loop: (keys, key_dim) for the current query
-                ks_x = tf.expand_dims(ks_x, 0)
+            ks_x = ks.copy_with_feature_last().placeholder  # (queries|1, keys, key_dim)
             energy += tf.einsum("bhqd,qkd->bhqk", q, ks_x)
         if attention_left_only:
             if in_loop:
@@ -183,14 +181,22 @@ class SelfAttentionLayer(ConcatInputLayer):
             d["key_shift"] = get_layer(d["key_shift"])
 
     @classmethod
-    def get_out_data_from_opts(cls, name, sources=(), n_out=NotSpecified, out_type=None, **kwargs):
+    def get_out_data_from_opts(cls, name, sources=(), n_out=NotSpecified, **kwargs):
+        """Batch-major [B,T,n_out] (in a loop [B,n_out]) with the input's time tag and a new feature tag."""
         if n_out is NotSpecified or n_out is None:
             raise ValueError("self_attention needs n_out")
-        out = cls._base_out_data(name, sources, n_out, out_type)
-        if out.have_batch_axis():
-            out = out.copy_as_batch_major()
-        if out.time_dim_axis is not None and out.time_dim_axis != 1 and out.batch_ndim == 3:
-            out = out.copy_with_time_dim_axis(1)
+        src = concat_sources_template(sources, name="%s_output" % name)
+        if src.have_batch_axis():
+            src = src.copy_as_batch_major()
+        feat = Dim(n_out, kind=Dim.Types.Feature, description="%s_self_att_feat" % name)
+        if src.sparse or src.feature_dim_axis is None:
+            dims = src.dims + (feat,)
+        else:
+            src = src.copy_with_feature_last()
+            dims = src.dims[:-1] + (feat,)
+        out = Data(name="%s_output" % name, dims=dims, dtype="float32")
+        if len(dims) == 3 and src.have_batch_axis():
+            out.time_dim_axis = 1
         return out
 
     def get_dep_layers(self):
@@ -233,7 +239,7 @@ class PositionalEncodingLayer(ConcatInputLayer):
     layer_class = "positional_encoding"
     recurrent = True
 
-    def __init__(self, add_to_input=False, constant=-1, offset=None, **kwargs):
+    def __init__(self, axis=NotSpecified, add_to_input=False, constant=-1, offset=None, **kwargs):
         super().__init__(**kwargs)
         self.rec_vars_outputs = {}
         if len(self.sources) != 1:
@@ -246,15 +252,19 @@ class PositionalEncodingLayer(ConcatInputLayer):
         if f is None:
             raise ValueError("positional_encoding: output %s has no feature axis" % out.short_repr())
         templ_wo_feat = out.copy_template_excluding_axis(f)
-        in_loop = _in_rec_loop(self.network, source)
+        if axis is NotSpecified or axis is None:
+            in_loop = _in_rec_loop(self.network, source) or source.time_dim_axis is None
+        else:
+            in_loop = isinstance(axis, Dim) and axis == single_step_dim
         if constant > -1:
             position = tf.constant(constant, dtype=tf.int32)
         elif in_loop:
             position = self.network.get_rec_step_info().step
         else:
-            t_axis = source.time_dim_axis
-            if t_axis is None:
-                raise ValueError("positional_encoding: input %s has no time axis" % source.short_repr())
+            if axis is NotSpecified or axis is None:
+                t_axis = source.time_dim_axis
+            else:
+                t_axis = source.get_axis_from_description(axis, allow_int=False)
             position = tf.range(source.get_dim(t_axis))
             t_out = templ_wo_feat.get_axis_by_tag(source.dims[t_axis])
             shape = [1] * templ_wo_feat.batch_ndim
@@ -326,10 +336,10 @@ class RelativePositionalEncodingLayer(ConcatInputLayer):
         else:
             encoding_matrix = self.create_param("encoding_matrix", (2 * clipping + 1, n_out), forward_weights_init)
         out = self.output
-        if out.batch_ndim == 2:  # in loop: keys 0..t relative to the query t
+        if out.dims[0] is not out.dims[1]:  # in loop: [1 (query t), t+1 keys, n_out]
             step = self.network.get_rec_step_info().step
-            distance = tf.range(step + 1) - step
-            out.dims[0].dyn_size = tf.fill([self.network.get_data_batch_dim()], step + 1)
+            distance = tf.expand_dims(tf.range(step + 1) - step, 0)
+            out.dims[1].dyn_size = tf.fill([self.network.get_data_batch_dim()], step + 1)
         else:
             inp = self.input_data
             length = inp.get_dim(inp.time_dim_axis)
@@ -343,8 +353,9 @@ class RelativePositionalEncodingLayer(ConcatInputLayer):
         src = concat_sources_template(sources, name="%s_output" % name)
         feat = Dim(n_out, kind=Dim.Types.Feature, description="%s:rel-pos-feature" % name)
         if _in_rec_loop(network, src):
-            keys = Dim(None, kind=Dim.Types.Spatial, description="%s:rel-pos-keys" % name)
-            return Data(name="%s_output" % name, dims=(keys, feat))
+            dummy = Dim(1, kind=Dim.Types.Spatial, description="%s_rel_pos_enc_dummy" % name)
+            keys = Dim(None, kind=Dim.Types.Spatial, description="%s_rel_pos_enc_time" % name)
+            return Data(name="%s_output" % name, dims=(dummy, keys, feat))
         if src.time_dim_axis is None:
             raise ValueError("relative_positional_encoding: input %s has no time axis" % src.short_repr())
         tag = src.dims[src.time_dim_axis]
@@ -545,68 +556,84 @@ class ConcatAttentionLayer(GlobalAttentionContextBaseLayer):
 class GenericAttentionLayer(AttentionBaseLayer):
     """
     Weighted sum of ``base`` over its time axis with explicit ``weights`` (e.g. from softmax_over_spatial);
-    no masking here. Reduced: the weights axis with base's time tag (else the weights' time axis).
-    Axes of base (other than time/feature) that the weights also have are shared; the weights' other axes
-    are kept (static size-1 ones are squeezed with auto_squeeze). Output: [B, weights' kept axes, base axes].
+    no masking here. Like a dot: reduced are the weights' time axis (the dynamic axis matching base's time tag)
+    and base's time axis; base axes other than batch/time/feature are common with weights axes (matched by
+    size from the last); other weights axes are kept (static size-1 ones squeezed with auto_squeeze), base's
+    feature axis is kept. Output: [weights' batch+common axes, weights' kept axes, base feature].
     """
 
     layer_class = "generic_attention"
+    recurrent = True
 
     def __init__(self, weights, auto_squeeze=True, **kwargs):
         super().__init__(**kwargs)
         if self.sources:
             raise ValueError("generic_attention takes no sources, only base and weights")
         self.weights = weights
-        w, b, w_red, common, w_keep, _ = self._plan(weights.output, self.base.output, auto_squeeze)
+        w, b, w_red, common, w_keep, squeezed = self._plan(weights.output, self.base.output, auto_squeeze)
         letters = iter("acdefghijklmnopqstuvwxyz")
-        w_sub = [None] * w.batch_ndim
+        w_sub = [next(letters) for _ in range(w.batch_ndim)]
         b_sub = [None] * b.batch_ndim
-        w_sub[w_red] = b_sub[b.time_dim_axis] = "r"
-        for bi, wi in common.items():
-            w_sub[wi] = b_sub[bi] = next(letters)
-        for i in range(w.batch_ndim):
-            if w_sub[i] is None:
-                w_sub[i] = next(letters)
-        for i in range(b.batch_ndim):
-            if b_sub[i] is None:
-                b_sub[i] = next(letters)
-        out_sub = [b_sub[b.batch_dim_axis]] + [w_sub[i] for i in w_keep] + [
-            b_sub[i] for i in range(b.batch_ndim) if i not in (b.batch_dim_axis, b.time_dim_axis)]
+        b_sub[b.time_dim_axis] = w_sub[w_red]
+        for wi, bi in common:
+            b_sub[bi] = w_sub[wi]
+        b_sub[b.feature_dim_axis] = next(letters)
+        w_out = sorted(wi for wi, _ in common) + w_keep
+        out_sub = [w_sub[i] for i in w_out] + [b_sub[b.feature_dim_axis]]
         x = tf.einsum("%s,%s->%s" % ("".join(w_sub), "".join(b_sub), "".join(out_sub)),
                       w.placeholder, b.placeholder)
+        tr = w.copy_move_axis(w_red, 1) if w.batch_ndim > 1 else w
+        self.base_weights = tr.placeholder
         self.output.placeholder = x
+
+    @staticmethod
+    def _weights_axis_to_reduce(w, b):
+        dyn = w.get_dynamic_axes()
+        if w.time_dim_axis not in dyn or len(dyn) == 1:
+            if w.time_dim_axis is None:
+                raise ValueError("generic_attention: weights %s have no time axis" % w.short_repr())
+            return w.time_dim_axis
+        b_time = b.dims[b.time_dim_axis]
+        matched = [i for i in dyn if w.dims[i] == b_time]
+        if len(matched) > 1:
+            return w.time_dim_axis if w.time_dim_axis in matched else matched[-1]
+        if len(matched) == 1:
+            return matched[0]
+        raise ValueError("generic_attention: no axis of weights %s matches the base time axis %s" % (
+            w.short_repr(), b_time.short_repr()))
 
     @classmethod
     def _plan(cls, weights, base, auto_squeeze):
+        """
+        :return: weights (batch-major), base, weights axis to reduce, common [(weights axis, base axis)],
+          kept weights axes (without batch/common), squeezed weights axes
+        """
         w = weights.copy_as_batch_major()
-        b = base.copy_as_batch_major()
+        b = base
         if not w.have_batch_axis() or not b.have_batch_axis():
             raise ValueError("generic_attention: weights %s and base %s need a batch axis" % (
                 w.short_repr(), b.short_repr()))
-        if b.time_dim_axis is None:
-            raise ValueError("generic_attention: base %s has no time axis" % b.short_repr())
-        b_time = b.dims[b.time_dim_axis]
-        cands = [i for i, d in enumerate(w.dims) if d == b_time]
-        w_red = cands[0] if cands else w.time_dim_axis
-        if w_red is None:
-            raise ValueError("generic_attention: weights %s have no axis matching base time %s" % (
-                w.short_repr(), b_time.short_repr()))
-        common = {b.batch_dim_axis: w.batch_dim_axis}
-        used = {w_red, w.batch_dim_axis}
-        for i, d in enumerate(b.dims):
-            if i in common or i in (b.time_dim_axis, b.feature_dim_axis):
-                continue
-            m = [j for j, e in enumerate(w.dims) if j not in used and e == d]
-            if not m and d.dimension is not None and d.dimension != 1:
-                m = [j for j, e in enumerate(w.dims) if j not in used and e.dimension == d.dimension]
-                m = m if len(m) == 1 else []
-            if m:
-                common[i] = m[0]
-                used.add(m[0])
-        w_rest = [j for j in range(w.batch_ndim) if j not in used]
-        squeezed = [j for j in w_rest if auto_squeeze and w.dims[j].dimension == 1]
-        w_keep = [j for j in w_rest if j not in squeezed]
-        return w, b, w_red, common, w_keep, squeezed
+        if b.time_dim_axis is None or b.feature_dim_axis is None:
+            raise ValueError("generic_attention: base %s needs a time and a feature axis" % b.short_repr())
+        w_red = cls._weights_axis_to_reduce(w, b)
+        if w.batch_shape[w_red] != b.batch_shape[b.time_dim_axis]:
+            raise ValueError("generic_attention: weights axis %i of %s does not match base time of %s" % (
+                w_red, w.short_repr(), b.short_repr()))
+        b_rem = [i for i in range(b.batch_ndim) if i not in (b.batch_dim_axis, b.time_dim_axis, b.feature_dim_axis)]
+        w_rem = [i for i in range(w.batch_ndim) if i not in (w.batch_dim_axis, w_red)]
+        common = [(w.batch_dim_axis, b.batch_dim_axis)]
+        squeezed = []
+        for wi in reversed(list(w_rem)):
+            if b_rem and w.batch_shape[wi] == b.batch_shape[b_rem[-1]]:
+                common.append((wi, b_rem.pop(-1)))
+                w_rem.remove(wi)
+            elif auto_squeeze and w.batch_shape[wi] == 1:
+                w_rem.remove(wi)
+                squeezed.append(wi)
+        if b_rem:
+            raise ValueError("generic_attention: base %s axes %s have no counterpart in weights %s" % (
+                b.short_repr(), b_rem, w.short_repr()))
+        return w, b, w_red, common, w_rem, squeezed
 
     @classmethod
     def transform_config_dict(cls, d, network, get_layer):
@@ -619,12 +646,10 @@ class GenericAttentionLayer(AttentionBaseLayer):
 
     @classmethod
     def get_out_data_from_opts(cls, name, base, weights, auto_squeeze=True, sources=(), **kwargs):
-        w, b, w_red, common, w_keep, _ = cls._plan(weights.output, base.output, auto_squeeze)
-        b_rest = [i for i in range(b.batch_ndim) if i not in (b.batch_dim_axis, b.time_dim_axis)]
-        dims = [b.dims[b.batch_dim_axis]] + [w.dims[j] for j in w_keep] + [b.dims[i] for i in b_rest]
+        w, b, w_red, common, w_keep, squeezed = cls._plan(weights.output, base.output, auto_squeeze)
+        w_out = sorted(wi for wi, _ in common) + w_keep  # like dot: common axes, then kept weights axes
+        dims = [w.dims[i] for i in w_out] + [b.dims[b.feature_dim_axis]]
         out = Data(name="%s_output" % name, dims=dims, dtype=b.dtype)
-        if b.feature_dim_axis is not None:
-            f = 1 + len(w_keep) + b_rest.index(b.feature_dim_axis)
-            if out.feature_dim_axis != f:
-                out.feature_dim_axis = f
+        if out.feature_dim_axis != len(dims) - 1:
+            out.feature_dim_axis = len(dims) - 1
         return out

@@ -226,3 +226,17 @@ def test_cum_concat_in_loop():
         x = RNG.randn(3, 2, 2).astype("float32")
         y_last = session.run(outs[-1], {x_ph: x})
         np.testing.assert_allclose(y_last, x.transpose(1, 0, 2))
+
+
+def test_generic_attention_multi_head_time_major_base():
+    with tf.Graph().as_default(), tf1.Session() as session:
+        net = _net({"data": {"dim": 6, "time_dim_axis": 0, "batch_dim_axis": 1}},
+                   {"energy": {"class": "linear", "activation": "exp", "n_out": 2, "from": "data"},
+                    "base": {"class": "split_dims", "axis": "F", "dims": (2, 3), "from": "data"},
+                    "output": {"class": "generic_attention", "weights": "energy", "base": "base"}})
+        out = net.get_layer("output").output
+        assert out.batch_shape == (None, 2, 3) and out.feature_dim_axis == 2 and out.batch_dim_axis == 0
+        session.run(tf1.global_variables_initializer())
+        x = RNG.randn(7, 3, 6).astype("float32")
+        y, w = session.run([out.placeholder, net.get_layer("energy").output.placeholder], feed_dict=_feed(net, data=x))
+        np.testing.assert_allclose(y, np.einsum("tbh,tbhd->bhd", w, x.reshape(7, 3, 2, 3)), rtol=1e-5, atol=1e-5)
