@@ -1,0 +1,835 @@
+"""
+Shape and axis layers that keep the number of frames per axis simple: slice, slice_nd, expand_dims,
+squeeze, transpose, swap_axes, reinterpret_data, remove, stack, tile, repeat, resize.
+Reshaping layers (merge/split/flatten) live in ``shape_split.py``.
+
+Conventions: axes that stay the same keep their Dim object; every new axis gets a new Dim, and a new
+dynamic axis gets its sequence lengths (``dyn_size``) set in ``__init__``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+
+from ..data import Data, Dim
+from ..util import NotSpecified
+from .base import ConcatInputLayer, LayerBase, concat_sources_template
+
+tf1 = tf.compat.v1
+
+_DEFAULT = object()  # "derive this special axis from the dims"
+_INHERIT = object()  # "take it over from the input"
+
+
+# ---------------------------------------------------------------------------------------------
+# helpers shared by the shape layers
+
+def axis_of_tag(data, tag):
+    """Axis of data holding exactly this Dim object (else an equal one), or None."""
+    if tag is None:
+        return None
+    for i, d in enumerate(data.dims):
+        if d is tag:
+            return i
+    for i, d in enumerate(data.dims):
+        if d == tag:
+            return i
+    return None
+
+
+def special_tags(data):
+    """(time tag, feature tag) of data; None where there is no such axis."""
+    t, f = data.time_dim_axis, data.feature_dim_axis
+    return (None if t is None else data.dims[t]), (None if f is None or data.sparse else data.dims[f])
+
+
+def set_special_axes(data, time=_DEFAULT, feature=_DEFAULT):
+    """
+    Set the time/feature axes of data (an axis index, None for "no such axis", or _DEFAULT to derive it);
+    explicit only where the derived default differs.
+    """
+    data._time_dim_axis = NotSpecified
+    data._feature_dim_axis = NotSpecified
+    if time is not _DEFAULT and data.time_dim_axis != time:
+        data._time_dim_axis = time
+    if feature is not _DEFAULT and not data.sparse and data.feature_dim_axis != feature:
+        data._feature_dim_axis = feature
+    return data
+
+
+def make_data(name, dims, like, time_tag=_INHERIT, feature_tag=_INHERIT, dtype=None, sparse_dim=NotSpecified):
+    """
+    New template with these dims and like's dtype/sparsity. time_tag/feature_tag: the Dim of the special
+    axis, None for "no such axis", _DEFAULT to derive it from the dims, or _INHERIT: like's tag if it is
+    still there (no such axis if like has none explicitly, else derived).
+    """
+    out = Data(name=name, dims=list(dims), dtype=dtype or like.dtype,
+               sparse_dim=like.sparse_dim if sparse_dim is NotSpecified else sparse_dim)
+    like_t, like_f = special_tags(like)
+
+    def resolve(tag, like_tag, like_explicit):
+        if tag is _INHERIT:
+            if like_tag is not None:
+                a = axis_of_tag(out, like_tag)
+                return _DEFAULT if a is None else a
+            return None if like_explicit is None else _DEFAULT
+        if tag is _DEFAULT:
+            return _DEFAULT
+        return axis_of_tag(out, tag)
+
+    time = resolve(time_tag, like_t, like.time_dim_axis_or_unspecified)
+    feature = resolve(feature_tag, like_f, like.feature_dim_axis_or_unspecified)
+    return set_special_axes(out, time=time, feature=feature)
+
+
+class ShapeOf:
+    """Sizes of the axes of a tensor: static ints where known, else one shared tf.shape op."""
+
+    def __init__(self, x):
+        self.x = x
+        self._shape = None
+        self.static = x.shape.as_list() if x.shape.rank is not None else None
+
+    def __getitem__(self, axis):
+        if self.static is not None and self.static[axis] is not None:
+            return self.static[axis]
+        if self._shape is None:
+            self._shape = tf.shape(self.x)
+        return self._shape[axis]
+
+
+def reshape(x, sizes):
+    """tf.reshape with a list of ints / scalar tensors; one unknown size (None) becomes -1."""
+    sizes = [-1 if s is None else s for s in sizes]
+    if all(isinstance(s, int) for s in sizes):
+        return tf.reshape(x, sizes)
+    return tf.reshape(x, tf.stack([tf.convert_to_tensor(s, dtype=tf.int32) for s in sizes]))
+
+
+def ceildiv(a, b):
+    return -(-a // b)
+
+
+def broadcast_all(datas, common):
+    """Placeholders of datas, transposed/expanded to common's layout and broadcast to its full shape."""
+    aligned = [d.copy_compatible_to(common) for d in datas]
+    sizes = [None] * common.batch_ndim
+    for p in aligned:
+        shape = ShapeOf(p.placeholder)
+        for j, d in enumerate(p.dims):
+            if sizes[j] is None and (d == common.dims[j] or common.dims[j].dimension == 1):
+                sizes[j] = shape[j]
+    xs = []
+    for p in aligned:
+        x = p.placeholder
+        if any(p.dims[j] != common.dims[j] and common.dims[j].dimension != 1 for j in range(common.batch_ndim)):
+            x = tf.broadcast_to(x, tf.stack([tf.convert_to_tensor(s, dtype=tf.int32) for s in sizes])
+                                if not all(isinstance(s, int) for s in sizes) else sizes)
+        xs.append(x)
+    return xs
+
+
+def _ints(name, value):
+    if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
+        raise TypeError("%s must be an int, got %r" % (name, value))
+    return int(value)
+
+
+# ---------------------------------------------------------------------------------------------
+# slice
+
+class SliceLayer(ConcatInputLayer):
+    """x[start:end:step] on one axis. A sliced dynamic axis gets a new Dim with adapted sequence lengths."""
+
+    layer_class = "slice"
+
+    def __init__(self, axis, slice_start=None, slice_end=None, slice_step=None, **kwargs):
+        super().__init__(**kwargs)
+        data = self.input_data
+        a = data.get_axis_from_description(axis)
+        idx = [slice(None)] * data.batch_ndim
+        idx[a] = slice(slice_start, slice_end, slice_step)
+        self.output.placeholder = data.placeholder[tuple(idx)]
+        in_tag, out_tag = data.dims[a], self.output.dims[a]
+        if out_tag is not in_tag and out_tag.is_dynamic():
+            out_tag.dyn_size = self._sliced_lengths(in_tag.dyn_size, slice_start, slice_end, slice_step,
+                                                    padded=lambda: ShapeOf(data.placeholder)[a])
+
+    @staticmethod
+    def _sliced_lengths(lens, start, end, step, padded):
+        """Per-sequence lengths after the slice (the original's dim arithmetic: len-start, len+end, ceildiv)."""
+        start = start or 0
+        if start < 0:  # only reached with end >= 0 (other cases are static): relative to the padded length
+            start = tf.maximum(padded() + start, 0)
+        if end is None:
+            n = lens - start
+        elif end >= 0:
+            n = tf.minimum(lens, end) - start
+        else:
+            n = lens + end - start
+        n = tf.maximum(n, 0)
+        if step and step != 1:
+            n = -(-n // abs(step))
+        return n
+
+    @classmethod
+    def get_out_data_from_opts(cls, name, axis, sources=(), slice_start=None, slice_end=None, slice_step=None,
+                               **kwargs):
+        data = concat_sources_template(sources, name="%s_output" % name)
+        a = data.get_axis_from_description(axis)
+        tag = data.dims[a]
+        for key, v in (("slice_start", slice_start), ("slice_end", slice_end), ("slice_step", slice_step)):
+            if v is not None:
+                _ints(key, v)
+        if slice_step == 0:
+            raise ValueError("slice_step must not be 0")
+        if tag.is_batch_dim():
+            raise ValueError("cannot slice the batch axis of %s" % data.short_repr())
+        if not slice_start and slice_end is None and slice_step in (None, 1):
+            return data
+        if tag.dimension is not None:
+            dim = len(range(tag.dimension)[slice(slice_start, slice_end, slice_step)])
+        else:
+            if slice_step is not None and slice_step < 0:
+                raise ValueError("negative slice_step %r on the dynamic axis %s of %s is not supported" % (
+                    slice_step, tag.short_repr(), data.short_repr()))
+            start = slice_start or 0
+            if start >= 0 and slice_end is not None and slice_end >= 0:
+                dim = max(slice_end - start, 0)
+            elif start < 0 and (slice_end is None or slice_end < 0):
+                dim = max((slice_end or 0) - start, 0)
+            else:
+                dim = None
+            if dim is not None and slice_step:
+                dim = ceildiv(dim, slice_step)
+        new = Dim(dim, kind=tag.kind, description="%s:slice" % name)
+        return data.copy_template_replace_dim_tag(a, new)
+
+
+class SliceNdLayer(ConcatInputLayer):
+    """
+    x[b, start[b]:start[b]+size] on the time axis, per sequence (start may have more axes, e.g. (B,T)).
+    Frames outside [0, seq_len) are zero. With size=None the slice axis is dynamic: max(seq_len - start).
+    """
+
+    layer_class = "slice_nd"
+    recurrent = True
+
+    def __init__(self, start, size, min_size=None, **kwargs):
+        super().__init__(**kwargs)
+        self.start = start
+        self.size = size
+        x = self._input_bt(self.input_data)
+        st = start.output.copy_as_batch_major()
+        start_t = tf.cast(st.placeholder, tf.int32)
+        extra = st.batch_ndim - 1  # axes of start besides batch
+        x_shape = ShapeOf(x.placeholder)
+        tag = x.dims[1]
+        lens = tag.dyn_size if tag.is_dynamic() else None
+        limit = lens if lens is not None else x_shape[1]
+        if lens is not None:
+            limit = tf.reshape(lens, [-1] + [1] * extra)
+        out_tag = self.output.dims[1 + extra]
+        if size is None or isinstance(size, LayerBase):
+            if isinstance(size, LayerBase):
+                sizes = tf.cast(size.output.copy_as_batch_major().placeholder, tf.int32)
+                sizes = tf.broadcast_to(sizes, tf.shape(start_t)) if extra else sizes
+            else:
+                sizes = tf.maximum(limit - start_t, 0)
+            size_t = tf.reduce_max(sizes)
+            if min_size is not None:
+                size_t = tf.maximum(size_t, min_size)
+            out_tag.dyn_size = sizes
+        else:
+            size_t = _ints("size", size)
+        pos = tf.expand_dims(start_t, -1) + tf.range(size_t)  # [B, S..., size]
+        valid = tf.logical_and(pos >= 0, pos < tf.expand_dims(limit, -1) if lens is not None else pos < limit)
+        y = tf.gather(x.placeholder, tf.where(valid, pos, tf.zeros_like(pos)), batch_dims=1)  # [B,S...,size,rest]
+        rest = x.batch_ndim - 2
+        if rest:
+            valid = tf.reshape(valid, tf.concat([tf.shape(valid), [1] * rest], axis=0))
+        self.output.placeholder = tf.where(valid, y, tf.zeros((), dtype=y.dtype))
+
+    @staticmethod
+    def _input_bt(data):
+        """data as [B, T, rest...]"""
+        data = data.copy_as_batch_major()
+        if data.time_dim_axis is None:
+            raise ValueError("slice_nd: input %s has no time axis" % data.short_repr())
+        return data.copy_move_axis(data.time_dim_axis, 1)
+
+    @classmethod
+    def transform_config_dict(cls, d, network, get_layer):
+        super().transform_config_dict(d, network=network, get_layer=get_layer)
+        if isinstance(d.get("start"), str):
+            d["start"] = get_layer(d["start"])
+        if isinstance(d.get("size"), str):
+            d["size"] = get_layer(d["size"])
+
+    @classmethod
+    def get_out_data_from_opts(cls, name, sources=(), start=None, size=None, **kwargs):
+        if start is None:
+            raise ValueError("slice_nd needs 'start' (a layer)")
+        x = cls._input_bt(concat_sources_template(sources, name="%s_output" % name))
+        st = start.output.copy_as_batch_major()
+        if not st.have_batch_axis():
+            raise ValueError("slice_nd: start %s needs a batch axis" % st.short_repr())
+        if not st.dtype.startswith("int"):
+            raise ValueError("slice_nd: start must be int, got %s" % st.short_repr())
+        tag = Dim(None if size is None or isinstance(size, LayerBase) else _ints("size", size),
+                  kind=Dim.Types.Spatial, description="%s:slice-nd" % name)
+        dims = [x.dims[0]] + list(st.dims[1:]) + [tag] + list(x.dims[2:])
+        return make_data("%s_output" % name, dims, like=x)
+
+    def get_dep_layers(self):
+        deps = super().get_dep_layers() + [self.start]
+        return deps + ([self.size] if isinstance(self.size, LayerBase) else [])
+
+
+# ---------------------------------------------------------------------------------------------
+# adding / removing / reordering axes
+
+class ExpandDimsLayer(ConcatInputLayer):
+    """Adds an axis of size dim (tiled): "F" appends a feature axis, "T"/"spatial" one before the last axis."""
+
+    layer_class = "expand_dims"
+
+    def __init__(self, axis, dim=1, **kwargs):
+        super().__init__(**kwargs)
+        data = self.input_data.copy_as_batch_major() if isinstance(axis, int) else self.input_data
+        a = self._get_axis(data, axis)
+        x = tf.expand_dims(data.placeholder, a)
+        if dim != 1:
+            multiples = [1] * (data.batch_ndim + 1)
+            multiples[a] = dim
+            x = tf.tile(x, multiples)
+        self.output.placeholder = x
+
+    @staticmethod
+    def _get_axis(data, axis):
+        if isinstance(axis, int):
+            if not -(data.batch_ndim + 1) <= axis <= data.batch_ndim:
+                raise ValueError("expand_dims: axis %i out of range for %s" % (axis, data.short_repr()))
+            return axis % (data.batch_ndim + 1)
+        if not isinstance(axis, str):
+            raise TypeError("expand_dims: invalid axis %r" % (axis,))
+        a = axis.lower()
+        if a in ("f", "feature"):
+            if data.sparse:
+                raise ValueError("expand_dims: cannot add a feature axis to sparse %s" % data.short_repr())
+            return data.batch_ndim
+        if a in ("spatial", "time", "t"):
+            return data.batch_ndim if data.sparse else max(data.batch_ndim - 1, 0)
+        raise ValueError("expand_dims: invalid axis %r (use 'F', 'T', 'spatial' or an int)" % axis)
+
+    @classmethod
+    def get_out_data_from_opts(cls, name, axis, dim=1, sources=(), **kwargs):
+        data = concat_sources_template(sources, name="%s_output" % name)
+        if isinstance(axis, int):
+            data = data.copy_as_batch_major()
+        a = cls._get_axis(data, axis)
+        is_f = isinstance(axis, str) and axis.lower() in ("f", "feature")
+        tag = Dim(_ints("dim", dim), kind=Dim.Types.Feature if is_f else Dim.Types.Spatial,
+                  description="%s_expand_dims" % name)
+        dims = list(data.dims)
+        dims.insert(a, tag)
+        is_t = isinstance(axis, str) and axis.lower() in ("t", "time")
+        return make_data(data.name, dims, like=data, time_tag=tag if is_t else _INHERIT,
+                         feature_tag=tag if is_f else _INHERIT)
+
+
+class SqueezeLayer(ConcatInputLayer):
+    """Removes axes of size 1 (axis counted with batch, or a description like "F", "spatial", "dim:1")."""
+
+    layer_class = "squeeze"
+
+    def __init__(self, axis, enforce_batch_dim_axis=None, allow_no_op=False, **kwargs):
+        super().__init__(**kwargs)
+        data = self.input_data
+        if enforce_batch_dim_axis is not None and data.batch_dim_axis != enforce_batch_dim_axis:
+            data = data.copy_with_batch_dim_axis(enforce_batch_dim_axis)
+        axes = self._get_axes(data, axis, allow_no_op)
+        self.output.placeholder = tf.squeeze(data.placeholder, axes) if axes else data.placeholder
+
+    @staticmethod
+    def _get_axes(data, axis, allow_no_op):
+        if axis == "auto":
+            axes = [i for i, d in enumerate(data.dims) if d.dimension == 1]
+        else:
+            axes = data.get_axes_from_description(axis)
+            if isinstance(axis, str) and len(axes) > 1:  # e.g. "spatial": the size-1 ones among them
+                axes = [i for i in axes if data.dims[i].dimension == 1]
+        if not axes and not allow_no_op:
+            raise ValueError("squeeze: axis %r matches no axis of size 1 in %s" % (axis, data.short_repr()))
+        bad = [i for i in axes if data.dims[i].dimension != 1]
+        if bad:
+            raise ValueError("squeeze: axis %r of %s has size %s, not 1" % (
+                axis, data.short_repr(), ", ".join(str(data.dims[i].dimension or "?") for i in bad)))
+        return sorted(axes)
+
+    @classmethod
+    def get_out_data_from_opts(cls, name, axis, enforce_batch_dim_axis=None, allow_no_op=False, sources=(),
+                               **kwargs):
+        data = concat_sources_template(sources, name="%s_output" % name)
+        if enforce_batch_dim_axis is not None and data.batch_dim_axis != enforce_batch_dim_axis:
+            data = data.copy_with_batch_dim_axis(enforce_batch_dim_axis)
+        out = data
+        for a in reversed(cls._get_axes(data, axis, allow_no_op)):
+            out = out.copy_template_excluding_axis(a)
+        return out
+
+
+def _perm_from_dict(data, perm):
+    """{target axis: source axis} (descriptions) -> full permutation list (output axis i <- input axis p[i])."""
+    perm_int = {}
+    for tgt, src in perm.items():
+        a, b = data.get_axis_from_description(tgt), data.get_axis_from_description(src)
+        if a in perm_int:
+            raise ValueError("transpose: target axis %r given twice in perm %r" % (tgt, perm))
+        perm_int[a] = b
+    if len(set(perm_int.values())) != len(perm_int):
+        raise ValueError("transpose: perm %r uses a source axis twice (axes %s)" % (perm, perm_int))
+    rem_tgt = [i for i in range(data.batch_ndim) if i not in perm_int]
+    rem_src = [i for i in range(data.batch_ndim) if i not in perm_int.values()]
+    perm_int.update(zip(rem_tgt, rem_src))
+    return [perm_int[i] for i in range(data.batch_ndim)]
+
+
+class TransposeLayer(ConcatInputLayer):
+    """tf.transpose with perm as dict target axis -> source axis; dim tags move with their axes."""
+
+    layer_class = "transpose"
+
+    def __init__(self, perm, **kwargs):
+        super().__init__(**kwargs)
+        self.output.placeholder = self.input_data.copy_transpose(
+            _perm_from_dict(self.input_data, perm)).placeholder
+
+    @classmethod
+    def transpose(cls, input_data, perm, name=None):
+        return input_data.copy_transpose(_perm_from_dict(input_data, perm)).copy(name=name)
+
+    @classmethod
+    def get_perm_int(cls, input_data, perm):
+        return dict(enumerate(_perm_from_dict(input_data, perm)))
+
+    @classmethod
+    def get_out_data_from_opts(cls, name, sources, perm, **kwargs):
+        data = concat_sources_template(sources, name="%s_output" % name)
+        return data.copy_transpose(_perm_from_dict(data, perm))
+
+
+class SwapAxesLayer(ConcatInputLayer):
+    """Swaps two axes (the dim tags move with them)."""
+
+    layer_class = "swap_axes"
+
+    def __init__(self, axis1, axis2, **kwargs):
+        super().__init__(**kwargs)
+        self.output.placeholder = self.input_data.copy_transpose(
+            self._perm(self.input_data, axis1, axis2)).placeholder
+
+    @staticmethod
+    def _perm(data, axis1, axis2):
+        a1, a2 = data.get_axis_from_description(axis1), data.get_axis_from_description(axis2)
+        if a1 == a2:
+            raise ValueError("swap_axes: axis1=%r and axis2=%r are the same axis %i of %s" % (
+                axis1, axis2, a1, data.short_repr()))
+        perm = list(range(data.batch_ndim))
+        perm[a1], perm[a2] = a2, a1
+        return perm
+
+    @classmethod
+    def get_out_data_from_opts(cls, name, sources, axis1, axis2, **kwargs):
+        data = concat_sources_template(sources, name="%s_output" % name)
+        return data.copy_transpose(cls._perm(data, axis1, axis2))
+
+
+_SPECIAL_AXIS_KEYS = {"b": "B", "batch": "B", "t": "T", "time": "T", "f": "F", "feature": "F"}
+
+
+class ReinterpretDataLayer(ConcatInputLayer):
+    """Copy that reinterprets axes or sparsity (no data movement, except enforce_batch/time_major)."""
+
+    layer_class = "reinterpret_data"
+
+    def __init__(self, switch_axes=None, size_base=None, set_axes=None, set_dim_tags=None, enforce_batch_major=False,
+                 enforce_time_major=False, set_sparse=None, set_sparse_dim=NotSpecified, increase_sparse_dim=None,
+                 batch_dim_base=None, **kwargs):
+        super().__init__(**kwargs)
+        self.size_base = size_base
+        data = self.input_data
+        if enforce_batch_major:
+            data = data.copy_as_batch_major()
+        if enforce_time_major:
+            data = data.copy_as_time_major()
+        self.output.placeholder = data.placeholder
+
+    @classmethod
+    def transform_config_dict(cls, d, network, get_layer):
+        super().transform_config_dict(d, network=network, get_layer=get_layer)
+        for key in ("size_base", "batch_dim_base"):
+            if isinstance(d.get(key), str):
+                d[key] = get_layer(d[key])
+
+    @classmethod
+    def get_out_data_from_opts(cls, name, sources, switch_axes=None, size_base=None, set_axes=None,
+                               set_dim_tags=None, enforce_batch_major=False, enforce_time_major=False, set_sparse=None,
+                               set_sparse_dim=NotSpecified, increase_sparse_dim=None, batch_dim_base=None, **kwargs):
+        out = concat_sources_template(sources, name="%s_output" % name)
+        if enforce_batch_major:
+            out = out.copy_as_batch_major()
+        if enforce_time_major:
+            out = out.copy_as_time_major()
+        if switch_axes:
+            keys = [_SPECIAL_AXIS_KEYS.get(str(k).lower()) for k in switch_axes]
+            if len(keys) != 2 or None in keys:
+                raise ValueError("reinterpret_data: switch_axes %r must name two of 'B', 'T', 'F'" % (switch_axes,))
+            if "B" in keys:
+                raise ValueError("reinterpret_data: switch_axes %r with the batch axis is not supported" % (
+                    switch_axes,))
+            t, f = out.time_dim_axis, out.feature_dim_axis
+            set_special_axes(out, time=f, feature=t)
+        if size_base is not None:
+            base = size_base.output
+            if base.time_dim_axis is None or out.time_dim_axis is None:
+                raise ValueError("reinterpret_data: size_base %r (%s) and the input %s both need a time axis" % (
+                    size_base.name, base.short_repr(), out.short_repr()))
+            out = out.copy_template_replace_dim_tag(out.time_dim_axis, base.get_time_dim_tag())
+        if set_axes:
+            time, feature = _DEFAULT, _DEFAULT
+            t0, f0 = out.time_dim_axis, out.feature_dim_axis
+            for key, value in set_axes.items():
+                k = _SPECIAL_AXIS_KEYS.get(str(key).lower())
+                if k is None or k == "B":
+                    raise ValueError("reinterpret_data: set_axes key %r must be 'T' or 'F'" % (key,))
+                if value is None:
+                    a = None
+                elif isinstance(value, int):
+                    a = value % out.batch_ndim
+                else:
+                    a = out.get_axis_from_description(value)
+                if k == "T":
+                    time = a
+                else:
+                    feature = a
+            set_special_axes(out, time=t0 if time is _DEFAULT else time,
+                             feature=(f0 if f0 != time else _DEFAULT) if feature is _DEFAULT else feature)
+        if set_dim_tags:
+            for key, tag in set_dim_tags.items():
+                if not isinstance(tag, Dim):
+                    raise TypeError("reinterpret_data: set_dim_tags[%r] must be a Dim, got %r" % (key, tag))
+                a = out.get_axis_from_description(key)
+                old = out.dims[a]
+                if old.dimension is not None and tag.dimension is not None and old.dimension != tag.dimension:
+                    raise ValueError("reinterpret_data: set_dim_tags[%r]: %r does not fit axis %s" % (
+                        key, tag, old.short_repr()))
+                out = out.copy_template_replace_dim_tag(a, tag)
+                if tag.is_dynamic() and tag.dyn_size is None and old.dyn_size is not None:
+                    tag.dyn_size = old.dyn_size
+        if set_sparse is not None:
+            if set_sparse and not out.sparse:
+                dim = None if set_sparse_dim is NotSpecified else set_sparse_dim
+                f = out.feature_dim_axis
+                if dim is None and f is not None:
+                    dim = out.dims[f].dimension
+                out.sparse_dim = Dim(dim, kind=Dim.Types.Feature, description="%s:sparse" % name)
+            elif not set_sparse and out.sparse:
+                out.sparse_dim = None
+                set_special_axes(out, time=out.time_dim_axis)
+        if set_sparse_dim is not NotSpecified and not (set_sparse and out.sparse_dim.dimension == set_sparse_dim):
+            if not out.sparse:
+                raise ValueError("reinterpret_data: set_sparse_dim needs sparse data, got %s" % out.short_repr())
+            out.sparse_dim = Dim(set_sparse_dim, kind=Dim.Types.Feature, description="%s:sparse" % name)
+        if increase_sparse_dim:
+            if not out.sparse or out.sparse_dim.dimension is None:
+                raise ValueError("reinterpret_data: increase_sparse_dim needs sparse data with a known dim, got %s" % (
+                    out.short_repr(),))
+            out.sparse_dim = Dim(out.sparse_dim.dimension + increase_sparse_dim, kind=Dim.Types.Feature,
+                                 description="%s:sparse" % name)
+        if batch_dim_base is not None:
+            b = out.batch_dim_axis
+            base_b = batch_dim_base.output.batch_dim_axis
+            if b is None or base_b is None:
+                raise ValueError("reinterpret_data: batch_dim_base needs batch axes")
+            out = out.copy_template_replace_dim_tag(b, batch_dim_base.output.dims[base_b])
+        return out
+
+    def get_dep_layers(self):
+        return super().get_dep_layers() + [x for x in (self.size_base,) if x is not None]
+
+
+class RemoveLayer(LayerBase):
+    """Removes every occurrence of symbol from sparse [B,T] data; the remaining labels move to the front."""
+
+    layer_class = "remove"
+
+    def __init__(self, symbol, **kwargs):
+        super().__init__(**kwargs)
+        src = self.sources[0].output.copy_as_batch_major()
+        x = src.placeholder
+        if symbol < 0:
+            symbol += src.sparse_dim.dimension
+        keep = tf.not_equal(x, tf.cast(symbol, x.dtype))
+        tag = src.dims[1]
+        if tag.dyn_size is not None:
+            keep = tf.logical_and(keep, tag.get_mask(ShapeOf(x)[1]))
+        keep_i = tf.cast(keep, tf.int32)
+        lens = tf.reduce_sum(keep_i, axis=1)
+        order = tf.argsort(1 - keep_i, axis=1, stable=True)  # kept positions first, in order
+        y = tf.gather(x, order, batch_dims=1)[:, :tf.reduce_max(lens)]
+        mask = tf.sequence_mask(lens, maxlen=tf.shape(y)[1])
+        self.output.placeholder = tf.where(mask, y, tf.zeros_like(y))
+        self.output.dims[1].dyn_size = lens
+
+    @classmethod
+    def get_out_data_from_opts(cls, name, sources=(), **kwargs):
+        src = sources[0].output.copy_as_batch_major()
+        if not src.sparse or src.batch_ndim != 2 or src.batch_dim_axis != 0:
+            raise ValueError("remove: expects sparse [B,T] input, got %s" % src.short_repr())
+        tag = Dim(None, kind=Dim.Types.Spatial, description="%s:removed" % name)
+        return make_data("%s_output" % name, [src.dims[0], tag], like=src, time_tag=tag)
+
+
+# ---------------------------------------------------------------------------------------------
+# stacking / repeating
+
+class StackLayer(LayerBase):
+    """tf.stack of the sources (broadcast to a common shape) on a new spatial axis."""
+
+    layer_class = "stack"
+
+    def __init__(self, axis=None, **kwargs):
+        super().__init__(**kwargs)
+        common = Data.get_common_data([s.output for s in self.sources])
+        xs = broadcast_all([s.output for s in self.sources], common)
+        a = self._get_axis(common, axis, self.output.dims)
+        self.output.placeholder = tf.stack(xs, axis=a)
+
+    @staticmethod
+    def _get_axis(common, axis, out_dims=None):
+        if axis is None:
+            if out_dims is not None:
+                return [i for i, d in enumerate(out_dims) if d not in common.dims][0]
+            return None
+        n = common.batch_ndim + 1
+        if not -n <= axis < n:
+            raise ValueError("stack: axis %r out of range for %i output axes" % (axis, n))
+        return axis % n
+
+    @classmethod
+    def get_out_data_from_opts(cls, name, sources, axis=None, **kwargs):
+        if not sources:
+            raise ValueError("stack needs at least one source")
+        dtypes = {s.output.dtype for s in sources}
+        if len(dtypes) > 1:
+            raise ValueError("stack: sources have different dtypes %s" % sorted(dtypes))
+        common = Data.get_common_data([s.output for s in sources], name="%s_output" % name)
+        tag = Dim(len(sources), kind=Dim.Types.Spatial, description="%s:stack" % name)
+        a = cls._get_axis(common, axis)
+        if a is None:
+            a = common.get_default_new_axis_for_dim_tag(tag)
+        dims = list(common.dims)
+        dims.insert(a, tag)
+        return make_data(common.name, dims, like=common)
+
+
+class TileLayer(ConcatInputLayer):
+    """tf.tile with multiples per axis ({axis description: int}); tiled dynamic axes multiply their lengths."""
+
+    layer_class = "tile"
+
+    def __init__(self, multiples, **kwargs):
+        super().__init__(**kwargs)
+        data = self.input_data
+        full = [1] * data.batch_ndim
+        for a, m in self._multiples(data, multiples).items():
+            full[a] = m
+            tag = self.output.dims[a]
+            if tag is not data.dims[a] and tag.is_dynamic() and data.dims[a].dyn_size is not None:
+                tag.dyn_size = data.dims[a].dyn_size * m
+        self.output.placeholder = tf.tile(data.placeholder, full)
+
+    @staticmethod
+    def _multiples(data, multiples):
+        res = {}
+        for key, m in multiples.items():
+            a = data.get_axis_from_description(key)
+            if a in res:
+                raise ValueError("tile: axis %r given twice in multiples %r" % (key, multiples))
+            res[a] = _ints("multiples[%r]" % (key,), m)
+        return res
+
+    @classmethod
+    def get_out_data_from_opts(cls, name, multiples, sources=(), **kwargs):
+        data = concat_sources_template(sources, name="%s_output" % name)
+        for a, m in cls._multiples(data, multiples).items():
+            if m == 1:
+                continue
+            tag = data.dims[a]
+            new = Dim(None if tag.dimension is None else tag.dimension * m, kind=tag.kind,
+                      description="%s:tile%i" % (name, m))
+            data = data.copy_template_replace_dim_tag(a, new)
+        return data
+
+
+class RepeatLayer(ConcatInputLayer):
+    """
+    tf.repeat on one axis (moved to axis 1 of the batch-major output); repetitions is an int or a layer
+    ([B,T] or [B] or scalar) with per-frame counts. The repeated axis gets new lengths (sum of counts).
+    """
+
+    layer_class = "repeat"
+
+    def __init__(self, repetitions, axis="T", **kwargs):
+        super().__init__(**kwargs)
+        self.repetitions = repetitions
+        data = self._input(self.input_data, axis)
+        x = data.placeholder
+        tag, out_tag = data.dims[1], self.output.dims[1]
+        if not isinstance(repetitions, LayerBase):
+            self.output.placeholder = tf.repeat(x, repetitions, axis=1)
+            if tag.dyn_size is not None:
+                out_tag.dyn_size = tag.dyn_size * repetitions
+            return
+        shape = ShapeOf(x)
+        n_b, n_t = shape[0], shape[1]
+        reps = self._reps_bt(repetitions.output, data)
+        reps = tf.broadcast_to(reps, tf.stack([tf.convert_to_tensor(n_b), tf.convert_to_tensor(n_t)]))
+        if tag.dyn_size is not None:
+            reps = tf.where(tag.get_mask(n_t), reps, tf.zeros_like(reps))
+        lens = tf.reduce_sum(reps, axis=1)
+        rest = [shape[i] for i in range(2, data.batch_ndim)]
+        flat = tf.repeat(reshape(x, [None] + rest), tf.reshape(reps, [-1]), axis=0)  # [sum(lens), rest]
+        max_len = tf.reduce_max(lens)
+        idx = tf.cast(tf.where(tf.sequence_mask(lens, maxlen=max_len)), tf.int32)
+        out_shape = tf.stack([tf.convert_to_tensor(s, dtype=tf.int32) for s in [n_b, max_len] + rest])
+        self.output.placeholder = tf.scatter_nd(idx, flat, out_shape)
+        out_tag.dyn_size = lens
+
+    @staticmethod
+    def _input(data, axis):
+        data = data.copy_as_batch_major()
+        a = data.get_axis_from_description(axis)
+        if a == data.batch_dim_axis:
+            raise ValueError("repeat: cannot repeat the batch axis of %s" % data.short_repr())
+        return data.copy_move_axis(a, 1)
+
+    @staticmethod
+    def _reps_bt(rep, data):
+        """repetitions as int32 tensor broadcastable to [B,T] of data (batch-major, repeated axis at 1)."""
+        rep = rep.copy_as_batch_major()
+        if not rep.dtype.startswith("int"):
+            raise ValueError("repeat: repetitions must be int, got %s" % rep.short_repr())
+        x = rep.placeholder
+        if rep.batch_ndim == 0:
+            return tf.reshape(x, [1, 1])
+        if rep.batch_ndim == 1:
+            return tf.expand_dims(x, 1) if rep.have_batch_axis() else tf.expand_dims(x, 0)
+        if rep.batch_ndim == 2 and rep.have_batch_axis():
+            return x
+        raise ValueError("repeat: repetitions %s must be scalar, [B] or [B,T]" % rep.short_repr())
+
+    @classmethod
+    def transform_config_dict(cls, d, network, get_layer):
+        super().transform_config_dict(d, network=network, get_layer=get_layer)
+        if isinstance(d.get("repetitions"), str):
+            d["repetitions"] = get_layer(d["repetitions"])
+
+    @classmethod
+    def get_out_data_from_opts(cls, name, repetitions, axis="T", sources=(), **kwargs):
+        data = cls._input(concat_sources_template(sources, name="%s_output" % name), axis)
+        tag = data.dims[1]
+        if isinstance(repetitions, LayerBase):
+            dim = None
+        else:
+            rep = _ints("repetitions", repetitions)
+            dim = None if tag.dimension is None else tag.dimension * rep
+        new = Dim(dim, kind=tag.kind if dim is not None else Dim.Types.Spatial, description="%s:repeat" % name)
+        return data.copy_template_replace_dim_tag(1, new)
+
+    def get_dep_layers(self):
+        deps = super().get_dep_layers()
+        return deps + ([self.repetitions] if isinstance(self.repetitions, LayerBase) else [])
+
+
+_RESIZE_OPS = {
+    "linear": tf.raw_ops.ResizeBilinear, "cubic": tf.raw_ops.ResizeBicubic,
+    "nn": tf.raw_ops.ResizeNearestNeighbor, "nearest_neighbor": tf.raw_ops.ResizeNearestNeighbor,
+}
+_RESIZE_KINDS = tuple(_RESIZE_OPS) + ("fill",)
+
+
+class ResizeLayer(ConcatInputLayer):
+    """Up-/downsampling of one axis by an int factor (axis moved to 1 of the batch-major output)."""
+
+    layer_class = "resize"
+
+    def __init__(self, factor, axis, kind="nn", fill_value=None, fill_dropout=None, **kwargs):
+        super().__init__(**kwargs)
+        data = self._input(self.input_data, axis)
+        x = data.placeholder
+        shape = ShapeOf(x)
+        n_b, size = shape[0], shape[1]
+        rest = [shape[i] for i in range(2, data.batch_ndim)]
+        n_rest = int(np.prod(rest)) if all(isinstance(s, int) for s in rest) else tf.reduce_prod(tf.stack(rest))
+        new_size = size * factor
+        img = reshape(x, [n_b, size, 1, n_rest])  # [B,H,W=1,C]
+        if kind in _RESIZE_OPS:  # the v1 image ops (align_corners=False, half_pixel_centers=False)
+            out_hw = [new_size, 1] if isinstance(new_size, int) else tf.stack([new_size, 1])
+            img = _RESIZE_OPS[kind](images=img, size=out_hw, align_corners=False, half_pixel_centers=False)
+        else:  # fill
+            if fill_value is None:
+                fill_value = 0
+            if data.sparse and fill_value < 0:
+                fill_value += data.sparse_dim.dimension
+            fill = tf.fill(tf.shape(img), tf.cast(fill_value, img.dtype))
+            img = tf.concat([img] + [fill] * (factor - 1), axis=2)  # [B,H,factor,C]
+        y = reshape(img, [n_b, new_size] + rest)
+        if y.dtype != x.dtype:
+            y = tf.cast(y, x.dtype)
+        tag, out_tag = data.dims[1], self.output.dims[1]
+        lens = tag.dyn_size * factor if tag.dyn_size is not None else None
+        if fill_dropout:
+            keep = (1.0 - fill_dropout) + tf1.random_uniform(
+                tf.stack([tf.convert_to_tensor(size), factor - 1]), seed=self.network.random.randint(2 ** 31))
+            keep = tf.concat([tf.ones(tf.stack([tf.convert_to_tensor(size), 1]), dtype=tf.bool),
+                              tf.cast(tf.floor(keep), tf.bool)], axis=1)
+            keep = tf.reshape(keep, [-1])  # [new_size]
+            n_kept = tf.reduce_sum(tf.cast(keep, tf.int32))
+            y = tf.boolean_mask(y, keep, axis=1)
+            if lens is not None:
+                valid = tf.logical_and(keep[None, :], tf.sequence_mask(lens, maxlen=new_size))
+                lens = tf.reduce_sum(tf.cast(valid, tf.int32), axis=1)
+            else:
+                lens = tf.fill([n_b], n_kept)
+        if out_tag is not tag and out_tag.is_dynamic():
+            out_tag.dyn_size = lens
+        self.output.placeholder = y
+
+    @staticmethod
+    def _input(data, axis):
+        data = data.copy_as_batch_major()
+        a = data.get_axis_from_description(axis)
+        if a == data.batch_dim_axis:
+            raise ValueError("resize: cannot resize the batch axis of %s" % data.short_repr())
+        return data.copy_move_axis(a, 1)
+
+    @classmethod
+    def get_out_data_from_opts(cls, name, factor, axis, sources, kind="nn", fill_dropout=None, **kwargs):
+        if kind not in _RESIZE_KINDS:
+            raise ValueError("resize: invalid kind %r, expected one of %s" % (kind, list(_RESIZE_KINDS)))
+        factor = _ints("factor", factor)
+        data = cls._input(concat_sources_template(sources, name="%s_output" % name), axis)
+        tag = data.dims[1]
+        dim = None if tag.dimension is None or fill_dropout else tag.dimension * factor
+        new = Dim(dim, kind=tag.kind, description="%s:resize" % name)
+        return data.copy_template_replace_dim_tag(1, new)
+
+
+__all__ = [
+    "SliceLayer", "SliceNdLayer", "ExpandDimsLayer", "SqueezeLayer", "TransposeLayer", "SwapAxesLayer",
+    "ReinterpretDataLayer", "RemoveLayer", "StackLayer", "TileLayer", "RepeatLayer", "ResizeLayer",
+    "make_data", "set_special_axes", "special_tags", "axis_of_tag", "ShapeOf", "reshape", "broadcast_all",
+]
