@@ -290,17 +290,15 @@ class ConvLayer(_ConvBase):
 
 
 def _apply_filter_perm(filter_data, filter_perm, filter_size, n_in, n_out):
-    """filter_perm: dict filter-layer axis description -> target axis name ('in', 'out', or spatial 'sN')."""
-    order = []
-    names = ["s%i" % i for i in range(len(filter_size))] + ["in", "out"]
-    inv = {}
-    for src, dst in filter_perm.items():
-        inv[dst] = filter_data.get_axis_from_description(src)
-    for n in names:
-        if n not in inv:
-            raise ValueError("filter_perm %r lacks target %r" % (filter_perm, n))
-        order.append(inv[n])
-    return tf.transpose(filter_data.placeholder, order)
+    """filter_perm: like the transpose layer's perm (dict target axis -> source axis) applied to the filter layer."""
+    from .shape import TransposeLayer
+
+    x = TransposeLayer.transpose(filter_data, filter_perm).placeholder
+    expected = tuple(filter_size) + (n_in, n_out)
+    if x.shape.rank is not None and tuple(x.shape.as_list()) != expected:
+        raise ValueError("filter (after filter_perm=%r) has shape %s, expected %s = [*filter_size, in, out]" % (
+            filter_perm, x.shape.as_list(), list(expected)))
+    return x
 
 
 class PoolLayer(_ConvBase):

@@ -53,7 +53,7 @@ class StftLayer(ConcatInputLayer):
         self.output.placeholder = restore(y)
 
     @classmethod
-    def get_out_data_from_opts(cls, name, sources=(), frame_shift=None, frame_size=None, fft_size=None,
+    def get_out_data_from_opts(cls, name, frame_shift, frame_size, sources=(), fft_size=None,
                                in_spatial_dims=None, out_spatial_dims=None, out_dim=None, **kwargs):
         fft_size = fft_size or frame_size
         data = concat_sources_template(sources, name="%s_input" % name)
@@ -96,7 +96,7 @@ class IstftLayer(ConcatInputLayer):
         self.output.placeholder = restore(tf.expand_dims(y, -1))
 
     @classmethod
-    def get_out_data_from_opts(cls, name, sources=(), frame_shift=None, frame_size=None, fft_size=None,
+    def get_out_data_from_opts(cls, name, frame_shift, frame_size, sources=(), fft_size=None,
                                in_spatial_dims=None, out_spatial_dims=None, out_dim=None, **kwargs):
         data = concat_sources_template(sources, name="%s_input" % name)
         if not in_spatial_dims and data.time_dim_axis is not None:
@@ -199,8 +199,8 @@ class MultiChannelMultiResolutionStftLayer(ConcatInputLayer):
                 d_out.dyn_size = (d_in.dyn_size - ref) // frame_shift + 1
 
     @classmethod
-    def get_out_data_from_opts(cls, name, sources=(), fft_sizes=(), use_rfft=True, nr_of_channels=1,
-                               n_out=NotSpecified, frame_shift=None, frame_sizes=None, pad_last_frame=False, **kwargs):
+    def get_out_data_from_opts(cls, name, frame_shift, frame_sizes, fft_sizes, sources=(), use_rfft=True,
+                               nr_of_channels=1, n_out=NotSpecified, pad_last_frame=False, **kwargs):
         total = sum((f // 2 + 1 if use_rfft else f) * nr_of_channels for f in fft_sizes)
         if n_out is not NotSpecified and n_out is not None and n_out != total:
             raise ValueError("n_out=%r does not match the fft configuration (%i)" % (n_out, total))
@@ -241,5 +241,5 @@ class MultiChannelStftLayer(MultiChannelMultiResolutionStftLayer):
         super().__init__(frame_shift=frame_shift, frame_sizes=[frame_size], fft_sizes=[fft_size], **kwargs)
 
     @classmethod
-    def get_out_data_from_opts(cls, frame_size=None, fft_size=None, **kwargs):
+    def get_out_data_from_opts(cls, frame_size, fft_size, **kwargs):
         return super().get_out_data_from_opts(frame_sizes=[frame_size], fft_sizes=[fft_size], **kwargs)
