@@ -464,10 +464,16 @@ class CopyLayer(ConcatInputLayer):
     layer_class = "copy"
 
     def __init__(self, extra_deps=(), **kwargs):
+        dropout = kwargs.get("dropout")
         super().__init__(**kwargs)
         self.extra_deps = extra_deps
         if self.input_data is not None:
             self.output.placeholder = self.input_data.placeholder
+        if type(self) is CopyLayer and len(self.sources) == 1 and not dropout:
+            # as the original: a plain copy keeps the source's pre-activation output (e.g. logits for ce)
+            owa = getattr(self.sources[0], "output_before_activation", None)
+            if owa is not None:
+                self.output_before_activation = owa
 
     @classmethod
     def transform_config_dict(cls, d, network, get_layer):

@@ -205,7 +205,7 @@ def _ngram_counts(seq, max_order):
 
 
 def compute_bleu(reference_corpus, translation_corpus, max_order=4, use_bp=True):
-    """Corpus BLEU of label sequences (geometric mean of the nonzero n-gram precisions, brevity penalty)."""
+    """Corpus BLEU of label sequences (geometric mean of the smoothed n-gram precisions, brevity penalty)."""
     matches = [0] * max_order
     possible = [0] * max_order
     ref_len = trans_len = 0
@@ -218,7 +218,16 @@ def compute_bleu(reference_corpus, translation_corpus, max_order=4, use_bp=True)
             matches[len(ngram) - 1] += min(count, trans_counts[ngram])
         for ngram, count in trans_counts.items():
             possible[len(ngram) - 1] += count
-    precisions = [matches[i] / possible[i] if possible[i] > 0 else 0.0 for i in range(max_order)]
+    # an order with no matches gets 1 / (2^k * possible), k counting such orders (smoothing)
+    precisions = [0.0] * max_order
+    smooth = 1.0
+    for i in range(max_order):
+        if possible[i] > 0:
+            if matches[i] > 0:
+                precisions[i] = matches[i] / possible[i]
+            else:
+                smooth *= 2
+                precisions[i] = 1.0 / (smooth * possible[i])
     geo_mean = 0.0
     if max(precisions) > 0:
         geo_mean = math.exp(sum(math.log(p) for p in precisions if p) / max_order)
