@@ -183,8 +183,6 @@ class WindowLayer(ConcatInputLayer):
         else:
             out_tag = _new_dim_like(in_tag, None, "%s:window-out" % name)
         if out_spatial_dim is not None:
-            if out_tag is not in_tag:
-                out_spatial_dim.declare_same_as(out_tag) if out_spatial_dim.dyn_size is None else None
             out_tag = out_spatial_dim
         if out_tag is not in_tag:
             data = data.copy_template_replace_dim_tag(a, out_tag)
@@ -314,7 +312,15 @@ def _const_or_layer_frame(value, data, axis, dtype):
         if v.dtype.base_dtype.name != dtype:
             v = tf.cast(v, dtype)
         return v
-    return tf.constant(value, dtype=dtype)
+    return tf.constant(np.asarray(value).astype(dtype))
+
+
+def _as_time_batch_major(data):
+    """Copy with layout [T, B, ...] (other axes keep their order)."""
+    t, b = data.time_dim_axis, data.batch_dim_axis
+    if t is None or b is None:
+        raise ValueError("%s needs a time and a batch axis" % data.short_repr())
+    return data.copy_transpose([t, b] + [i for i in range(data.batch_ndim) if i not in (t, b)])
 
 
 def _full_shape(data, x):
@@ -467,7 +473,7 @@ class TimeChunkingLayer(ConcatInputLayer):
     def __init__(self, chunk_size, chunk_step, **kwargs):
         super().__init__(**kwargs)
         self.chunk_size, self.chunk_step = chunk_size, chunk_step
-        data = self.input_data.copy_as_time_major().copy_as_batch_major().copy_move_axis(1, 0)  # [T, B, ...]
+        data = _as_time_batch_major(self.input_data)  # [T, B, ...]
         self.chunk_input = data
         x = data.placeholder
         n_time = _dim_size(data, 0)
@@ -498,7 +504,7 @@ class TimeChunkingLayer(ConcatInputLayer):
     @classmethod
     def get_out_data_from_opts(cls, name, sources=(), **kwargs):
         data = concat_sources_template(sources, name="%s_output" % name)
-        data = data.copy_as_time_major().copy_as_batch_major().copy_move_axis(1, 0)
+        data = _as_time_batch_major(data)
         time_tag = Dim(None, kind=Dim.Types.Spatial, description="%s:chunk-time" % name)
         batch_tag = Dim(None, kind=Dim.Types.Batch, description="%s:chunk-batch" % name)
         out = data.copy_template_replace_dim_tag(0, time_tag).copy_template_replace_dim_tag(1, batch_tag)
@@ -516,7 +522,7 @@ class TimeUnChunkingLayer(ConcatInputLayer):
         super().__init__(**kwargs)
         ch = chunking_layer
         size, step, n_chunks = ch.chunk_size, ch.chunk_step, ch.n_chunks
-        data = self.input_data.copy_as_time_major().copy_as_batch_major().copy_move_axis(1, 0)  # [size, B*n, ...]
+        data = _as_time_batch_major(self.input_data)  # [size, B*n, ...]
         x = data.placeholder
         n_time = _dim_size(ch.chunk_input, 0)
         n_batch = tf.shape(ch.chunk_input.placeholder)[1]
@@ -546,9 +552,8 @@ class TimeUnChunkingLayer(ConcatInputLayer):
     @classmethod
     def get_out_data_from_opts(cls, name, chunking_layer, sources=(), **kwargs):
         data = concat_sources_template(sources, name="%s_output" % name)
-        data = data.copy_as_time_major().copy_as_batch_major().copy_move_axis(1, 0)
-        orig = concat_sources_template(chunking_layer.sources).copy_as_time_major().copy_as_batch_major()
-        orig = orig.copy_move_axis(1, 0)
+        data = _as_time_batch_major(data)
+        orig = _as_time_batch_major(concat_sources_template(chunking_layer.sources))
         out = data.copy_template_replace_dim_tag(0, orig.dims[0]).copy_template_replace_dim_tag(1, orig.dims[1])
         out.time_dim_axis = 0
         return out

@@ -159,3 +159,47 @@ def test_axis_matching_nothing_is_error():
         net = TFNetwork(extern_data=ExternData({"data": {"dim": 3}}))
         with pytest.raises(NetworkLayerException, match="output"):
             net.construct_from_dict({"output": {"class": "cumsum", "from": "data", "axis": "stag:nonexisting"}})
+
+
+def test_window_and_cumsum_inside_rec_loop_match_outside():
+    net_dict = {
+        "win_out": {"class": "window", "window_size": 3, "window_right": 0, "from": "data", "is_output_layer": True},
+        "cs_out": {"class": "cumsum", "from": "data", "is_output_layer": True},
+        "output": {"class": "rec", "from": "data", "optimize_move_layers_out": False, "unit": {
+            "win": {"class": "window", "window_size": 3, "from": "data:source"},
+            "cs": {"class": "cumsum", "from": "data:source", "is_output_layer": True},
+            "output": {"class": "copy", "from": "win"}}},
+    }
+    net, x, res = _run(net_dict, ["win_out", "cs_out", "output"])
+    rec_out = net.get_layer("output").output
+    assert rec_out.batch_shape[-2:] == (3, 3)
+    t = rec_out.time_dim_axis
+    val = np.moveaxis(res["output"][0], [rec_out.batch_dim_axis, t], [0, 1])
+    for b, n in enumerate(LENS):
+        np.testing.assert_allclose(val[b, :n], res["win_out"][0][b, :n], rtol=1e-6)
+
+
+def test_gather_by_layer_and_scatter_back():
+    net_dict = {
+        "pos": {"class": "range_in_axis", "from": "data", "axis": "T"},
+        "rev": {"class": "eval", "from": ["pos", "len"], "eval": "tf.maximum(source(1) - 1 - source(0), 0)",
+                "out_type": {"dtype": "int32"}},
+        "rev_neg": {"class": "eval", "from": ["pos", "len"], "eval": "source(1) - 1 - source(0)",
+                    "out_type": {"dtype": "int32"}},  # negative in padded frames: filtered out
+        "len": {"class": "length", "from": "data"},
+        "g": {"class": "gather", "from": "data", "axis": "T", "position": "rev"},
+        "output": {"class": "scatter_nd", "from": "g", "position": "rev_neg", "position_axis": "T",
+                   "output_dim_via_time_from": "data", "filter_invalid_indices": True},
+    }
+    net, x, res = _run(net_dict, ["g", "output"])
+    data = net.extern_data.get_data("data")
+    g = net.get_layer("g").output
+    assert g.dims == data.dims  # [B,T,F]: shared batch axis, position's time axis, input's feature axis
+    val = res["g"][0]
+    for b, n in enumerate(LENS):
+        np.testing.assert_allclose(val[b, :n], x[b, :n][::-1])
+    out = net.get_layer("output").output
+    assert out.dims == data.dims
+    val = res["output"][0]
+    for b, n in enumerate(LENS):
+        np.testing.assert_allclose(val[b, :n], x[b, :n])
