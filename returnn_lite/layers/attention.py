@@ -98,12 +98,15 @@ class SelfAttentionLayer(ConcatInputLayer):
             raise NotImplementedError("self_attention: state_var_lengths not supported")
         key_dim, value_dim = total_key_dim // num_heads, n_out // num_heads
         mat_n_out = 2 * total_key_dim + n_out
-        in_loop = self.rec_previous_layer is not None or _in_rec_loop(self.network, inp)
-        if in_loop and not attention_left_only:
-            raise ValueError("self_attention inside a rec loop needs attention_left_only=True")
-        if not in_loop and inp.time_dim_axis is None:
-            raise ValueError("self_attention: input %s has no time axis (and we are not in a rec loop)"
-                             % inp.short_repr())
+        in_loop = inp.time_dim_axis is None  # one frame per step: attend over the keys/values of all steps so far
+        if in_loop:
+            if not attention_left_only:
+                raise ValueError("self_attention: input %s has no time axis; inside a rec loop, "
+                                 "attention_left_only=True is needed" % inp.short_repr())
+            prev = getattr(self.rec_previous_layer, "rec_vars_outputs", None) or {}
+            if "k_left" not in prev:
+                raise ValueError("self_attention: input %s has no time axis and there is no k_left/v_left state "
+                                 "(expected inside a rec loop)" % inp.short_repr())
         mat = self.create_param("QKV", (inp.dim, mat_n_out), forward_weights_init)
         data = inp.copy_as_batch_major() if inp.have_batch_axis() else inp
         if not data.sparse:
@@ -206,23 +209,28 @@ class SelfAttentionLayer(ConcatInputLayer):
         return deps
 
     @classmethod
-    def _state_dims(cls, num_heads, total_key_dim, n_out, output=None):
-        n_out = n_out if isinstance(n_out, int) else output.dim
+    def _state_dims(cls, num_heads, total_key_dim, n_out, sources):
+        """(key_dim, value_dim) per head, or None if the input has a time axis (then there is no state)."""
+        if sources and concat_sources_template(sources).time_dim_axis is not None:
+            return None
         return total_key_dim // num_heads, n_out // num_heads
 
     @classmethod
-    def get_rec_initial_extra_outputs(cls, batch_dim, rec_layer, num_heads, total_key_dim, n_out=NotSpecified,
-                                      output=None, attention_left_only=False, **kwargs):
-        key_dim, value_dim = cls._state_dims(num_heads, total_key_dim, n_out, output)
-        return {"k_left": tf.zeros((batch_dim, num_heads, 0, key_dim)),
-                "v_left": tf.zeros((batch_dim, num_heads, 0, value_dim))}
+    def get_rec_initial_extra_outputs(cls, batch_dim, rec_layer, num_heads, total_key_dim, n_out, sources=(),
+                                      **kwargs):
+        dims = cls._state_dims(num_heads, total_key_dim, n_out, sources)
+        if dims is None:
+            return {}
+        return {"k_left": tf.zeros((batch_dim, num_heads, 0, dims[0])),
+                "v_left": tf.zeros((batch_dim, num_heads, 0, dims[1]))}
 
     @classmethod
-    def get_rec_initial_extra_outputs_shape_invariants(cls, num_heads, total_key_dim, n_out=NotSpecified,
-                                                       output=None, **kwargs):
-        key_dim, value_dim = cls._state_dims(num_heads, total_key_dim, n_out, output)
-        return {"k_left": tf.TensorShape((None, num_heads, None, key_dim)),
-                "v_left": tf.TensorShape((None, num_heads, None, value_dim))}
+    def get_rec_initial_extra_outputs_shape_invariants(cls, num_heads, total_key_dim, n_out, sources=(), **kwargs):
+        dims = cls._state_dims(num_heads, total_key_dim, n_out, sources)
+        if dims is None:
+            return {}
+        return {"k_left": tf.TensorShape((None, num_heads, None, dims[0])),
+                "v_left": tf.TensorShape((None, num_heads, None, dims[1]))}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -306,8 +314,6 @@ class PositionalEncodingLayer(ConcatInputLayer):
             if n_out is not NotSpecified and n_out is not None and n_out != out.dim:
                 raise ValueError("add_to_input: n_out %r != input dim %r" % (n_out, out.dim))
             return out
-        if (n_out is NotSpecified or n_out is None) and not (out_type and out_type.get("dim")):
-            raise ValueError("positional_encoding needs n_out (or add_to_input=True)")
         return cls._base_out_data(name, sources, n_out, out_type)
 
     def get_dep_layers(self):

@@ -240,3 +240,40 @@ def test_generic_attention_multi_head_time_major_base():
         x = RNG.randn(7, 3, 6).astype("float32")
         y, w = session.run([out.placeholder, net.get_layer("energy").output.placeholder], feed_dict=_feed(net, data=x))
         np.testing.assert_allclose(y, np.einsum("tbh,tbhd->bhd", w, x.reshape(7, 3, 2, 3)), rtol=1e-5, atol=1e-5)
+
+
+def test_self_attention_key_shift_in_rec_loop():
+    """relative_positional_encoding + self_attention(key_shift) per step in a rec loop == whole-sequence numpy."""
+    with tf.Graph().as_default(), tf1.Session() as session:
+        net = _net({"data": {"dim": 5}}, {"output": {"class": "rec", "from": "data", "unit": {
+            "rel": {"class": "relative_positional_encoding", "from": "data:source", "n_out": 2, "clipping": 2},
+            "output": {"class": "self_attention", "from": "data:source", "attention_left_only": True, "num_heads": 2,
+                       "total_key_dim": 4, "n_out": 4, "key_shift": "rel"}}}})
+        session.run(tf1.global_variables_initializer())
+        params = {p.op.name: p for p in net.get_params_list()}
+        assert sorted(params) == ["output/rec/output/QKV", "output/rec/rel/encoding_matrix"]
+        x = RNG.randn(3, 7, 5).astype("float32")
+        out = net.get_layer("output").output.copy_as_batch_major()
+        y, w, e = session.run([out.placeholder, params["output/rec/output/QKV"],
+                               params["output/rec/rel/encoding_matrix"]], feed_dict=_feed(net, data=x))
+        r = np.arange(7)
+        ks = e[np.clip(r[None, :] - r[:, None], -2, 2) + 2]
+        _valid(y, _np_self_att(x, w, 2, 4, left_only=True, key_shift=ks))
+
+
+def test_positional_encoding_constant_offset_time_major():
+    with tf.Graph().as_default(), tf1.Session() as session:
+        net = _net({"data": {"dim": 5, "time_dim_axis": 0, "batch_dim_axis": 1}, "off": {"shape": (), "dtype": "int32"}},
+                   {"const": {"class": "positional_encoding", "from": "data", "constant": 3, "n_out": 4,
+                              "is_output_layer": True},
+                    "output": {"class": "positional_encoding", "from": "data", "offset": "data:off",
+                               "add_to_input": True}})
+        const, out = net.get_layer("const").output, net.get_layer("output").output
+        assert const.batch_shape == (None, None, 4) and const.time_dim_axis == 0
+        x = RNG.randn(7, 3, 5).astype("float32")
+        off = np.array([0, 2, 5], "int32")
+        feed = _feed(net, data=x)
+        feed[net.extern_data.get_data("off").placeholder] = off
+        c, y = session.run([const.placeholder, out.placeholder], feed)
+        np.testing.assert_allclose(c, np.broadcast_to(_pe(4, np.array([3.0])), (7, 3, 4)), rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(y, x + _pe(5, np.arange(7)[:, None] + off[None, :]), rtol=1e-5, atol=1e-5)
