@@ -140,7 +140,9 @@ class TFNetwork:
     def construct_from_dict(self, net_dict, get_layer=None):
         """Build every layer that is an output, has a loss, or is marked is_output_layer."""
         self._net_dict = net_dict
-        for name, desc in sorted(net_dict.items()):
+        # layers registered as extern data first (others may use them as target), as the original
+        for name, desc in sorted(net_dict.items(), key=lambda kv: (
+                not (isinstance(kv[1], dict) and kv[1].get("register_as_extern_data")), kv[0])):
             if not isinstance(desc, dict):
                 raise NetworkLayerException("layer description must be a dict, got %r" % (desc,), name, network=self)
             if (name == "output" or name.endswith(":output") or desc.get("loss") or desc.get("is_output_layer")

@@ -215,7 +215,17 @@ def _apply_out_type(template, out_type, name):
         return out_type["__call__"](template)
     if any(k in out_type for k in ("shape", "dims", "dim_tags")):
         out_type.setdefault("name", "%s_output" % name)
-        return Data(**out_type)
+        out = Data(**out_type)
+        if template is not None:
+            # dynamic axes given as None take the derived template's tags (their sequence lengths), in order
+            own_dyn = [i for i, d in enumerate(out.dims) if d.is_dynamic()]
+            tpl_dyn = [d for d in template.dims if d.is_dynamic()]
+            if own_dyn and len(own_dyn) == len(tpl_dyn):
+                dims = list(out.dims)
+                for i, d in zip(own_dyn, tpl_dyn):
+                    dims[i] = d
+                out = out.copy_template_new_dim_tags(dims, keep_special_axes=True)
+        return out
     out = template.copy_template(name="%s_output" % name)
     if "dtype" in out_type:
         out.dtype = tf.as_dtype(out_type["dtype"]).name

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from ...data import Data, Dim
+from ...data import Data, Dim, batch_dim
 from ...network import LayerNotFound, NetworkConstructionDependencyLoopException, TFNetwork
 from ...losses.holder import LossHolder
 from ...util import as_list
@@ -27,9 +27,10 @@ tf1 = tf.compat.v1
 class _NeedPrev(NetworkConstructionDependencyLoopException):
     """prev:X was asked for while X's template is still being built."""
 
-    def __init__(self, name):  # noqa (no super init: no message formatting needed)
-        Exception.__init__(self, "template of %r not ready" % name)
+    def __init__(self, name, requester):  # noqa (no super init: no message formatting needed)
+        Exception.__init__(self, "template of %r not ready (needed by %r)" % (name, requester))
         self.layer_name = name
+        self.requester = requester
 
 
 class RecStepInfo:
@@ -155,7 +156,10 @@ class RecSubnetLoop:
         tpl.net = net
         step_dim = Data(name=":i", dims=(), dtype="int32")
         building = []
-        dropped = {}  # name -> refs that were left out in the first derivation
+        guess_only = set()  # prev: targets that cannot be built before the requesting layer
+        subst = set()  # prev: targets replaced by a stand-in template in this pass
+        guessed = set()  # names built with a guessed prev: template
+        prev_fallback = {}  # templates of the previous pass
 
         def outer_layer(ref):
             layer = get_layer(ref)
@@ -179,9 +183,22 @@ class RecSubnetLoop:
                                         "(sub-layers: %s)" % (name, x, x, sorted(unit)), x, net)
                 if x in tpl.templates:
                     return tpl.templates[x]
-                if x in building:
-                    raise _NeedPrev(x)
-                return build(x)
+                if x in prev_fallback:  # later passes: the template of the previous pass
+                    return prev_fallback[x]
+                if x in building or x in guess_only:  # a guess, derived again once all templates exist
+                    n_out = unit[x].get("n_out")
+                    if not isinstance(n_out, int) and x not in subst:
+                        raise _NeedPrev(x, cur)
+                    guessed.add(cur)
+                    return InternalLayer(name=ref, network=net, output=Data(
+                        name="%s_guess" % x, dims=(batch_dim, Dim(n_out if isinstance(n_out, int) else 1,
+                                                                  kind=Dim.Types.Feature, description="%s:guess" % x))))
+                try:
+                    return build(x)
+                except NetworkConstructionDependencyLoopException as exc:  # x needs cur: a recurrence via prev:
+                    if isinstance(exc, _NeedPrev) and exc.requester != cur:
+                        raise
+                    raise _NeedPrev(x, cur) from exc
             if ref == ":i":
                 return InternalLayer(name=":i", network=net, output=step_dim.copy_template())
             if ref in ("data", "data:source"):
@@ -220,14 +237,19 @@ class RecSubnetLoop:
                         layer = net.construct_layer(unit_dict or {x: desc}, x, get_layer=get_tpl,
                                                     add_layer=add_template)
                         break
-                    except NetworkConstructionDependencyLoopException:
-                        srcs = as_list(desc.get("from", "data"))
-                        drop = [s for s in srcs if isinstance(s, str) and s.startswith("prev:")
-                                and s[len("prev:"):] not in tpl.templates]
-                        if not drop:
+                    except _NeedPrev as exc:
+                        if exc.requester != x:
                             raise
-                        dropped.setdefault(x, []).extend(drop)
-                        desc["from"] = [s for s in srcs if s not in drop]
+                        ref, srcs = "prev:" + exc.layer_name, as_list(desc.get("from", "data"))
+                        if exc.layer_name not in guess_only:
+                            guess_only.add(exc.layer_name)  # retry with a guess for it
+                        elif ref in srcs and len(srcs) > 1:  # first guess: the layer without that source
+                            desc["from"] = [s for s in srcs if s != ref]
+                            guessed.add(x)
+                        elif exc.layer_name not in subst:
+                            subst.add(exc.layer_name)  # else a [B, n_out or 1] stand-in
+                        else:
+                            raise
                         net.layers.pop(x, None)
             finally:
                 building.pop()
@@ -236,17 +258,36 @@ class RecSubnetLoop:
 
         needed = ["output"] + [n for n in sorted(unit) if n != "output" and (
             n == "end" or unit[n].get("is_output_layer") or (unit[n].get("loss") and network.eval_flag))]
-        for x in needed:
-            build(x)
-        if dropped:  # derive the guessed templates once more, now that every prev: template exists
-            for x in list(dropped):
-                old = tpl.templates.pop(x)
-                net.layers.pop(x, None)
-                cache.clear()
-                new = build(x)
-                if new.output.batch_shape != old.output.batch_shape or new.output.dim != old.output.dim:
-                    raise ValueError("rec layer %r: the template of sub-layer %r depends on its own previous "
-                                     "output; got %s, then %s" % (name, x, old.output, new.output))
+        def build_all():
+            for x in needed:
+                build(x)
+            while True:  # every layer referenced via prev: is computed in the loop
+                missing = sorted({r[len("prev:"):] for refs in list(tpl.deps.values()) for r in refs
+                                  if r.startswith("prev:") and r[len("prev:"):] not in tpl.templates})
+                if not missing:
+                    break
+                for x in missing:
+                    build(x)
+
+        build_all()
+        for _ in range(3):  # derive once more where a prev: template was guessed, until nothing changes
+            if not guessed:
+                break
+            earlier = dict(tpl.templates)
+            prev_fallback.clear()
+            prev_fallback.update(earlier)
+            guess_only.clear()
+            subst.clear()
+            guessed.clear()
+            tpl.templates.clear()
+            tpl.deps.clear()
+            net.layers.clear()
+            cache.clear()
+            build_all()
+            changed = [x for x in tpl.templates if x not in earlier or not _same_template(
+                earlier[x].output, tpl.templates[x].output)]
+            if not changed:
+                break
         return tpl
 
     # ---- real construction ----
@@ -349,7 +390,13 @@ class RecSubnetLoop:
                                                       **kw)
             if res:
                 extra_init[x] = res
-        prev_init = [self._initial_output(x, batch_dim) for x in prev_names]
+        prev_init = []
+        for x in prev_names:
+            from_state = getattr(tpl.templates[x].cls, "initial_output_from_state", None)
+            if from_state and x in extra_init and self.unit[x].get("initial_output") is None:
+                prev_init.append(extra_init[x][from_state])  # cells: the output part of the initial state
+            else:
+                prev_init.append(self._initial_output(x, batch_dim))
         acc_names = [x for x in in_loop if not any(
             d.is_dynamic() for d in tpl.templates[x].output.dims if not d.is_batch_dim())]
         extra_keys = [(x, k) for x in sorted(extra_init) for k in sorted(extra_init[x])]
@@ -461,7 +508,8 @@ class RecSubnetLoop:
             layer = self.rec_layer.network.get_layer(init)
             return self._as_template_layout(layer.output, out)
         value = {"zeros": 0, "ones": 1, None: 0}.get(init, init)
-        shape = [batch_dim if d.is_batch_dim() else d.dimension for d in out.dims]
+        shape = [batch_dim if d.is_batch_dim() else (d.dimension if d.dimension is not None or d.dyn_size is None
+                                                      else tf.reduce_max(d.dyn_size)) for d in out.dims]
         if any(s is None for s in shape):
             raise ValueError("rec layer %r: cannot create the initial output of %r with shape %s" % (
                 self.rec_layer.name, x, out))
@@ -494,6 +542,10 @@ class RecSubnetLoop:
         seq_len = self.time_dim.dyn_size
         x = acc.copy_as_batch_major().placeholder  # [B, T, ...]
         return tf.gather(x, tf.maximum(seq_len - 1, 0), axis=1, batch_dims=1)
+
+
+def _same_template(a, b):
+    return a.batch_shape == b.batch_shape and a.dim == b.dim and a.sparse == b.sparse and a.dtype == b.dtype
 
 
 def _has_extra(t):
