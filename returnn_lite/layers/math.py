@@ -1,8 +1,8 @@
 """
 Math and reduction layers: reduce, reduce_out, math_norm, dot, weighted_sum, elemwise_prod,
 softmax_over_spatial, batch_softmax, gating, accumulate_mean, variable, top_k, gradient,
-synthetic_gradient, tikhonov_regularization, identity, print, train_flag, complex_linear_projection,
-sparse_softmax_cross_entropy_with_logits.
+synthetic_gradient, tikhonov_regularization, identity, print, train_flag, complex_linear_projection
+(sparse_softmax_cross_entropy_with_logits lives in layers/loss.py).
 """
 
 from __future__ import annotations
@@ -959,46 +959,6 @@ class ComplexLinearProjectionLayer(ConcatInputLayer):
             raise ValueError("complex_linear_projection layer %r: input dim %i must be even" % (name, data.dim))
         new = Dim(nr_of_filters, kind=Dim.Types.Feature, description="%s:clp" % name)
         return data.copy_template_replace_dim_tag(data.feature_dim_axis, new, name="%s_output" % name)
-
-
-class SparseSoftmaxCrossEntropyWithLogitsLayer(LayerBase):
-    """tf.nn.sparse_softmax_cross_entropy_with_logits over the logits' feature axis."""
-
-    layer_class = "sparse_softmax_cross_entropy_with_logits"
-
-    def __init__(self, logits, targets, axis=None, **kwargs):
-        super().__init__(**kwargs)
-        self.logits, self.targets = logits, targets
-        ld = logits.output
-        ax = ld.feature_dim_axis if axis is None else ld.get_axis_from_description(axis)
-        ld = ld.copy_move_axis(ax, -1)
-        tmpl = ld.copy_template_excluding_axis(-1)
-        t = targets.output.copy_compatible_to(tmpl, check_sparse=False, check_dtype=False)
-        y = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=tf.cast(t.placeholder, tf.int32),
-                                                           logits=ld.placeholder)
-        res = tmpl.copy(placeholder=y)
-        self.output.placeholder = res.copy_compatible_to(self.output).placeholder if res.dims != self.output.dims \
-            else y
-
-    @classmethod
-    def transform_config_dict(cls, d, network, get_layer):
-        d.setdefault("from", [])
-        super().transform_config_dict(d, network=network, get_layer=get_layer)
-        d["logits"] = get_layer(d["logits"])
-        d["targets"] = get_layer(d["targets"])
-
-    @classmethod
-    def get_out_data_from_opts(cls, name, logits, axis=None, **kwargs):
-        ld = logits.output
-        ax = ld.feature_dim_axis if axis is None else ld.get_axis_from_description(axis)
-        out = ld.copy_template_excluding_axis(ax)
-        out.name = "%s_output" % name
-        out.sparse_dim = None
-        out.dtype = ld.dtype
-        return out
-
-    def get_dep_layers(self):
-        return super().get_dep_layers() + [self.logits, self.targets]
 
 
 __all__ = ["ReduceLayer", "reduce_tensor", "reduce_template", "build_seq_mask"]

@@ -110,3 +110,15 @@ def test_layer_norm_and_norm():
     np.testing.assert_allclose(ln, ref, rtol=1e-4, atol=1e-5)
     ref = (x - x.mean(1, keepdims=True)) / np.sqrt(x.var(1, keepdims=True) + 1e-6)
     np.testing.assert_allclose(nt, ref, rtol=1e-4, atol=1e-5)
+
+
+def test_batch_norm_option_of_any_layer():
+    x = RNG.randn(3, 7, 3).astype("float32")
+    net = _net({"output": {"class": "copy", "from": "data", "batch_norm": {"param_version": 1}}}, train_flag=True)
+    assert sorted(p.op.name for p in net.get_params_list()) == [
+        "output/batch_norm/%s" % n for n in ("beta", "gamma", "mean", "variance")]
+    valid = x[np.arange(7)[None, :] < LENS[:, None]]
+    with tf1.Session() as session:
+        net.initialize_params(session)
+        y = session.run(net.get_layer("output").output.placeholder, feed_dict=_feed(net, x))
+    np.testing.assert_allclose(y, (x - valid.mean(0)) / np.sqrt(valid.var(0) + 1e-3), rtol=1e-4, atol=1e-5)
