@@ -24,13 +24,15 @@ def _network_module():
     return network
 
 
-def make_subnetwork(parent_net, name, own_data=None, fallback_to_parent=False):
+def make_subnetwork(parent_net, name, own_data=None, fallback_to_parent=False, parent_get_layer=None):
     """
     A child TFNetwork for the namespace ``<parent prefix><name>/``.
 
     :param own_data: dict data key -> Data: extern data of the child ("data", "data:KEY"); other keys come
         from the parent network
     :param fallback_to_parent: names missing in the child's layer dict are looked up in the parent network
+    :param parent_get_layer: how the parent resolves names (e.g. inside a rec unit); ``prev:X`` and ``:i`` of the
+        child go there as ``prev:<name>/X`` and ``:i``
     """
     net_mod = _network_module()
 
@@ -67,6 +69,12 @@ def make_subnetwork(parent_net, name, own_data=None, fallback_to_parent=False):
             return self.parent_net.get_extern_data(key, mark_data_key_as_used=mark_data_key_as_used)
 
         def construct_layer(self, net_dict, layer_name, get_layer=None, add_layer=None, check_existing=True):
+            if layer_name.startswith("prev:") or layer_name == ":i":
+                outer = parent_get_layer or self.parent_net.get_layer
+                if layer_name == ":i":
+                    return outer(layer_name)
+                rest = layer_name[len("prev:"):]
+                return outer("prev:" + (rest if self.fallback_to_parent and rest not in net_dict else name + "/" + rest))
             if (self.fallback_to_parent and layer_name not in net_dict and layer_name not in self.layers
                     and not layer_name.startswith("base:") and layer_name != "data"
                     and not layer_name.startswith("data:") and "/" not in layer_name):
@@ -75,6 +83,57 @@ def make_subnetwork(parent_net, name, own_data=None, fallback_to_parent=False):
                                            check_existing=check_existing)
 
     return Subnetwork()
+
+
+def flatten_subnetworks_in_unit(unit):
+    """
+    For rec units: a subnetwork layer ``S`` inside a rec unit can use ``prev:X`` on its own sub-layers, which
+    a per-step loop only supports for layers of the unit itself. This returns a copy of the unit dict where every
+    (nested) subnetwork layer S is replaced by its sub-layers named ``S/X`` (``from`` names rewritten: ``X`` ->
+    ``S/X``, ``prev:X`` -> ``prev:S/X``, ``base:Y`` -> ``Y``, ``data`` -> ``S/data`` = the subnetwork's sources)
+    plus ``S`` = copy of ``S/output``. Param names stay the same (``<rec>/rec/S/X/W``). Units without
+    subnetwork layers are returned unchanged (the same object).
+    """
+    if not any(isinstance(d, dict) and d.get("class") == "subnetwork" for d in unit.values()):
+        return unit
+    res = {}
+    for name, desc in unit.items():
+        if not (isinstance(desc, dict) and desc.get("class") == "subnetwork"):
+            res[name] = desc
+            continue
+        sub = flatten_subnetworks_in_unit(desc.get("subnetwork") or {})
+        if "output" not in sub:
+            raise ValueError("subnetwork layer %r: its subnetwork dict has no 'output' layer" % name)
+        if not desc.get("concat_sources", True):
+            raise NotImplementedError("subnetwork layer %r inside a rec unit: concat_sources=False" % name)
+        sources = desc.get("from", "data")
+
+        def rename(ref, _name=name, _sub=sub):
+            if not isinstance(ref, str) or ref in ("none", ":i"):
+                return ref
+            if ref.startswith("base:"):
+                return ref[len("base:"):]
+            if ref.startswith("prev:"):
+                return "prev:" + rename(ref[len("prev:"):])
+            if ref in ("data", "data:data"):
+                return "%s/data" % _name
+            if ref.startswith("data:"):
+                return ref
+            return "%s/%s" % (_name, ref)
+
+        for sub_name, sub_desc in sub.items():
+            sub_desc = dict(sub_desc)
+            if "from" in sub_desc:
+                frm = sub_desc["from"]
+                sub_desc["from"] = [rename(r) for r in frm] if isinstance(frm, (list, tuple)) else rename(frm)
+            else:
+                sub_desc["from"] = rename("data")
+            res["%s/%s" % (name, sub_name)] = sub_desc
+        res["%s/data" % name] = {"class": "copy", "from": sources}
+        outer = {k: v for k, v in desc.items() if k not in ("class", "subnetwork", "from", "concat_sources",
+                                                           "load_on_init")}
+        res[name] = dict(outer, **{"class": "copy", "from": "%s/output" % name})
+    return res
 
 
 class SubnetworkLayer(LayerBase):
@@ -132,7 +191,7 @@ class SubnetworkLayer(LayerBase):
                     own[str(i)] = data
                     own.setdefault(src.name, data)
                 own["data"] = own["0"]
-        subnet = make_subnetwork(network, name, own_data=own)
+        subnet = make_subnetwork(network, name, own_data=own, parent_get_layer=get_layer)
         subnet.construct_from_dict(net_dict)
         d["_subnet"] = subnet
         d["_output"] = subnet.get_layer("output")
@@ -232,7 +291,7 @@ class CondLayer(LayerBase):
                 d[key] = get_layer(v)
             elif isinstance(v, dict):
                 if extra is None:
-                    extra = make_subnetwork(network, name, fallback_to_parent=True)
+                    extra = make_subnetwork(network, name, fallback_to_parent=True, parent_get_layer=get_layer)
                 d[key] = extra.construct_layer({key: v}, key)
             elif not isinstance(v, LayerBase):
                 raise TypeError("cond layer %r: option %r must be a layer name or dict, got %r" % (name, key, v))

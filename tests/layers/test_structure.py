@@ -173,3 +173,21 @@ def test_sprint_layers_raise_clearly(cls, opts):
             _build({"output": dict({"class": cls, "from": "data"}, **opts)})
     assert "Sprint" in str(exc.value) and "'output'" in str(exc.value)
     assert isinstance(exc.value.__cause__, NotImplementedError)
+
+
+def test_flatten_subnetworks_in_unit():
+    from returnn_lite.layers.structure import flatten_subnetworks_in_unit
+
+    unit = {"s": {"class": "subnetwork", "from": "data:source", "subnetwork": {
+        "acc": {"class": "combine", "kind": "add", "from": ["prev:acc", "data", "base:x"]},
+        "output": {"class": "copy", "from": "acc"}}},
+        "x": {"class": "copy", "from": "data:source"},
+        "output": {"class": "copy", "from": "s"}}
+    flat = flatten_subnetworks_in_unit(unit)
+    assert flat["s/acc"]["from"] == ["prev:s/acc", "s/data", "x"]
+    assert flat["s/output"]["from"] == "s/acc"
+    assert flat["s/data"] == {"class": "copy", "from": "data:source"}
+    assert flat["s"] == {"class": "copy", "from": "s/output"}
+    assert flat["output"] is unit["output"]
+    plain = {"output": {"class": "copy", "from": "data:source"}}
+    assert flatten_subnetworks_in_unit(plain) is plain
