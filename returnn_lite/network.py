@@ -445,12 +445,17 @@ class TFNetwork:
 
     # ---- losses and objective ----
     def get_losses_initialized(self, reduce_func=None, with_total=False):
+        """
+        Loss name -> LossHolder (losses register themselves when their layer is built). With reduce_func
+        (e.g. identity, for per-frame values), fresh holders of copies of the losses using it.
+        """
         root = self.get_root_network()
-        for layer in root.get_all_layers_deep():
-            pass  # losses register themselves when their layer is built
+        losses = root.losses_dict
+        if reduce_func is not None:
+            losses = {name: holder.copy_new_base(reduce_func=reduce_func) for name, holder in losses.items()}
         if with_total:
-            return root.losses_dict, root.get_total_loss(), root.get_total_constraints()
-        return root.losses_dict
+            return losses, root.get_total_loss(), root.get_total_constraints()
+        return losses
 
     def maybe_construct_objective(self):
         if self._objective is not None:

@@ -194,3 +194,23 @@ def test_training_reduces_objective():
                 losses.append(value)
             losses.append(session.run(objective, feed_dict=feed))
         assert losses[-1] < losses[0] * 0.8, losses
+
+
+def test_losses_initialized_with_reduce_func_gives_frames():
+    with tf.Graph().as_default():
+        net = _build({"output": {"class": "softmax", "from": "data", "loss": "ce"}})
+        losses = net.get_losses_initialized(reduce_func=lambda x: x)
+        frames = losses["output"].get_loss_value()
+        (frames_v, total), _ = _run(net, np.random.RandomState(7),
+                                    [frames, net.losses_dict["output"].get_loss_value()])
+        assert frames_v.shape == (LENS.sum(),)
+        np.testing.assert_allclose(frames_v.sum(), total, rtol=1e-5)
+
+
+def test_bleu_smoothed():
+    from returnn_lite.losses.ctc import compute_bleu
+
+    # no 3-/4-gram matches: those precisions become 1/(2*3) and 1/(4*2)
+    value = compute_bleu([[2, 0, 1, 0, 0, 2]], [[2, 2, 1, 1, 0]])
+    ref = (0.8 * 0.25 * (1 / 6) * (1 / 8)) ** 0.25 * np.exp(1 - 6 / 5)
+    np.testing.assert_allclose(value, ref, rtol=1e-6)

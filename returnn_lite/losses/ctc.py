@@ -56,7 +56,7 @@ def _get_logits(loss, output_in_log_space):
     if output_in_log_space:
         return out.placeholder
     owa = loss.output_with_activation
-    if owa is not None and owa.act_name == "softmax":
+    if owa is not None and owa.act_name in ("softmax", "exp"):
         return owa.data.copy_as_batch_major().copy_as_time_major().placeholder
     if owa is not None and owa.act_name == "log_softmax":
         return out.placeholder
