@@ -50,6 +50,19 @@ def _is_rec_step_axis(network, data, axis):
     return isinstance(axis, str) and axis.lower() in ("t", "time") and not data.have_time_axis()
 
 
+def _add_dim_keep_special_axes(data, tag, axis):
+    """Insert tag at axis; the time and feature axes stay the axes they were (as the original's copy_add_dim_by_tag)."""
+    out = data.copy_add_dim_by_tag(tag, unbroadcast=True, axis=axis)
+    for kind in ("time_dim_axis", "feature_dim_axis"):
+        old = getattr(data, kind)
+        if old is None:
+            continue
+        new = old if old < axis else old + 1
+        if getattr(out, kind) != new:
+            setattr(out, kind, new)
+    return out
+
+
 def _get_prev_state(layer, key="state"):
     prev = layer.rec_previous_layer
     outputs = getattr(prev, "rec_vars_outputs", None) or {}
@@ -172,7 +185,7 @@ class WindowLayer(ConcatInputLayer):
         if window_dim is None:
             window_dim = Dim(window_size, kind=Dim.Types.Spatial, description="%s:window" % name)
         if _is_rec_step_axis(network, data, axis):
-            return data.copy_add_dim_by_tag(window_dim, unbroadcast=True, axis=1 if data.have_batch_axis() else 0)
+            return _add_dim_keep_special_axes(data, window_dim, 1 if data.have_batch_axis() else 0)
         a = data.get_axis_from_description(axis)
         in_tag = data.dims[a]
         if padding.lower() == "same" and stride == 1:
@@ -186,7 +199,7 @@ class WindowLayer(ConcatInputLayer):
             out_tag = out_spatial_dim
         if out_tag is not in_tag:
             data = data.copy_template_replace_dim_tag(a, out_tag)
-        return data.copy_add_dim_by_tag(window_dim, unbroadcast=True, axis=a + 1)
+        return _add_dim_keep_special_axes(data, window_dim, a + 1)
 
     @classmethod
     def get_rec_initial_extra_outputs(cls, batch_dim=None, rec_layer=None, window_size=None, window_dim=None,
