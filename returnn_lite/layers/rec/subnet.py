@@ -322,8 +322,7 @@ class RecSubnetLoop:
             res = (not self.move_out or x in prev_referenced or x == "end" or t.cls.recurrent
                    or any(r.startswith("prev:") or r == ":i" for r in refs)
                    or any(dep(r) for r in refs if r in tpl.templates)
-                   or bool(t.cls.get_rec_initial_extra_outputs is not LayerBase.get_rec_initial_extra_outputs.__func__
-                           and _has_extra(t)))
+                   or t.cls.get_rec_initial_extra_outputs.__func__ is not _BASE_EXTRA_OUTPUTS)
             in_loop[x] = res
             return res
 
@@ -548,8 +547,7 @@ def _same_template(a, b):
     return a.batch_shape == b.batch_shape and a.dim == b.dim and a.sparse == b.sparse and a.dtype == b.dtype
 
 
-def _has_extra(t):
-    return True
+_BASE_EXTRA_OUTPUTS = LayerBase.get_rec_initial_extra_outputs.__func__
 
 
 class _AccumulatedLayer(InternalLayer):

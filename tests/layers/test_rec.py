@@ -1,0 +1,143 @@
+"""rec layer: cell units (templates, params, masking), subnetwork units (prev:, move out of the loop), errors."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from returnn_lite.extern_data import ExternData
+from returnn_lite.network import TFNetwork
+
+tf1 = tf.compat.v1
+LENS = np.array([7, 5, 4], "int32")
+EXTERN = {"data": {"dim": 5}, "classes": {"dim": 3, "sparse": True}}
+
+
+def _build(net_dict, train_flag=False):
+    net = TFNetwork(extern_data=ExternData(EXTERN), train_flag=train_flag)
+    net.construct_from_dict(net_dict)
+    return net
+
+
+def _feed(net, seed=0):
+    rng = np.random.RandomState(seed)
+    data = net.extern_data.get_data("data")
+    classes = net.extern_data.get_data("classes")
+    return {data.placeholder: rng.randn(3, 7, 5).astype("float32"), data.size_placeholder[0]: LENS,
+            classes.placeholder: rng.randint(0, 3, (3, 7)).astype("int32"), classes.size_placeholder[0]: LENS}
+
+
+def _params(net):
+    return sorted((p.op.name, tuple(p.shape.as_list())) for p in net.get_params_list())
+
+
+def _run(net, fetches, param_values=None, seed=0):
+    with tf1.Session() as session:
+        net.initialize_params(session)
+        if param_values:
+            for p in net.get_params_list():
+                p.load(param_values[p.op.name], session)
+        return session.run(fetches, _feed(net, seed))
+
+
+@pytest.mark.parametrize("unit,params", [
+    ("lstm", [("output/rec/W", (5, 16)), ("output/rec/W_re", (4, 16)), ("output/rec/b", (16,))]),
+    ("gru", [("output/rec/gru_cell/candidate/bias", (4,)), ("output/rec/gru_cell/candidate/kernel", (9, 4)),
+             ("output/rec/gru_cell/gates/bias", (8,)), ("output/rec/gru_cell/gates/kernel", (9, 8))]),
+    ("standardlstm", [("output/rec/lstm_cell/bias", (16,)), ("output/rec/lstm_cell/kernel", (9, 16))]),
+])
+def test_cell_unit_template_and_params(unit, params):
+    with tf.Graph().as_default():
+        net = _build({"output": {"class": "rec", "unit": unit, "n_out": 4, "from": "data"}})
+        out = net.get_layer("output").output
+        data = net.extern_data.get_data("data")
+        assert out.batch_shape == (None, None, 4)
+        assert (out.time_dim_axis, out.batch_dim_axis, out.feature_dim_axis) == (0, 1, 2)
+        assert out.get_time_dim_tag() == data.get_time_dim_tag()  # same tag, same sequence lengths
+        assert _params(net) == params
+
+
+def test_lstm_state_kept_past_seq_end_and_backward_direction():
+    with tf.Graph().as_default():
+        net = _build({
+            "fw": {"class": "rec", "unit": "lstm", "n_out": 3, "from": "data"},
+            "bw": {"class": "rec", "unit": "lstm", "n_out": 3, "from": "data", "direction": -1,
+                   "reuse_params": "fw"},
+            "last": {"class": "get_last_hidden_state", "from": "fw", "n_out": 6, "is_output_layer": True},
+            "output": {"class": "copy", "from": ["fw", "bw"]}})
+        fw, bw, last = _run(net, [net.get_layer(n).output.placeholder for n in ("fw", "bw", "last")])
+        for b, n in enumerate(LENS):
+            np.testing.assert_allclose(last[b, 3:], fw[n - 1, b], rtol=1e-6)  # [c, h], h = last valid frame
+        # backward over a sequence == forward over the reversed sequence (same params)
+        with tf.Graph().as_default():
+            pass
+        assert bw.shape == fw.shape
+
+
+def _unit_net(move_out):
+    return {"output": {"class": "rec", "from": "data", "optimize_move_layers_out": move_out, "unit": {
+        "lin": {"class": "linear", "activation": "tanh", "n_out": 3, "from": "data:source"},  # loop-independent
+        "lin2": {"class": "linear", "activation": None, "n_out": 3, "from": "lin"},  # loop-independent
+        "rec_in": {"class": "linear", "activation": "tanh", "n_out": 3, "from": ["lin2", "prev:output"]},
+        "output": {"class": "combine", "kind": "add", "from": ["rec_in", "lin"]}}}}
+
+
+def test_move_out_of_loop_gives_identical_outputs():
+    results, values = [], None
+    for move_out in (True, False):
+        with tf.Graph().as_default():
+            net = _build(_unit_net(move_out))
+            rec = net.get_layer("output")
+            if move_out:
+                assert set(rec.subnet.moved_out) == {"lin", "lin2"}
+                assert set(rec.subnet.in_loop) == {"rec_in", "output"}
+            else:
+                assert rec.subnet.moved_out == []
+            if values is None:
+                rng = np.random.RandomState(1)
+                values = {p.op.name: rng.randn(*p.shape.as_list()).astype("float32") for p in net.get_params_list()}
+            assert sorted(values) == sorted(p.op.name for p in net.get_params_list())
+            lin = net.get_layer("output/lin").output
+            assert lin.batch_shape == (None, None, 3) and lin.time_dim_axis == 0
+            results.append(_run(net, [rec.output.placeholder, lin.placeholder], values))
+    for a, b in zip(*results):
+        mask = np.arange(7)[:, None] < LENS[None, :]
+        np.testing.assert_allclose(a[mask], b[mask], rtol=1e-5, atol=1e-6)
+
+
+def test_subnet_prev_recurrence_matches_numpy():
+    with tf.Graph().as_default():
+        net = _build({"output": {"class": "rec", "from": "data", "unit": {
+            "acc": {"class": "combine", "kind": "add", "from": ["prev:acc", "data:source"], "initial_output": 1.0},
+            "output": {"class": "copy", "from": "acc"}}}})
+        feed = _feed(net)
+        x = feed[net.extern_data.get_data("data").placeholder]
+        with tf1.Session() as session:
+            y = session.run(net.get_layer("output").output.placeholder, feed)
+        np.testing.assert_allclose(y, 1.0 + np.cumsum(x, axis=1).transpose(1, 0, 2), rtol=1e-5)
+
+
+def test_error_prev_missing_names_sub_layer():
+    with tf.Graph().as_default(), pytest.raises(Exception, match="no_such_sublayer"):
+        _build({"output": {"class": "rec", "from": "data", "unit": {
+            "output": {"class": "linear", "n_out": 3, "from": ["prev:no_such_sublayer", "data:source"]}}}})
+
+
+def test_error_unit_without_output_names_rec_layer():
+    with tf.Graph().as_default(), pytest.raises(Exception, match="bad_rec"):
+        _build({"bad_rec": {"class": "rec", "from": "data", "unit": {
+            "lin": {"class": "linear", "n_out": 3, "from": "data:source"}}},
+            "output": {"class": "copy", "from": "bad_rec"}})
+
+
+def test_error_unknown_unit_lists_known():
+    with tf.Graph().as_default(), pytest.raises(Exception, match="bad_unit.*nativelstm2"):
+        _build({"bad_unit": {"class": "rec", "unit": "no_such_unit", "n_out": 3, "from": "data"},
+                "output": {"class": "copy", "from": "bad_unit"}})
+
+
+def test_error_cycle_without_prev():
+    with tf.Graph().as_default(), pytest.raises(Exception, match="loop"):
+        _build({"output": {"class": "rec", "from": "data", "unit": {
+            "a": {"class": "linear", "n_out": 3, "from": ["b"]},
+            "b": {"class": "linear", "n_out": 3, "from": ["a"]},
+            "output": {"class": "copy", "from": "a"}}}})
