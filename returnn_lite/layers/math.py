@@ -391,14 +391,15 @@ class WeightedSumLayer(ConcatInputLayer):
         axes_ = data.get_axes_from_description(axes)
         size, padding, keep_dims = self._defaults(data, axes_, size, padding, keep_dims)
         w = self.create_param("W", tuple(size), 1.0 / float(np.prod(size)))
+        axes_ = sorted(axes_)  # as the original: the weights' axes follow the given order, the input's are sorted
         rest = [i for i in range(data.batch_ndim) if i not in axes_]
         perm = rest + axes_
         x = tf.transpose(data.placeholder, perm) if perm != list(range(data.batch_ndim)) else data.placeholder
         rest_shape = [data.get_dim(i) for i in rest]
-        ax_shape = [data.dims[i].dimension for i in axes_]
+        ax_shape = [data.get_dim(i) for i in axes_]
         x = tf.reshape(x, [-1] + ax_shape + [1])
         y = tf.nn.convolution(x, tf.reshape(w, list(size) + [1, 1]), padding=padding.upper())
-        y_ax = [d for d in y.shape.as_list()[1:-1]]
+        y_ax = [d if d is not None else tf.shape(y)[k + 1] for k, d in enumerate(y.shape.as_list()[1:-1])]
         if keep_dims:
             y = tf.reshape(y, rest_shape + y_ax)
             inv = [perm.index(i) for i in range(data.batch_ndim)]
@@ -458,7 +459,7 @@ class ElemwiseProdLayer(ConcatInputLayer):
     def __init__(self, axes, size=None, **kwargs):
         super().__init__(**kwargs)
         data = self.input_data
-        axes_ = data.get_axes_from_description(axes)
+        axes_ = sorted(data.get_axes_from_description(axes))
         shape = tuple(data.dims[a].dimension for a in axes_)
         if any(s is None for s in shape):
             raise ValueError("elemwise_prod layer %r: axes %r must be static in %s" % (
@@ -469,9 +470,6 @@ class ElemwiseProdLayer(ConcatInputLayer):
         bc = [1] * data.batch_ndim
         for a, s in zip(axes_, shape):
             bc[a] = s
-        if sorted(axes_) != list(axes_):
-            order = sorted(range(len(axes_)), key=lambda k: axes_[k])
-            w = tf.transpose(w, order)
         self.output.placeholder = data.placeholder * tf.reshape(w, bc)
 
     @classmethod
