@@ -209,13 +209,14 @@ class ConvLayer(_ConvBase):
                  input_expand_dims=0, input_add_feature_dim=False, input_split_feature_dim=None,
                  auto_use_channel_first=False, with_bias=NotSpecified, activation=None,
                  forward_weights_init="glorot_uniform", bias_init=0.0, filter=None, filter_perm=None, bias=None,
-                 in_dim=None, in_spatial_dims=None, out_dim=None, out_spatial_dims=None, **kwargs):
+                 in_dim=None, in_spatial_dims=None, out_dim=None, out_spatial_dims=None, use_time_mask=False,
+                 **kwargs):
         super().__init__(**kwargs)
         self._filter_layer, self._bias_layer = filter, bias
         opts = self._norm_opts(filter_size, strides, dilation_rate)
         filter_size, strides, dilation_rate = opts
         data, n_batch, _ = transform_input(
-            self.input_data, self.name, in_spatial_dims, len(filter_size), input_expand_dims,
+            self.input_data.copy_masked(0.0) if use_time_mask else self.input_data, self.name, in_spatial_dims, len(filter_size), input_expand_dims,
             input_split_feature_dim, input_add_feature_dim, filter_opt="filter_size=%r" % (filter_size,))
         n_in = data.dim
         n_out = self.output.dim
@@ -307,11 +308,15 @@ class PoolLayer(_ConvBase):
     layer_class = "pool"
 
     def __init__(self, mode, pool_size, padding="VALID", dilation_rate=1, strides=None, use_channel_first=False,
-                 in_dim=None, in_spatial_dims=None, out_dim=None, out_spatial_dims=None, **kwargs):
+                 in_dim=None, in_spatial_dims=None, out_dim=None, out_spatial_dims=None, use_time_mask=False,
+                 **kwargs):
         super().__init__(**kwargs)
         pool_size, strides, dilation_rate = self._norm_opts(pool_size, strides, dilation_rate)
         padding = padding.upper()
-        data, n_batch, _ = transform_input(self.input_data, self.name, in_spatial_dims, len(pool_size),
+        inp = self.input_data
+        if use_time_mask:
+            inp = inp.copy_masked(float("-inf") if mode.lower() == "max" else 0.0)
+        data, n_batch, _ = transform_input(inp, self.name, in_spatial_dims, len(pool_size),
                                            filter_opt="pool_size=%r" % (pool_size,))
         if all(p == 1 for p in pool_size) and all(s == 1 for s in strides):
             self.output.placeholder = data.placeholder
@@ -365,12 +370,13 @@ class TransposedConvLayer(_ConvBase):
     def __init__(self, filter_size, activation=None, strides=None, padding="same", remove_padding=0,
                  output_padding=None, with_bias=True, forward_weights_init="glorot_uniform", bias_init=0.0,
                  filter=None, filter_perm=None, bias=None, in_dim=None, in_spatial_dims=None, out_dim=None,
-                 out_spatial_dims=None, **kwargs):
+                 out_spatial_dims=None, use_time_mask=False, **kwargs):
         super().__init__(**kwargs)
         self._filter_layer, self._bias_layer = filter, bias
         filter_size, strides, remove_padding, output_padding = self._norm_opts(
             filter_size, strides, remove_padding, output_padding)
-        data, n_batch, n_sp = transform_input(self.input_data, self.name, in_spatial_dims, len(filter_size),
+        inp = self.input_data.copy_masked(0.0) if use_time_mask else self.input_data
+        data, n_batch, n_sp = transform_input(inp, self.name, in_spatial_dims, len(filter_size),
                                               filter_opt="filter_size=%r" % (filter_size,))
         funcs = self._funcs(filter_size, strides, padding, output_padding, remove_padding)
         in_dims = data.dims[n_batch:n_batch + n_sp]
