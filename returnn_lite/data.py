@@ -793,14 +793,17 @@ class Data:
             if self.dims[fi].dimension == other.dims[fj].dimension:
                 mapping[fi] = fj
                 used.add(fj)
+        by_size = {}
         for i, d in enumerate(self.dims):
             if i in mapping or d.dimension is None or d.dimension == 1:
                 continue
             cands = [j for j, e in enumerate(other.dims) if j not in used and e.dimension == d.dimension]
             own_cands = [k for k, e in enumerate(self.dims) if k not in mapping and e.dimension == d.dimension]
             if len(cands) == 1 and len(own_cands) == 1:
-                mapping[i] = cands[0]
-                used.add(cands[0])
+                by_size[i] = cands[0]
+        # pairs by size only must keep their relative order (else e.g. (2,3) and (3,2) would silently transpose)
+        if all((i1 < i2) == (by_size[i1] < by_size[i2]) for i1 in by_size for i2 in by_size if i1 != i2):
+            mapping.update(by_size)
         return mapping
 
     def copy_compatible_to(self, data, unbroadcast=False, check_sparse=True, check_dtype=True):
@@ -851,6 +854,11 @@ class Data:
             if s is base:
                 continue
             mapping = s.find_matching_axes(common)
+            fi, fj = s.feature_dim_axis, common.feature_dim_axis
+            if (fi is not None and fj is not None and fi not in mapping and fj not in mapping.values()
+                    and s.dims[fi].dimension not in (None, 1) and common.dims[fj].dimension not in (None, 1)):
+                raise ValueError("feature axes do not match: %s vs %s (sources %s)" % (
+                    s.dims[fi].short_repr(), common.dims[fj].short_repr(), ", ".join(x.short_repr() for x in sources)))
             for i, d in enumerate(s.dims):
                 if i not in mapping and d.dimension != 1:
                     common = common.copy_add_dim_by_tag(d, unbroadcast=True)

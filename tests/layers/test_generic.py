@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from returnn_lite.data import batch_dim
 from returnn_lite.extern_data import ExternData
 from returnn_lite.layers import get_layer_class_names
 from returnn_lite.network import TFNetwork
@@ -102,7 +103,7 @@ def test_template_matches_output(layer_class):
     for axis, dim in enumerate(out.batch_shape):
         if dim is not None:
             assert value.shape[axis] == dim, "axis %i: got %s, template %s" % (axis, value.shape, out)
-    if out.have_batch_axis():
+    if out.have_batch_axis() and out.dims[out.batch_dim_axis] is batch_dim:  # not a merged/flattened batch axis
         assert value.shape[out.batch_dim_axis] == 3
     assert value.dtype == np.dtype(out.dtype), "dtype: got %s, template %s" % (value.dtype, out.dtype)
     if out.sparse and value.size:
