@@ -47,6 +47,11 @@ def _in_rec_loop(network, data=None):
     return data.time_dim_axis is None
 
 
+def _require(cls, d, key):
+    if not d.get(key):
+        raise ValueError("%s layer needs the option %r (a layer name)" % (cls.layer_class, key))
+
+
 def get_positional_encoding(num_channels, position, min_timescale=1.0, max_timescale=1.0e4):
     """
     Sinusoidal encoding as in "Attention is all you need" (tensor2tensor layout: sin half, then cos half).
@@ -261,7 +266,7 @@ class PositionalEncodingLayer(ConcatInputLayer):
             raise ValueError("positional_encoding: output %s has no feature axis" % out.short_repr())
         templ_wo_feat = out.copy_template_excluding_axis(f)
         if axis is NotSpecified or axis is None:
-            in_loop = _in_rec_loop(self.network, source) or source.time_dim_axis is None
+            in_loop = source.time_dim_axis is None  # else the frames of the time axis (also inside a loop)
         else:
             in_loop = isinstance(axis, Dim) and axis == single_step_dim
         if constant > -1:
@@ -358,7 +363,7 @@ class RelativePositionalEncodingLayer(ConcatInputLayer):
     def get_out_data_from_opts(cls, name, network, sources=(), n_out=NotSpecified, **kwargs):
         src = concat_sources_template(sources, name="%s_output" % name)
         feat = Dim(n_out, kind=Dim.Types.Feature, description="%s:rel-pos-feature" % name)
-        if _in_rec_loop(network, src):
+        if src.time_dim_axis is None:  # per step in a rec loop
             dummy = Dim(1, kind=Dim.Types.Spatial, description="%s_rel_pos_enc_dummy" % name)
             keys = Dim(None, kind=Dim.Types.Spatial, description="%s_rel_pos_enc_time" % name)
             return Data(name="%s_output" % name, dims=(dummy, keys, feat))
@@ -473,6 +478,7 @@ class AttentionBaseLayer(ConcatInputLayer):
     @classmethod
     def transform_config_dict(cls, d, network, get_layer):
         super().transform_config_dict(d, network=network, get_layer=get_layer)
+        _require(cls, d, "base")
         d["base"] = get_layer(d["base"])
 
     def get_dep_layers(self):
@@ -499,6 +505,7 @@ class GlobalAttentionContextBaseLayer(AttentionBaseLayer):
     @classmethod
     def transform_config_dict(cls, d, network, get_layer):
         super().transform_config_dict(d, network=network, get_layer=get_layer)
+        _require(cls, d, "base_ctx")
         d["base_ctx"] = get_layer(d["base_ctx"])
 
     def get_dep_layers(self):
@@ -645,6 +652,7 @@ class GenericAttentionLayer(AttentionBaseLayer):
     def transform_config_dict(cls, d, network, get_layer):
         d.setdefault("from", [])
         super().transform_config_dict(d, network=network, get_layer=get_layer)
+        _require(cls, d, "weights")
         d["weights"] = get_layer(d["weights"])
 
     def get_dep_layers(self):
