@@ -214,3 +214,19 @@ def test_bleu_smoothed():
     value = compute_bleu([[2, 0, 1, 0, 0, 2]], [[2, 2, 1, 1, 0]])
     ref = (0.8 * 0.25 * (1 / 6) * (1 / 8)) ** 0.25 * np.exp(1 - 6 / 5)
     np.testing.assert_allclose(value, ref, rtol=1e-6)
+
+
+def test_spatial_smoothing_non_square_dim():
+    # dim 12 = 4 rows (h) of 3 features (w), circular padding, filter 1 center / -1/8 around; masked frames
+    with tf.Graph().as_default():
+        net = _build({"hidden": {"class": "linear", "activation": "tanh", "n_out": 12, "from": "data",
+                                 "spatial_smoothing": 0.5},
+                      "output": {"class": "softmax", "from": "hidden", "loss": "ce"}})
+        (c, h), _ = _run(net, np.random.RandomState(8),
+                         [net.get_total_constraints(), net.get_layer("hidden").output.placeholder])
+        img = h.reshape(3, 7, 4, 3)
+        pad = np.pad(img, [(0, 0), (0, 0), (1, 1), (1, 1)], mode="wrap")
+        out = sum((1.0 if (a, b) == (1, 1) else -0.125) * pad[:, :, a:a + 4, b:b + 3]
+                  for a in range(3) for b in range(3))
+        mask = np.arange(7)[None, :] < LENS[:, None]
+        np.testing.assert_allclose(c, 0.5 * ((out ** 2).sum((-1, -2)) * mask).sum(), rtol=1e-4)

@@ -109,7 +109,8 @@ class LayerBase:
         loss_name = d.get("loss")
         loss_opts = d.pop("loss_opts", None) or {}
         loss_scale = d.pop("loss_scale", 1.0)
-        d.pop("loss_only_on_non_search", None)
+        if d.pop("loss_only_on_non_search", None) and network.search_flag and loss_name:
+            loss_name = d["loss"] = None  # no loss in search
         if loss_name and not d.get("target"):
             from ..losses import get_loss_class
 
@@ -275,7 +276,7 @@ class LayerBase:
 
     def _spatial_smoothing_value(self):
         """
-        Energy of the high-pass filtered output, each frame's features seen as a w x h image (w*h = dim, w the
+        Energy of the high-pass filtered output, each frame's features seen as an h x w image (w*h = dim, w the
         largest divisor <= sqrt(dim)): circular padding, filter 1 in the center, -1/8 around; summed over frames.
         """
         import math
@@ -289,7 +290,7 @@ class LayerBase:
         if w < 3 or h < 3:
             raise ValueError("layer %r: spatial_smoothing needs a feature dim that is a w*h image with w,h >= 3, "
                              "got dim %r" % (self.name, dim))
-        x = tf.reshape(out.placeholder, [-1, w, h, 1])
+        x = tf.reshape(out.placeholder, [-1, h, w, 1])  # rows of w features, as the original
         x = tf.concat([x[:, -1:], x, x[:, :1]], axis=1)
         x = tf.concat([x[:, :, -1:], x, x[:, :, :1]], axis=2)
         s = 1.0 / 8.0
