@@ -42,7 +42,7 @@ class GatherLayer(LayerBase):
 
     layer_class = "gather"
 
-    def __init__(self, position, axis, **kwargs):
+    def __init__(self, position, axis, clip_to_valid=False, **kwargs):
         super().__init__(**kwargs)
         input_data = self.sources[0].output
         a = input_data.get_axis_from_description(axis)
@@ -63,7 +63,23 @@ class GatherLayer(LayerBase):
         if perm_pos != list(range(pos_data.batch_ndim)):
             p = tf.transpose(p, perm_pos)
         n = len(common_in)
+        if clip_to_valid:
+            p = self._clip_positions(input_data, a, p, common_in, pos_data.batch_ndim)
         self.output.placeholder = tf.gather(x, p, axis=n + in_rest.index(a), batch_dims=n)
+
+    @staticmethod
+    def _clip_positions(input_data, a, p, common_in, pos_ndim):
+        """Clip positions to [0, size-1] of the gather axis (per sequence if it is dynamic and batch is shared)."""
+        tag = input_data.dims[a]
+        b = input_data.batch_dim_axis
+        if tag.dyn_size is not None and b in common_in and tag.dyn_size.shape.rank == 1:
+            size = tf.cast(tag.dyn_size, p.dtype)
+            shape = [1] * pos_ndim
+            shape[common_in.index(b)] = -1
+            size = tf.reshape(size, shape)
+        else:
+            size = tf.cast(_dim_size(input_data, a), p.dtype)
+        return tf.clip_by_value(p, 0, tf.maximum(size - 1, 0))
 
     @staticmethod
     def _get_common_axes(input_data, pos_data, gather_axis):

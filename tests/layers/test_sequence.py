@@ -203,3 +203,20 @@ def test_gather_by_layer_and_scatter_back():
     val = res["output"][0]
     for b, n in enumerate(LENS):
         np.testing.assert_allclose(val[b, :n], x[b, :n])
+
+
+def test_gather_clip_to_valid_per_sequence():
+    net_dict = {"big": {"class": "length", "from": "data"},
+                "p": {"class": "eval", "from": "big", "eval": "source(0) + 3"},
+                "output": {"class": "gather", "from": "data", "axis": "T", "position": "p", "clip_to_valid": True}}
+    net, x, res = _run(net_dict, ["output"])
+    assert net.get_layer("output").output.batch_shape == (None, 3)
+    for b, n in enumerate(LENS):
+        np.testing.assert_allclose(res["output"][0][b], x[b, n - 1])  # clipped to the last frame of each sequence
+
+
+def test_window_over_feature_keeps_feature_axis():
+    net, _, res = _run({"output": {"class": "window", "window_size": 3, "axis": "F", "from": "data"}}, ["output"])
+    out = net.get_layer("output").output
+    assert out.batch_shape == (None, None, 3, 3)
+    assert out.feature_dim_axis == 2 and out.dims[2] is net.extern_data.get_data("data").dims[2]
