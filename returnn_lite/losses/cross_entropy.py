@@ -164,7 +164,7 @@ class SseSigmoidLoss(BinaryCrossEntropyLoss):
 class GenericCELoss(Loss):
     """
     Cross entropy for any elementwise activation y = f(z): the value is -log(y_target) with y normalized to sum 1,
-    the gradient w.r.t. z is f'(z)/f(z) * (y - onehot(target)).
+    the gradient w.r.t. z is f'(z)/f(z) * (y - onehot(target)) (as in the original, not scaled by loss_scale).
     """
 
     class_name = "generic_ce"
@@ -194,8 +194,10 @@ class GenericCELoss(Loss):
                 value = self.reduce_func(tf.gather(nlog, target[:, None], batch_dims=1, axis=-1)[:, 0])
 
                 def grad(dy):
+                    # as the original: the incoming gradient (e.g. a loss scale) is not applied
+                    del dy
                     onehot = tf.one_hot(target, depth=tf.shape(x_)[-1], dtype=x_.dtype)
-                    return dy * tf.stop_gradient(grad_f) * (y_ - onehot), tf.zeros_like(y_)
+                    return tf.stop_gradient(grad_f) * (y_ - onehot), tf.zeros_like(y_)
 
                 return value, grad
 
