@@ -138,3 +138,45 @@ def test_top_k_indices_sub_layer():
     v, i = _run(net, [top.placeholder, idx.placeholder], data=x)
     np.testing.assert_allclose(v, -np.sort(-x, axis=-1)[..., :2], rtol=1e-6)
     np.testing.assert_array_equal(i, np.argsort(-x, axis=-1)[..., :2])
+
+
+def test_dot_shared_axes_by_order_and_time_axis():
+    net = _net({"a": {"shape": (2, 3, 4), "time_dim_axis": None},
+                "b": {"shape": (2, 3, 4, 5), "batch_dim_axis": None, "time_dim_axis": None}}, {
+        "output": {"class": "dot", "from": ["data:a", "data:b"], "red1": "F", "red2": "dim:4", "var1": "B",
+                   "var2": "F"}})
+    out = net.get_layer("output").output
+    assert out.batch_shape == (2, 3, None, 5) and out.batch_dim_axis == 2 and out.feature_dim_axis == 3
+    assert out.time_dim_axis is None
+    a = RNG.randn(3, 2, 3, 4).astype("float32")
+    b = RNG.randn(2, 3, 4, 5).astype("float32")
+    y = _run(net, out.placeholder, a=a, b=b)
+    np.testing.assert_allclose(y, np.einsum("nijf,ijfk->ijnk", a, b), rtol=1e-4, atol=1e-5)
+
+
+def test_dot_masks_dynamic_reduce_axis():
+    net = _net({"data": {"dim": 3}}, {
+        "output": {"class": "dot", "from": ["data", "data"], "red1": "T", "red2": "T", "var1": "F", "var2": "F"}})
+    out = net.get_layer("output").output
+    assert out.batch_shape == (None, 3, 3)
+    x = RNG.randn(3, 7, 3).astype("float32")
+    y = _run(net, out.placeholder, data=x)
+    xm = np.where(_mask()[:, :, None], x, 0.0)
+    np.testing.assert_allclose(y, np.einsum("btf,btg->bfg", xm, xm), rtol=1e-4, atol=1e-5)
+
+
+def test_reduce_keep_dims_time_and_int_axes():
+    net = _net({"data": {"dim": 5, "time_dim_axis": 0, "batch_dim_axis": 1}}, {
+        "keep": {"class": "reduce", "mode": "sum", "axis": "T", "keep_dims": True, "from": "data",
+                 "is_output_layer": True},
+        "int_ax": {"class": "reduce", "mode": "max", "axes": 1, "from": "data", "is_output_layer": True},
+    })
+    keep = net.get_layer("keep").output
+    assert keep.batch_shape == (1, None, 5) and keep.time_dim_axis == 0
+    int_ax = net.get_layer("int_ax").output  # int axes count in batch-major layout: 1 is the time axis
+    assert int_ax.batch_shape == (None, 5) and int_ax.batch_dim_axis == 0
+    x = RNG.randn(7, 3, 5).astype("float32")
+    k, m = _run(net, [keep.placeholder, int_ax.placeholder], data=x)
+    mask = _mask().T[:, :, None]  # [T,B,1]
+    np.testing.assert_allclose(k, np.where(mask, x, 0).sum(0, keepdims=True), rtol=1e-5)
+    np.testing.assert_allclose(m, np.where(mask, x, -np.inf).max(0), rtol=1e-5)
