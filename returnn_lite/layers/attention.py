@@ -1,6 +1,6 @@
 """
 Attention family: self_attention, positional_encoding, relative_positional_encoding, cum_concat,
-generic_attention, dot_attention, concat_attention.
+generic_attention, dot_attention, concat_attention, gauss_window_attention.
 
 Rec-loop interface (what the rec layer calls / provides), the same hooks as the original:
 
@@ -97,7 +97,7 @@ class SelfAttentionLayer(ConcatInputLayer):
             raise ValueError("total_key_dim %i must be divisible by num_heads %i" % (total_key_dim, num_heads))
         if n_out % num_heads:
             raise ValueError("n_out %i must be divisible by num_heads %i" % (n_out, num_heads))
-        if initial_state not in (None, "zeros"):
+        if initial_state not in (None, "zeros", 0):  # zeros: an empty k/v history, the same as none
             raise NotImplementedError("self_attention: initial_state %r not supported" % (initial_state,))
         if state_var_lengths is not None:
             raise NotImplementedError("self_attention: state_var_lengths not supported")
@@ -564,6 +564,49 @@ class ConcatAttentionLayer(GlobalAttentionContextBaseLayer):
         concat_in = tf.tanh(base_ctx.placeholder + tf.expand_dims(source.placeholder, 1))  # (B,T,inner)
         energy = tf.reduce_sum(concat_in * v, axis=2)
         self.output.placeholder = self._attend(energy, base)
+
+
+class GaussWindowAttentionLayer(AttentionBaseLayer):
+    """
+    The source is a location t [B] (float, shape () or (1,)); the output is a Gauss-window-weighted sum
+    (std ``std``) of the ``window_size`` base frames around round(t) (indices clipped to the sequence).
+    With ``inner_size``, the window center is shifted by i * inner_size_step - inner_size / 2 for each of
+    inner_size outputs: [B, inner_size, F].
+    """
+
+    layer_class = "gauss_window_attention"
+
+    def __init__(self, window_size, std=1.0, inner_size=None, inner_size_step=0.5, **kwargs):
+        super().__init__(**kwargs)
+        base = self.base.output.copy_as_time_major()  # (T,B,F)
+        seq_lens = base.dims[0].dyn_size
+        src = self.input_data.copy_as_batch_major()
+        t = src.placeholder
+        if src.batch_ndim == 2:
+            t = tf.squeeze(t, axis=1)
+        elif src.batch_ndim != 1:
+            raise ValueError("gauss_window_attention: source %s must be [B] or [B,1]" % src.short_repr())
+        t = tf.cast(t, tf.float32)
+        start = tf.cast(tf.round(t), tf.int32) - window_size // 2  # (B,)
+        idxs = tf.range(window_size)[:, None] + start[None, :]  # (W,B)
+        cidxs = tf.clip_by_value(idxs, 0, tf.shape(base.placeholder)[0] - 1)
+        if seq_lens is not None:
+            cidxs = tf.where(cidxs < seq_lens[None, :], cidxs, tf.broadcast_to(seq_lens[None, :] - 1, tf.shape(cidxs)))
+        gathered = tf.gather(tf.transpose(base.placeholder, [1, 0, 2]), tf.transpose(cidxs), batch_dims=1)  # (B,W,F)
+        offs = [0.0] if not inner_size else [i * inner_size_step - inner_size / 2.0 for i in range(inner_size)]
+        center = t[:, None, None] + tf.constant(offs, tf.float32)[None, None, :]  # (B,1,I)
+        dist = center - tf.cast(tf.transpose(idxs), tf.float32)[:, :, None]  # (B,W,I)
+        w = tf.exp(-dist ** 2 / (2 * std ** 2)) * (1.0 / (std * math.sqrt(2.0 * math.pi)))
+        att = tf.matmul(w, gathered, transpose_a=True)  # (B,I,F)
+        self.output.placeholder = att if inner_size else tf.squeeze(att, axis=1)
+
+    @classmethod
+    def get_out_data_from_opts(cls, name, base, inner_size=None, **kwargs):
+        out = super().get_out_data_from_opts(name=name, base=base, **kwargs)
+        if inner_size:
+            tag = Dim(inner_size, kind=Dim.Types.Spatial, description="%s:gauss-window-inner" % name)
+            out = out.copy_add_dim_by_tag(tag, unbroadcast=True, axis=out.feature_dim_axis)
+        return out
 
 
 class GenericAttentionLayer(AttentionBaseLayer):

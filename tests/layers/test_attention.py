@@ -277,3 +277,35 @@ def test_positional_encoding_constant_offset_time_major():
         c, y = session.run([const.placeholder, out.placeholder], feed)
         np.testing.assert_allclose(c, np.broadcast_to(_pe(4, np.array([3.0])), (7, 3, 4)), rtol=1e-5, atol=1e-5)
         np.testing.assert_allclose(y, x + _pe(5, np.arange(7)[:, None] + off[None, :]), rtol=1e-5, atol=1e-5)
+
+
+def test_gauss_window_attention():
+    extern = {"data": {"dim": 4}, "loc": {"shape": (), "dtype": "float32"}}
+    with tf.Graph().as_default(), tf1.Session() as session:
+        net = _net(extern, {"inner": {"class": "gauss_window_attention", "from": "data:loc", "base": "data",
+                                      "window_size": 3, "inner_size": 2, "is_output_layer": True},
+                            "output": {"class": "gauss_window_attention", "from": "data:loc", "base": "data",
+                                       "window_size": 3, "std": 2.0}})
+        out, inner = net.get_layer("output").output, net.get_layer("inner").output
+        assert out.batch_shape == (None, 4) and inner.batch_shape == (None, 2, 4) and inner.feature_dim_axis == 2
+        x = RNG.randn(3, 7, 4).astype("float32")
+        loc = np.array([0.2, 4.6, 3.0], "float32")
+        feed = _feed(net, data=x)
+        feed[net.extern_data.get_data("loc").placeholder] = loc
+        y, yi = session.run([out.placeholder, inner.placeholder], feed)
+
+        def ref(std, offs):
+            res = np.zeros((3, len(offs), 4))
+            for b in range(3):
+                start = int(np.round(loc[b])) - 1
+                for k in range(3):
+                    idx = start + k
+                    cidx = min(max(idx, 0), 6)
+                    cidx = cidx if cidx < LENS[b] else LENS[b] - 1
+                    for i, o in enumerate(offs):
+                        g = np.exp(-((loc[b] + o - idx) ** 2) / (2 * std ** 2)) / (std * np.sqrt(2 * np.pi))
+                        res[b, i] += g * x[b, cidx]
+            return res
+
+        np.testing.assert_allclose(y, ref(2.0, [0.0])[:, 0], rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(yi, ref(1.0, [-1.0, -0.5]), rtol=1e-5, atol=1e-5)
