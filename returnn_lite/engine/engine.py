@@ -1,0 +1,625 @@
+"""
+The engine: builds the datasets, ONE graph (train flag as a placeholder, so train steps and dev evaluation
+share it), the train op, and runs the tasks ``train``, ``eval`` and ``forward`` as the original RETURNN does.
+
+Per epoch in training::
+
+    epoch 3 score: 0.123 error: 0.05 elapsed: 0:00:03 dev: score 0.1 error 0.02
+
+Scores are per loss ``sum(cost) / sum(frames)`` over the epoch (frames = 1 / loss_norm_factor per step).
+After an epoch: the learning-rate file is written (atomically), then the checkpoint ``<model>.<epoch %03d>``
+(atomically, ``.index`` last). Rerunning the same command resumes after the last complete checkpoint.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+
+import numpy
+import tensorflow as tf
+
+from ..compat import returnn_import_hook
+from ..config import global_config_ctx
+from ..datasets import DatasetError, SimpleHDFWriter, batch_to_arrays, generate_batches, init_dataset
+from ..extern_data import ExternData
+from ..network import TFNetwork
+from .checkpoints import (CheckpointSaver, checkpoint_exists, epoch_model_filename, get_existing_models,
+                          model_epoch_from_filename, normalize_checkpoint_name, remove_stale_temp_files)
+from .learning_rate_control import load_learning_rate_control_from_config
+from .progress import Log, ProgressLine, hms
+from .updater import Updater
+
+tf1 = tf.compat.v1
+
+__all__ = ["Engine", "EngineError"]
+
+
+class EngineError(Exception):
+    """A problem with the setup (missing dataset/model/loss, non-finite loss, ...), with a clear message."""
+
+
+def _format_score(score):
+    """One loss: its value; several: ``output 0.1 ctc 0.3``."""
+    if not score:
+        return "None"
+    if len(score) == 1:
+        return _fmt(next(iter(score.values())))
+    return " ".join("%s %s" % (key.split(":", 1)[-1], _fmt(value)) for key, value in sorted(score.items()))
+
+
+def _fmt(value):
+    return "%.6g" % value if isinstance(value, float) else str(value)
+
+
+class _Accumulator:
+    """Sums cost, error and frames (1 / loss_norm_factor) per loss over the steps of an epoch."""
+
+    def __init__(self):
+        self.cost, self.error, self.frames = {}, {}, {}
+        self.num_steps = 0
+        self.num_seqs = 0
+
+    def add(self, results):
+        self.num_steps += 1
+        for key, value in results.items():
+            if not key.startswith("loss_norm_factor:"):
+                continue
+            name = key[len("loss_norm_factor:"):]
+            norm = float(value)
+            frames = 1.0 / norm if norm else 0.0
+            self.frames[name] = self.frames.get(name, 0.0) + frames
+            if "cost:" + name in results:
+                self.cost[name] = self.cost.get(name, 0.0) + float(results["cost:" + name])
+            if "error:" + name in results:
+                self.error[name] = self.error.get(name, 0.0) + float(results["error:" + name])
+
+    @staticmethod
+    def step_scores(results):
+        """Normalized values of one step: cost:NAME -> cost * norm_factor."""
+        out = {}
+        for key, value in results.items():
+            if key.startswith(("cost:", "error:")):
+                name = key.split(":", 1)[1]
+                out[key] = float(value) * float(results.get("loss_norm_factor:" + name, 1.0))
+        return out
+
+    def scores(self):
+        score = {"cost:" + n: v / self.frames[n] if self.frames.get(n) else v for n, v in self.cost.items()}
+        error = {"error:" + n: v / self.frames[n] if self.frames.get(n) else v for n, v in self.error.items()}
+        return score, error
+
+
+class Engine:
+    """Runs the config's task. ``Engine(config).run()``."""
+
+    def __init__(self, config, log=None):
+        self.config = config
+        self.log = log or Log.from_config(config)
+        self.task = config.value("task", "train")
+        self.model_prefix = config.value("model", None)
+        self.num_epochs = config.int("num_epochs", 5)
+        self.save_interval = config.int("save_interval", 1) or 1
+        self.batch_size = config.typed_value("batch_size", 1)
+        self.max_seqs = config.int("max_seqs", -1)
+        self.max_seq_length = config.typed_value("max_seq_length", None)
+        self.stop_on_nonfinite_train_score = config.bool("stop_on_nonfinite_train_score", True)
+        self.train_data = None
+        self.eval_datasets = {}
+        self.graph = None
+        self.session = None
+        self.network = None
+        self.updater = None
+        self.saver = None
+        self.train_flag = None
+        self.data_keys = []
+        self.epoch = None
+        self.net_dict = None
+        self.learning_rate_control = None
+        self.summary_writer = None
+        self._summary_step = 0
+        self._last_eval = {}
+        self.fetches = {}
+
+    # ---- entry
+
+    def run(self):
+        tasks = {"train": self.train, "eval": self.eval_task, "forward": self.forward_task}
+        if self.task not in tasks:
+            raise EngineError("unknown task %r; supported: %s" % (self.task, ", ".join(sorted(tasks))))
+        try:
+            with global_config_ctx(self.config):
+                tasks[self.task]()
+        finally:
+            self.close()
+
+    def close(self):
+        if self.summary_writer is not None:
+            self.summary_writer.close()
+            self.summary_writer = None
+        if self.session is not None:
+            self.session.close()
+            self.session = None
+        self.log.close()
+
+    # ---- datasets
+
+    def _load_dataset(self, key, **defaults):
+        if not self.config.has(key):
+            return None
+        opts = self.config.typed_value(key) if self.config.is_typed(key) else self.config.value(key)
+        if opts is None or opts == "":
+            return None
+        defaults.setdefault("name", key)
+        if isinstance(opts, dict):
+            defaults = {k: v for k, v in defaults.items() if k not in opts}
+        elif not isinstance(opts, str) or opts.startswith("config:"):
+            defaults = {"name": key}
+        else:
+            defaults = {"name": key}
+        try:
+            with returnn_import_hook():
+                dataset = init_dataset(opts, default_kwargs=defaults)
+        except DatasetError as exc:
+            raise DatasetError("dataset %r: %s" % (key, exc)) from None
+        return dataset
+
+    def _init_train_datasets(self):
+        defaults = {}
+        chunking = self.config.typed_value("chunking", None)
+        if chunking not in (None, "", "0", 0):
+            defaults["chunking"] = chunking
+        batching = self.config.value("batching", None)
+        if batching:
+            defaults["seq_ordering"] = batching
+        self.train_data = self._load_dataset("train", **defaults)
+        if self.train_data is None:
+            raise EngineError("task train needs a 'train' dataset in the config (e.g. "
+                              "train = {\"class\": \"Task12AXDataset\", \"num_seqs\": 1000})")
+        self._init_eval_datasets()
+
+    def _init_eval_datasets(self):
+        for key in ("dev", "eval"):
+            dataset = self._load_dataset(key)
+            if dataset is not None:
+                self.eval_datasets[key] = dataset
+        extra = self.config.typed_value("eval_datasets", None) or {}
+        for name, opts in extra.items():
+            with returnn_import_hook():
+                self.eval_datasets[name] = init_dataset(opts, default_kwargs={"name": name})
+
+    # ---- graph
+
+    def _extern_data(self, dataset):
+        extern_data = ExternData()
+        config = self.config
+        if config.has("extern_data") or config.has("num_outputs") or config.has("num_inputs"):
+            extern_data.init_from_config(config)
+            return extern_data
+        if dataset is None:
+            raise EngineError("no extern_data / num_inputs / num_outputs in the config and no dataset to take them from")
+        extern_data.default_input = config.value("default_input", "data")
+        extern_data.default_target = config.value("target", "classes")
+        opts = {}
+        for key in dataset.get_data_keys():
+            shape = list(dataset.get_data_shape(key))
+            sparse = dataset.is_data_sparse(key)
+            opts[key] = {"shape": tuple([None] + shape), "dim": dataset.get_data_dim(key), "sparse": sparse,
+                         "dtype": str(dataset.get_data_dtype(key))}
+        extern_data.register_data_from_dict(opts)
+        return extern_data
+
+    def _get_net_dict(self, epoch):
+        config = self.config
+        func = config.typed_value("get_network", None)
+        if callable(func):
+            with returnn_import_hook(), global_config_ctx(config):
+                try:
+                    net_dict = func(epoch=epoch)
+                except TypeError:
+                    net_dict = func(epoch)
+        else:
+            net_dict = config.typed_value("network", None)
+        if not isinstance(net_dict, dict) or not net_dict:
+            raise EngineError("the config needs a 'network' dict (or a function get_network(epoch)); got %r"
+                              % (type(net_dict).__name__ if net_dict is not None else None,))
+        return net_dict
+
+    def _build_graph(self, net_dict, dataset, train):
+        """New graph + session: network, (train op), saver. Variables get initialized."""
+        config = self.config
+        self.close_session()
+        self.graph = tf.Graph()
+        with self.graph.as_default():
+            tf1.set_random_seed(config.int("random_seed", 42))
+            extern_data = self._extern_data(dataset)
+            if self.task == "forward":
+                self.train_flag, eval_flag = False, False
+            elif train:
+                with tf.name_scope("globals/"):
+                    self.train_flag = tf1.placeholder_with_default(False, shape=(), name="train_flag")
+                self.graph._returnn_lite_train_flag = self.train_flag
+                eval_flag = True
+            else:
+                self.train_flag, eval_flag = False, True
+            self.network = TFNetwork(config=config, extern_data=extern_data, train_flag=self.train_flag,
+                                     eval_flag=eval_flag, rnd_seed=config.int("random_seed", 42))
+            with returnn_import_hook(), global_config_ctx(config):
+                self.network.construct_from_dict(net_dict)
+            self.network.get_global_train_step_var()
+            extra_vars = []
+            if train:
+                if not self.network.losses_dict:
+                    raise EngineError("the network has no loss: task train needs at least one layer with 'loss' "
+                                      "(e.g. \"output\": {\"class\": \"softmax\", \"loss\": \"ce\", \"from\": ...})")
+                self.updater = Updater(config, self.network)
+                self.updater.create_optim_op()
+                extra_vars = self.updater.optim_vars
+            self.saver = CheckpointSaver(self.network, extra_vars=extra_vars)
+            self.data_keys = sorted(self.network.get_used_data_keys())
+            self.fetches = self.network.get_fetches_dict() if eval_flag else {}
+            self.session = tf1.Session(graph=self.graph, config=self._session_config())
+            self.session.run(tf1.global_variables_initializer())
+        self.net_dict = net_dict
+        if train and self.config.value("tf_log_dir", None) and self.summary_writer is None:
+            with self.graph.as_default():
+                self.summary_writer = tf1.summary.FileWriter(self.config.value("tf_log_dir"), graph=self.graph)
+        self.log.v4("Network: %s layers, %i params, data keys %s" % (
+            len(self.network.layers), self.network.get_num_params(), self.data_keys))
+
+    def _session_config(self):
+        opts = dict(self.config.typed_value("tf_session_opts", None) or {})
+        return tf1.ConfigProto(**opts)
+
+    def close_session(self):
+        if self.session is not None:
+            self.session.close()
+            self.session = None
+
+    def _check_dataset_keys(self, dataset):
+        have = set(dataset.get_data_keys())
+        missing = [k for k in self.data_keys if k not in have]
+        if missing:
+            raise EngineError("dataset %r has no data key(s) %s needed by the network (it has: %s)"
+                              % (dataset.name, missing, sorted(have)))
+
+    # ---- feeding and running
+
+    def _feed_dict(self, arrays):
+        feed = {}
+        extern_data = self.network.extern_data
+        for key in self.data_keys:
+            data = extern_data.get_data(key)
+            value = arrays.data[key]
+            lens = arrays.seq_lens[key]
+            if not data.have_time_axis() and value.ndim == data.batch_ndim + 1:
+                value = value[:, 0]
+            elif data.have_batch_axis() and data.batch_dim_axis != 0 and value.ndim >= 2:
+                value = numpy.swapaxes(value, 0, 1)
+            feed[data.placeholder] = value.astype(data.dtype, copy=False)
+            first = True
+            for axis, dim in enumerate(data.dims):
+                if dim.is_batch_dim() or not dim.is_dynamic() or dim.dyn_size is None:
+                    continue
+                if first:
+                    feed[dim.dyn_size] = lens
+                    first = False
+                else:
+                    feed[dim.dyn_size] = numpy.full(lens.shape, value.shape[axis], dtype=numpy.int32)
+        return feed
+
+    def _batches(self, dataset, epoch, train):
+        dataset.init_seq_order(epoch=epoch)
+        batch_size = self.batch_size
+        if not train:
+            batch_size = self.config.typed_value("batch_size_eval", None) or batch_size
+        return generate_batches(
+            dataset, batch_size=batch_size, max_seqs=self.max_seqs,
+            max_seq_length=self.max_seq_length if train else None,
+            shuffle_batches=train and self.config.bool("shuffle_batches", False), used_data_keys=self.data_keys)
+
+    def _run_epoch(self, dataset, epoch, train, learning_rate=None, prefix=""):
+        self._check_dataset_keys(dataset)
+        acc = _Accumulator()
+        fetches = dict(self.fetches)
+        feed_extra = {}
+        if train:
+            fetches["_train_op"] = self.updater.train_op
+            feed_extra[self.updater.learning_rate] = learning_rate
+            feed_extra[self.train_flag] = True
+        progress = ProgressLine(self.log, prefix)
+        start = time.time()
+        step_start = start
+        for batch in self._batches(dataset, epoch, train):
+            arrays = batch_to_arrays(dataset, batch, self.data_keys)
+            feed = self._feed_dict(arrays)
+            feed.update(feed_extra)
+            results = self.session.run(fetches, feed_dict=feed)
+            results.pop("_train_op", None)
+            step = acc.num_steps
+            acc.add(results)
+            acc.num_seqs += arrays.num_seqs
+            step_scores = _Accumulator.step_scores(results)
+            if train and self.stop_on_nonfinite_train_score:
+                bad = {k: v for k, v in step_scores.items() if k.startswith("cost:") and not math.isfinite(v)}
+                if bad:
+                    progress.finish()
+                    raise EngineError(
+                        "non-finite training loss in epoch %i, step %i: %s (stop_on_nonfinite_train_score). "
+                        "Nothing was saved for this epoch; lower the learning rate or check the data." % (
+                            epoch, step, ", ".join("%s=%s" % kv for kv in sorted(bad.items()))))
+            frac = dataset.get_complete_frac(batch.end_seq - 1)
+            costs = [v for k, v in step_scores.items() if k.startswith("cost:")]
+            progress.update(step + 1, acc.num_seqs, loss=sum(costs) if costs else None, complete_frac=frac)
+            now = time.time()
+            if self.log.verbosity >= 5 or (self.log.file is not None and self.log.file_verbosity >= 5):
+                elapsed = now - start
+                info = ", ".join("%s %s" % (k, _fmt(v)) for k, v in sorted(step_scores.items()))
+                remaining = (" exp. remaining %s, complete %.1f%%," % (hms(elapsed / frac - elapsed), frac * 100)
+                             if frac else "")
+                self.log.v5("%s, step %i, %s, num_seqs %i, %.3f sec/step, elapsed %s,%s" % (
+                    prefix, step, info, arrays.num_seqs, now - step_start, hms(elapsed), remaining.rstrip(",")))
+            step_start = now
+            if train and self.summary_writer is not None:
+                self._summary_step += 1
+                self._write_summaries(dict(step_scores, learning_rate=learning_rate), step=self._summary_step)
+        progress.finish()
+        dataset.finish_epoch()
+        if acc.num_steps == 0:
+            raise EngineError("dataset %r gave no batches in epoch %i (empty dataset, or all seqs longer than "
+                              "max_seq_length?)" % (dataset.name, epoch))
+        score, error = acc.scores()
+        return score, error, time.time() - start
+
+    def _write_summaries(self, values, step):
+        summary = tf1.Summary(value=[tf1.Summary.Value(tag=k.replace(":", "/"), simple_value=float(v))
+                                     for k, v in sorted(values.items()) if v is not None])
+        self.summary_writer.add_summary(summary, step)
+
+    # ---- model files
+
+    def get_epoch_model(self):
+        """(epoch or None, checkpoint name or None), as the original: existing epoch checkpoints first."""
+        config = self.config
+        start_epoch_mode = config.value("start_epoch", "auto")
+        start_epoch = None if start_epoch_mode == "auto" else int(start_epoch_mode)
+        load = config.value("load", "") or ""
+        load = normalize_checkpoint_name(load) if load else ""
+        if load and not checkpoint_exists(load):
+            raise EngineError("load: checkpoint %r not found (no file %r)" % (load, load + ".index"))
+        import_epoch1 = config.value("import_model_train_epoch1", "") or ""
+        import_epoch1 = normalize_checkpoint_name(import_epoch1) if import_epoch1 else ""
+        if import_epoch1 and not checkpoint_exists(import_epoch1):
+            raise EngineError("import_model_train_epoch1: checkpoint %r not found (no file %r)"
+                              % (import_epoch1, import_epoch1 + ".index"))
+        existing = get_existing_models(self.model_prefix)
+        load_epoch = config.int("load_epoch", -1)
+        if load:
+            if load_epoch <= 0:
+                load_epoch = model_epoch_from_filename(load) or 0
+        elif load_epoch > 0:
+            if load_epoch not in existing:
+                raise EngineError("load_epoch %i: no checkpoint %r" % (
+                    load_epoch, epoch_model_filename(self.model_prefix, load_epoch) + ".index"))
+            load = existing[load_epoch]
+        is_train = self.task == "train"
+        if load and (not is_train or start_epoch is not None):
+            epoch_model = (None if is_train else load_epoch, load)
+        elif existing and not (load_epoch > 0 and not is_train):
+            epoch_model = sorted(existing.items())[-1]
+            if load:
+                self.log.v4("note: ignoring 'load' %r because of the existing model %r" % (load, epoch_model[1]))
+        elif is_train and import_epoch1 and start_epoch in (None, 1):
+            epoch_model = (0, import_epoch1)
+        elif load:
+            epoch_model = (load_epoch, load)
+        else:
+            epoch_model = (None, None)
+        if start_epoch == 1 and epoch_model[0]:
+            self.log.v4("warning: start_epoch 1 but there is the existing model %r; starting anew" % (epoch_model[1],))
+            epoch_model = (None, None)
+        elif (start_epoch or 0) > 1 and (start_epoch - 1) in existing:
+            epoch_model = (start_epoch - 1, existing[start_epoch - 1])
+        return epoch_model
+
+    def _load_model(self, epoch_model, train):
+        epoch, filename = epoch_model
+        if filename:
+            self.log.v4("Load model %s" % filename)
+            try:
+                self.saver.load(self.session, filename, load_extra=bool(epoch))
+            except (IOError, KeyError, ValueError) as exc:
+                raise EngineError("cannot load model %r: %s" % (filename, exc)) from None
+        with self.graph.as_default():
+            self._preload_from_files(fresh_train=train and not filename)
+
+    def _preload_from_files(self, fresh_train):
+        from ..network import CustomCheckpointLoader
+
+        preload = self.config.typed_value("preload_from_files", None) or {}
+        for name, opts in sorted(preload.items()):
+            if opts.get("init_for_train", False) and not fresh_train:
+                continue
+            filename = normalize_checkpoint_name(opts["filename"])
+            prefix = opts.get("prefix", "")
+            params = [p for p in self.network.get_params_list() if p.op.name.startswith(prefix)]
+            self.log.v4("preload_from_files %r: %i params from %s" % (name, len(params), filename))
+            try:
+                loader = CustomCheckpointLoader(
+                    filename, saveable_params=params, load_if_prefix=prefix,
+                    ignore_missing=opts.get("ignore_missing", False), ignore_params=opts.get("ignore_params", ()),
+                    ignore_params_prefixes=opts.get("ignore_params_prefixes", ()),
+                    var_name_mapping=opts.get("var_name_mapping"))
+                loader.load_now(self.session)
+            except (IOError, KeyError, ValueError) as exc:
+                raise EngineError("preload_from_files %r: %s" % (name, exc)) from None
+
+    # ---- train
+
+    def train(self):
+        self._init_train_datasets()
+        if not self.model_prefix:
+            self.log.v4("warning: no 'model' in the config: no checkpoints will be written, no resume possible")
+        remove_stale_temp_files(self.model_prefix)
+        epoch_model = self.get_epoch_model()
+        start_epoch = (epoch_model[0] or 0) + 1
+        final_epoch = self.num_epochs
+        if start_epoch > final_epoch:
+            self.log.v1("No epochs to train, start_epoch: %i, final_epoch: %i (model %s)" % (
+                start_epoch, final_epoch, epoch_model[1]))
+            return
+        if epoch_model[1] and epoch_model[0]:
+            self.log.v3("Resume training after epoch %i from %s" % (epoch_model[0], epoch_model[1]))
+        self.learning_rate_control = load_learning_rate_control_from_config(self.config)
+        self._build_graph(self._get_net_dict(start_epoch), self.train_data, train=True)
+        self._load_model(epoch_model, train=True)
+        if epoch_model[0] == 0:  # import_model_train_epoch1: start training fresh from these params
+            with self.graph.as_default():
+                self.network.set_global_train_step(0, self.session)
+        for epoch in range(start_epoch, final_epoch + 1):
+            self.epoch = epoch
+            self._maybe_update_network(epoch)
+            self.train_epoch(epoch, final_epoch)
+        self.log.v3("Finished training in epoch %i." % final_epoch)
+
+    def _maybe_update_network(self, epoch):
+        if not callable(self.config.typed_value("get_network", None)):
+            return
+        net_dict = self._get_net_dict(epoch)
+        if repr(net_dict) == repr(self.net_dict):
+            return
+        self.log.v3("Network changed in epoch %i: rebuilding, keeping the params of matching names" % epoch)
+        with self.graph.as_default():
+            old = {v.op.name: (tuple(v.shape.as_list()), value) for v, value in zip(
+                tf1.global_variables(), self.session.run(tf1.global_variables()))}
+        self._build_graph(net_dict, self.train_data, train=True)
+        with self.graph.as_default():
+            for v in tf1.global_variables():
+                if v.op.name in old and old[v.op.name][0] == tuple(v.shape.as_list()):
+                    v.load(old[v.op.name][1], self.session)
+
+    def train_epoch(self, epoch, final_epoch):
+        lrc = self.learning_rate_control
+        lr = lrc.get_learning_rate_for_epoch(epoch)
+        self.log.v3("start epoch %i with learning rate %s ..." % (epoch, lr))
+        score, error, elapsed = self._run_epoch(self.train_data, epoch, train=True, learning_rate=lr,
+                                                prefix="train epoch %i" % epoch)
+        if any(not math.isfinite(v) for v in score.values()) and self.stop_on_nonfinite_train_score:
+            raise EngineError("non-finite train score in epoch %i: %s" % (epoch, score))
+        lrc.set_epoch_error(epoch, {"train_score": score, "train_error": error})
+        line = "epoch %i score: %s" % (epoch, _format_score(score))
+        if error:
+            line += " error: %s" % _format_score(error)
+        line += " elapsed: %s" % hms(elapsed)
+        results = self.eval_model(epoch)
+        lrc.set_epoch_error(epoch, results)
+        for name, res in self._last_eval.items():
+            line += " %s: score %s" % (name, _format_score(res[0]))
+            if res[1]:
+                line += " error %s" % _format_score(res[1])
+        self.log.v1(line)
+        if self.summary_writer is not None:
+            values = {"epoch/train_score": _scalar(score), "epoch/learning_rate": lr}
+            for k, v in results.items():
+                values["epoch/%s" % k] = _scalar(v)
+            self._write_summaries(values, epoch)
+            self.summary_writer.flush()
+        lrc.save()
+        if self.model_prefix and (epoch % self.save_interval == 0 or epoch == final_epoch):
+            filename = epoch_model_filename(self.model_prefix, epoch)
+            self.saver.save(self.session, filename)
+            self.log.v4("Saved model %s" % filename)
+
+    def eval_model(self, epoch):
+        """Evaluate all eval datasets: {"dev_score": {...}, "dev_error": {...}, ...}."""
+        results = {}
+        self._last_eval = {}
+        for name, dataset in self.eval_datasets.items():
+            score, error, _ = self._run_epoch(dataset, epoch, train=False, prefix="eval %s" % name)
+            results["%s_score" % name] = score
+            if error:
+                results["%s_error" % name] = error
+            self._last_eval[name] = (score, error)
+        return results
+
+    # ---- eval / forward
+
+    def _init_for_inference(self, dataset):
+        epoch_model = self.get_epoch_model()
+        if not epoch_model[1]:
+            raise EngineError("task %s needs a trained model: set 'load' or 'model' (with existing checkpoints "
+                              "%s.NNN.index)" % (self.task, self.model_prefix or "<model>"))
+        self.epoch = epoch_model[0] or model_epoch_from_filename(epoch_model[1]) or 1
+        self._build_graph(self._get_net_dict(self.epoch), dataset, train=False)
+        self._load_model(epoch_model, train=False)
+
+    def eval_task(self):
+        self._init_eval_datasets()
+        if not self.eval_datasets:
+            raise EngineError("task eval needs a 'dev' or 'eval' dataset in the config")
+        self._init_for_inference(next(iter(self.eval_datasets.values())))
+        if not self.network.losses_dict:
+            raise EngineError("task eval: the network has no loss to evaluate")
+        self.eval_model(self.epoch)
+        line = "epoch %i" % self.epoch
+        for name, (score, error) in self._last_eval.items():
+            line += " %s: score %s" % (name, _format_score(score))
+            if error:
+                line += " error %s" % _format_score(error)
+        self.log.v1(line)
+
+    def forward_task(self):
+        dataset = self._load_dataset("eval")
+        if dataset is None:
+            raise EngineError("task forward needs an 'eval' dataset in the config (the data to forward)")
+        output_file = self.config.value("output_file", None)
+        if not output_file:
+            raise EngineError("task forward needs 'output_file' (the HDF file to write)")
+        self._init_for_inference(dataset)
+        self.forward_to_hdf(dataset, output_file)
+
+    def forward_to_hdf(self, dataset, output_file):
+        layer_name = self.config.value("forward_output_layer", None)
+        if layer_name:
+            layer = self.network.get_layer(layer_name)
+        else:
+            layer = self.network.get_default_output_layer()
+        self.data_keys = sorted(self.network.get_used_data_keys())
+        self._check_dataset_keys(dataset)
+        out = layer.output.copy_as_batch_major()
+        x = out.placeholder
+        if out.have_time_axis():
+            out = out.copy_with_time_dim_axis(1) if out.time_dim_axis != 1 else out
+            x = out.placeholder
+            seq_lens = out.get_sequence_lengths()
+        else:  # one frame per seq
+            with self.graph.as_default():
+                x = tf.expand_dims(out.placeholder, 1)
+                seq_lens = tf.ones([tf.shape(x)[0]], dtype=tf.int32)
+        ndim = x.shape.rank - 1
+        dim = out.dim
+        writer = SimpleHDFWriter(output_file, dim=dim, ndim=ndim)
+        try:
+            self.batch_size = self.config.typed_value("forward_batch_size", None) or self.batch_size
+            n = 0
+            progress = ProgressLine(self.log, "forward")
+            for batch in self._batches(dataset, self.epoch, train=False):
+                arrays = batch_to_arrays(dataset, batch, self.data_keys)
+                values, lens = self.session.run([x, seq_lens], feed_dict=self._feed_dict(arrays))
+                writer.insert_batch(values, lens, arrays.seq_tags)
+                n += arrays.num_seqs
+                progress.update(n, n, complete_frac=dataset.get_complete_frac(batch.end_seq - 1))
+            progress.finish()
+        except BaseException:
+            writer.abort()
+            raise
+        writer.close()
+        self.log.v1("forward: wrote %i seqs of layer %r to %s" % (n, layer.name, output_file))
+
+
+def _scalar(score):
+    if isinstance(score, dict):
+        return float(sum(score.values())) if score else 0.0
+    return float(score)
+
