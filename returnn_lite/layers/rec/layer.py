@@ -381,3 +381,71 @@ class DecideLayer(LayerBase):
 
 def as_list_first(x):
     return x[0] if isinstance(x, (list, tuple)) else x
+
+
+class MaskedComputationLayer(LayerBase):
+    """
+    ``unit`` is computed only where ``mask`` is True. Inside a rec loop the rec unit is rewritten
+    (see subnet.flatten_masked_computation): the unit becomes the sub-layer ``<name>/unit`` whose state updates are
+    gated by the mask, and this layer selects its output where the mask is True and keeps its previous output
+    elsewhere. Over a whole sequence (outside a loop), the masked frames form a new, shorter time axis.
+    """
+
+    layer_class = "masked_computation"
+    recurrent = True
+
+    def __init__(self, mask, unit, masked_from=None, _unit_layer=None, **kwargs):
+        super().__init__(**kwargs)
+        raise NotImplementedError("masked_computation %r: only inside a rec loop" % self.name)
+
+    @classmethod
+    def transform_config_dict(cls, d, network, get_layer):
+        raise NotImplementedError("masked_computation %r: only supported inside a rec loop" % d.get("_name"))
+
+
+class MaskedSelectLayer(LayerBase):
+    """Inside a rec loop: the source where mask is True, else this layer's previous output (masked_computation)."""
+
+    layer_class = "_masked_select"
+    recurrent = True
+    needs_prev_output = True
+
+    def __init__(self, mask, **kwargs):
+        super().__init__(**kwargs)
+        x = self.sources[0].output.copy_compatible_to(self.output).placeholder
+        prev = self.rec_previous_layer.output.placeholder
+        m = mask.output.copy_compatible_to(self.output.copy_template(), check_dtype=False).placeholder \
+            if mask.output.batch_ndim else mask.output.placeholder
+        y = tf.where(tf.broadcast_to(m, tf.shape(x)), x, prev)
+        y.set_shape(x.shape)
+        self.output.placeholder = y
+
+    @classmethod
+    def transform_config_dict(cls, d, network, get_layer):
+        super().transform_config_dict(d, network=network, get_layer=get_layer)
+        d["mask"] = get_layer(d["mask"])
+
+    @classmethod
+    def get_out_data_from_opts(cls, name, sources=(), **kwargs):
+        return sources[0].output.copy_template(name="%s_output" % name)
+
+
+class UnmaskLayer(LayerBase):
+    """Inverse of masked_computation. Inside a rec loop the masked output is already kept on unmasked frames."""
+
+    layer_class = "unmask"
+
+    def __init__(self, mask, skip_initial=False, **kwargs):
+        super().__init__(**kwargs)
+        if not self.network.is_inside_rec_layer():
+            raise NotImplementedError("unmask %r: only inside a rec loop" % self.name)
+        self.output.placeholder = self.sources[0].output.placeholder
+
+    @classmethod
+    def transform_config_dict(cls, d, network, get_layer):
+        super().transform_config_dict(d, network=network, get_layer=get_layer)
+        d["mask"] = get_layer(d["mask"])
+
+    @classmethod
+    def get_out_data_from_opts(cls, name, sources=(), **kwargs):
+        return sources[0].output.copy_template(name="%s_output" % name)

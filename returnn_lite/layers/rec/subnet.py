@@ -100,6 +100,33 @@ def _time_major(data, time_dim):
     return data.copy_move_axis(data.get_axis_by_tag(time_dim), 0)
 
 
+def flatten_masked_computation(unit):
+    """
+    masked_computation layers M in a rec unit -> ``M/unit`` (the unit layer, on M's sources) plus M = selection of
+    ``M/unit`` where the mask is True, else prev:M. :return: (unit dict, {"M/unit": mask layer name})
+    """
+    if not any(isinstance(d, dict) and d.get("class") == "masked_computation" for d in unit.values()):
+        return unit, {}
+    res, gates = {}, {}
+    for name, desc in unit.items():
+        if not (isinstance(desc, dict) and desc.get("class") == "masked_computation"):
+            res[name] = desc
+            continue
+        desc = dict(desc)
+        sub = dict(desc.pop("unit"))
+        mask = desc.pop("mask")
+        sources = desc.pop("from", "data")
+        if desc.pop("masked_from", None) is not None:
+            raise NotImplementedError("masked_computation %r: masked_from" % name)
+        if sub.get("from", "data") in ("data", ["data"]):
+            sub["from"] = sources
+        res[name + "/unit"] = sub
+        gates[name + "/unit"] = mask
+        desc.pop("class")
+        res[name] = dict(desc, **{"class": "_masked_select", "from": name + "/unit", "mask": mask})
+    return res, gates
+
+
 class RecSubnetTemplate:
     """Result of the template phase: time dim, per-step templates, dependencies."""
 
@@ -127,8 +154,11 @@ class RecSubnetLoop:
     # ---- template phase ----
     @classmethod
     def make_template(cls, d, network, get_layer):
+        from ..structure import flatten_subnetworks_in_unit
+
         name = d["_name"]
-        unit = d["unit"]
+        unit, gates = flatten_masked_computation(d["unit"])
+        unit = flatten_subnetworks_in_unit(unit)  # subnetwork layers in the unit: prev: on their sub-layers
         sources = d.get("sources") or []
         if "output" not in unit:
             raise LayerNotFound("rec layer %r: its unit has no 'output' sub-layer (sub-layers: %s)" % (
@@ -151,6 +181,7 @@ class RecSubnetLoop:
             raise NotImplementedError("rec layer %r: a subnetwork unit without input time axis and without target "
                                       "(search with an 'end' layer) is not supported" % name)
         tpl = RecSubnetTemplate(name, network, unit, sources, target, input_data, time_dim)
+        tpl.gates = gates
         scope = network.get_absolute_name_scope_prefix() + name + "/rec/"
         net = _SubNet(network, name, scope, inside_rec_time_dim=time_dim)
         tpl.net = net
@@ -293,7 +324,7 @@ class RecSubnetLoop:
     # ---- real construction ----
     def __init__(self, rec_layer, unit, max_seq_len=None, optimize_move_layers_out=None, template=None):
         self.rec_layer = rec_layer
-        self.unit = unit
+        self.unit = template.unit
         self.tpl = template
         self.max_seq_len = max_seq_len
         self.move_out = True if optimize_move_layers_out is None else optimize_move_layers_out
@@ -379,7 +410,8 @@ class RecSubnetLoop:
                     infer_shape=True).unstack(tm.placeholder))
             return frame_tas[key]
 
-        prev_names = sorted({r[len("prev:"):] for x in in_loop for r in tpl.deps.get(x, ()) if r.startswith("prev:")})
+        prev_names = sorted({r[len("prev:"):] for x in in_loop for r in tpl.deps.get(x, ()) if r.startswith("prev:")}
+                            | {x for x in in_loop if getattr(tpl.templates[x].cls, "needs_prev_output", False)})
         extra_init = {}
         for x in in_loop:
             t = tpl.templates[x]
@@ -452,8 +484,9 @@ class RecSubnetLoop:
 
             for x in in_loop:
                 get_loop(x)
-            new_prev = [self._as_template_layout(loop.layers[x].output, tpl.templates[x].output) for x in prev_names]
-            new_extra = [loop.layers[x].rec_vars_outputs[k] for x, k in extra_keys]
+            new_prev = [self._gate(loop, x, self._as_template_layout(loop.layers[x].output, tpl.templates[x].output),
+                                   prevs[x]) for x in prev_names]
+            new_extra = [self._gate(loop, x, loop.layers[x].rec_vars_outputs[k], extras[x][k]) for x, k in extra_keys]
             new_tas = []
             for ta, x in zip(tas[:len(acc_names)], acc_names):
                 new_tas.append(ta.write(i, self._as_template_layout(loop.layers[x].output, tpl.templates[x].output)))
@@ -499,6 +532,20 @@ class RecSubnetLoop:
                     net.get_root_network().losses_dict[key] = LossHolder(
                         name=key, loss=layer.loss, layer_output=layer.output, layer=layer, network=net)
 
+    def _gate(self, loop, x, new, old):
+        """Layers of a masked_computation unit keep their state and output where the mask is False."""
+        mask_name = next((m for prefix, m in self.tpl.gates.items() if x.startswith(prefix + "/")), None)
+        if mask_name is None:
+            return new
+        mask = loop.layers[mask_name].output if mask_name in loop.layers else None
+        if mask is None:
+            return new
+        m = mask.copy_as_batch_major().placeholder
+        m = tf.reshape(m, tf.concat([tf.shape(m), tf.ones([new.shape.rank - m.shape.rank], tf.int32)], 0))
+        res = tf.where(tf.broadcast_to(m, tf.shape(new)), new, old)
+        res.set_shape(new.shape)
+        return res
+
     def _initial_output(self, x, batch_dim):
         t = self.tpl.templates[x]
         out = t.output
@@ -516,12 +563,17 @@ class RecSubnetLoop:
 
     @staticmethod
     def _as_template_layout(data, template):
-        if data.dims == template.dims or data.batch_ndim != template.batch_ndim:
-            return data.placeholder
-        try:
-            return data.copy_compatible_to(template).placeholder
-        except Exception:
-            return data.placeholder
+        x = data.placeholder
+        if data.dims != template.dims and data.batch_ndim == template.batch_ndim:
+            try:
+                x = data.copy_compatible_to(template).placeholder
+            except Exception:
+                pass
+        if (x.shape.rank == template.batch_ndim and x.shape.is_compatible_with(template.batch_shape)
+                and x.shape.merge_with(template.batch_shape) != x.shape):
+            x = tf.identity(x)
+            x.set_shape(template.batch_shape)  # static dims the template knows
+        return x
 
     def _frame_layer(self, ref, data, frame_source, i, loop):
         template, ta = frame_source(ref, data)
