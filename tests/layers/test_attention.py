@@ -309,3 +309,15 @@ def test_gauss_window_attention():
 
         np.testing.assert_allclose(y, ref(2.0, [0.0])[:, 0], rtol=1e-5, atol=1e-5)
         np.testing.assert_allclose(yi, ref(1.0, [-1.0, -0.5]), rtol=1e-5, atol=1e-5)
+
+
+def test_cum_concat_in_rec_layer():
+    """cum_concat per step in a real rec loop, reduced over the accumulated axis == cumsum over time."""
+    with tf.Graph().as_default(), tf1.Session() as session:
+        net = _net({"data": {"dim": 3}}, {"output": {"class": "rec", "from": "data", "unit": {
+            "cc": {"class": "cum_concat", "from": "data:source"},
+            "output": {"class": "reduce", "mode": "sum", "axis": "T", "from": "cc"}}}})
+        x = RNG.randn(3, 7, 3).astype("float32")
+        out = net.get_layer("output").output.copy_as_batch_major()
+        y = session.run(out.placeholder, feed_dict=_feed(net, data=x))
+        _valid(y, np.cumsum(x, axis=1))
