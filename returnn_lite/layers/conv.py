@@ -103,6 +103,8 @@ def transform_input(data, name, in_spatial_dims=None, num_spatial=None, input_ex
         data = data.copy_split_feature_dim(input_split_feature_dim)
     if input_add_feature_dim:
         data = data.copy_add_feature_dim()
+    if data.feature_dim_axis is None:  # e.g. raw audio [B, T]: a single input channel
+        data = data.copy_add_feature_dim()
     b, f = data.batch_dim_axis, data.feature_dim_axis
     if in_spatial_dims is not None:
         spatial = []
@@ -316,10 +318,11 @@ class PoolLayer(_ConvBase):
         inp = self.input_data
         if use_time_mask:
             inp = inp.copy_masked(float("-inf") if mode.lower() == "max" else 0.0)
+        no_feature = inp.feature_dim_axis is None  # a size-1 channel axis is added for tf.nn.pool and removed again
         data, n_batch, _ = transform_input(inp, self.name, in_spatial_dims, len(pool_size),
                                            filter_opt="pool_size=%r" % (pool_size,))
         if all(p == 1 for p in pool_size) and all(s == 1 for s in strides):
-            self.output.placeholder = data.placeholder
+            self.output.placeholder = tf.squeeze(data.placeholder, -1) if no_feature else data.placeholder
             return
         funcs = [ConvLayer._len_func(p, s, dl, padding) for p, s, dl in zip(pool_size, strides, dilation_rate)]
         in_dims = data.dims[n_batch:n_batch + len(pool_size)]
@@ -331,7 +334,8 @@ class PoolLayer(_ConvBase):
         x, restore = _merge_batch(data.placeholder, n_batch)
         y = tf.nn.pool(x, window_shape=list(pool_size), pooling_type=mode, padding=padding,
                        dilations=list(dilation_rate), strides=list(strides))
-        self.output.placeholder = restore(y)
+        y = restore(y)
+        self.output.placeholder = tf.squeeze(y, -1) if no_feature else y
 
     @staticmethod
     def _norm_opts(pool_size, strides, dilation_rate):
@@ -347,11 +351,12 @@ class PoolLayer(_ConvBase):
                                in_spatial_dims=None, out_spatial_dims=None, **kwargs):
         pool_size, strides, dilation_rate = cls._norm_opts(pool_size, strides, dilation_rate)
         data = concat_sources_template(sources, name="%s_input" % name)
+        no_feature = data.feature_dim_axis is None
         data, n_batch, _ = transform_input(data, name, in_spatial_dims, len(pool_size),
                                            filter_opt="pool_size=%r" % (pool_size,))
         if all(p == 1 for p in pool_size) and all(s == 1 for s in strides):
             out = data.copy_template(name="%s_output" % name)
-            return out
+            return out.copy_template_excluding_axis(-1) if no_feature else out
         funcs = [ConvLayer._len_func(p, s, dl, padding) for p, s, dl in zip(pool_size, strides, dilation_rate)]
         in_dims = data.dims[n_batch:n_batch + len(pool_size)]
         try:
@@ -359,7 +364,7 @@ class PoolLayer(_ConvBase):
         except ValueError as exc:
             raise ValueError("pool_size=%r with padding=%r: %s" % (pool_size, padding, exc)) from None
         f = data.feature_dim_axis
-        return _make_output(name, data, n_batch, out_dims, data.dims[f] if f is not None else None)
+        return _make_output(name, data, n_batch, out_dims, None if no_feature else data.dims[f])
 
 
 class TransposedConvLayer(_ConvBase):

@@ -135,3 +135,23 @@ def test_dct_and_signal_layers():
     assert list(slens) == [5, 4, 3]  # (n - 4) // 2 + 1
     assert list(ilens) == [12, 10, 8]
     assert y.shape[-1] == 1
+
+
+def test_conv_and_pool_on_input_without_feature_axis():
+    extern = {"data": {"shape": (None,), "dim": None}}
+    x = np.random.RandomState(2).randn(3, 9).astype("float32")
+    with tf.Graph().as_default():
+        net = _build({"output": {"class": "conv", "n_out": 2, "filter_size": (3,), "strides": 2, "padding": "valid",
+                                 "from": "data"},
+                      "pool": {"class": "pool", "mode": "max", "pool_size": (2,), "from": "data",
+                               "is_output_layer": True}}, extern=extern)
+        assert _params(net) == [("output/W", (3, 1, 2))]
+        conv, pool = net.get_layer("output").output, net.get_layer("pool").output
+        assert conv.batch_shape == (None, None, 2) and pool.batch_shape == (None, None)
+        data = net.extern_data.get_data("data")
+        with tf1.Session() as session:
+            net.initialize_params(session)
+            clens, p, plens = session.run([conv.dims[1].dyn_size, pool.placeholder, pool.dims[1].dyn_size],
+                                          {data.placeholder: x, data.size_placeholder[0]: [9, 5, 4]})
+    assert list(clens) == [4, 2, 1] and list(plens) == [4, 2, 2]
+    np.testing.assert_allclose(p, x[:, :8].reshape(3, 4, 2).max(-1))
