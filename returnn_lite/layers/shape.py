@@ -83,6 +83,29 @@ def make_data(name, dims, like, time_tag=_INHERIT, feature_tag=_INHERIT, dtype=N
     return set_special_axes(out, time=time, feature=feature)
 
 
+def rebatch_dims(dims, name):
+    """
+    For an output with a new batch axis (merged, tiled, flattened): the dynamic axes that stay get new tags
+    (their per-sequence lengths change with the batch); set_rebatched_sizes fills in the lengths.
+    """
+    res = []
+    for d in dims:
+        if d.is_dynamic() and not d.is_batch_dim():
+            new = Dim(None, kind=d.kind, description="%s:%s" % (name, d.description))
+            new.rebatched_from = d
+            d = new
+        res.append(d)
+    return res
+
+
+def set_rebatched_sizes(data, fn):
+    """Lengths of the tags made by rebatch_dims: fn(old [B] lengths) -> new lengths."""
+    for d in data.dims:
+        src = getattr(d, "rebatched_from", None)
+        if src is not None and d.dyn_size is None and src.dyn_size is not None:
+            d.dyn_size = fn(src.dyn_size) if src.dyn_size.shape.rank == 1 else src.dyn_size
+
+
 class ShapeOf:
     """Sizes of the axes of a tensor: static ints where known, else one shared tf.shape op."""
 
@@ -644,11 +667,18 @@ class TileLayer(ConcatInputLayer):
         super().__init__(**kwargs)
         data = self.input_data
         full = [1] * data.batch_ndim
-        for a, m in self._multiples(data, multiples).items():
+        mults = self._multiples(data, multiples)
+        m_b = mults.get(data.batch_dim_axis, 1)
+
+        def rebatch(lens):
+            return tf.tile(lens, [m_b]) if m_b != 1 else lens
+
+        for a, m in mults.items():
             full[a] = m
             tag = self.output.dims[a]
             if tag is not data.dims[a] and tag.is_dynamic() and data.dims[a].dyn_size is not None:
-                tag.dyn_size = data.dims[a].dyn_size * m
+                tag.dyn_size = rebatch(data.dims[a].dyn_size * m)
+        set_rebatched_sizes(self.output, rebatch)
         self.output.placeholder = tf.tile(data.placeholder, full)
 
     @staticmethod
@@ -664,12 +694,22 @@ class TileLayer(ConcatInputLayer):
     @classmethod
     def get_out_data_from_opts(cls, name, multiples, sources=(), **kwargs):
         data = concat_sources_template(sources, name="%s_output" % name)
-        for a, m in cls._multiples(data, multiples).items():
+        mults = cls._multiples(data, multiples)
+        if mults.get(data.batch_dim_axis, 1) != 1:
+            dims = rebatch_dims([d for a, d in enumerate(data.dims) if a not in mults or mults[a] == 1], name)
+            for a, d in enumerate(data.dims):
+                if a in mults and mults[a] != 1:
+                    dims.insert(a, d)
+            data = make_data(data.name, dims, like=data)
+        for a, m in mults.items():
             if m == 1:
                 continue
             tag = data.dims[a]
-            new = Dim(None if tag.dimension is None else tag.dimension * m, kind=tag.kind,
-                      description="%s:tile%i" % (name, m))
+            if tag.is_batch_dim():
+                new = Dim(None, kind=Dim.Types.Batch, description="%s:batch*%i" % (name, m))
+            else:
+                new = Dim(None if tag.dimension is None else tag.dimension * m, kind=tag.kind,
+                          description="%s:tile%i" % (name, m))
             data = data.copy_template_replace_dim_tag(a, new)
         return data
 
@@ -831,5 +871,5 @@ class ResizeLayer(ConcatInputLayer):
 __all__ = [
     "SliceLayer", "SliceNdLayer", "ExpandDimsLayer", "SqueezeLayer", "TransposeLayer", "SwapAxesLayer",
     "ReinterpretDataLayer", "RemoveLayer", "StackLayer", "TileLayer", "RepeatLayer", "ResizeLayer",
-    "make_data", "set_special_axes", "special_tags", "axis_of_tag", "ShapeOf", "reshape", "broadcast_all",
+    "make_data", "set_special_axes", "rebatch_dims", "set_rebatched_sizes", "special_tags", "axis_of_tag", "ShapeOf", "reshape", "broadcast_all",
 ]

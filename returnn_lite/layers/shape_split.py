@@ -14,7 +14,7 @@ import tensorflow as tf
 from ..data import Dim, batch_dim
 from ..util import NotSpecified
 from .base import ConcatInputLayer, InternalLayer, LayerBase, concat_sources_template
-from .shape import _INHERIT, ShapeOf, _ints, ceildiv, make_data, reshape
+from .shape import _INHERIT, ShapeOf, _ints, ceildiv, make_data, rebatch_dims, reshape, set_rebatched_sizes
 
 
 def _new_batch_dim(description, **info):
@@ -67,6 +67,11 @@ class MergeDimsLayer(ConcatInputLayer):
                 merged_size = merged_size * s
         sizes.insert(target, merged_size)
         self.output.placeholder = reshape(x, sizes)
+        if data.batch_dim_axis in axes:  # index b * prod(rest) + r: each sequence repeated prod(rest) times
+            n_rest = merged[1] if len(merged) == 2 else (
+                int(np.prod(merged[1:])) if all(isinstance(m, int) for m in merged[1:]) else
+                tf.reduce_prod(tf.stack([tf.convert_to_tensor(m, dtype=tf.int32) for m in merged[1:]])))
+            set_rebatched_sizes(self.output, lambda lens: tf.repeat(lens, n_rest))
         tag = self.output.dims[target]
         if tag.is_dynamic():
             size = None
@@ -116,6 +121,8 @@ class MergeDimsLayer(ConcatInputLayer):
                 n_out, tag.dimension, [d.short_repr() for d in tags], data.short_repr()))
         target = cls._target_axis(data, axes)
         dims = [d for i, d in enumerate(data.dims) if i not in axes]
+        if b in axes:
+            dims = rebatch_dims(dims, name)
         dims.insert(target, tag)
         time_tag = feature_tag = _INHERIT
         if f_in:
@@ -362,12 +369,22 @@ class FlattenBatchLayer(ConcatInputLayer):
         tag = data.dims[1]
         if not batch_major:
             x = tf.transpose(x, [1, 0] + list(range(2, data.batch_ndim)))
+        shape = ShapeOf(data.placeholder)
+        mask = None
         if tag.dyn_size is not None:
-            mask = tag.get_mask(ShapeOf(data.placeholder)[1])  # [B,T]
-            x = tf.boolean_mask(x, mask if batch_major else tf.transpose(mask))
+            mask = tag.get_mask(shape[1])  # [B,T]
+            mask = mask if batch_major else tf.transpose(mask)
+            x = tf.boolean_mask(x, mask)
         else:
-            shape = ShapeOf(x)
             x = reshape(x, [None] + [shape[i] for i in range(2, data.batch_ndim)])
+
+        def rebatch(lens):  # per-sequence lengths of other dynamic axes, per flat frame
+            lens_bt = tf.broadcast_to(lens[:, None], tf.stack([tf.convert_to_tensor(shape[0]),
+                                                               tf.convert_to_tensor(shape[1])]))
+            lens_bt = lens_bt if batch_major else tf.transpose(lens_bt)
+            return tf.boolean_mask(lens_bt, mask) if mask is not None else tf.reshape(lens_bt, [-1])
+
+        set_rebatched_sizes(self.output, rebatch)
         self.output.placeholder = x
 
     @staticmethod
@@ -385,7 +402,7 @@ class FlattenBatchLayer(ConcatInputLayer):
         data = cls._input(concat_sources_template(sources, name="%s_output" % name), axis)
         tag = _new_batch_dim("%s:flat-batch" % name, flatten_info={
             "batch": data.dims[0], "time": data.dims[1], "batch_major": bool(batch_major)})
-        return make_data("%s_output" % name, [tag] + list(data.dims[2:]), like=data)
+        return make_data("%s_output" % name, [tag] + rebatch_dims(data.dims[2:], name), like=data)
 
 
 class UnflattenBatchLayer(ConcatInputLayer):
