@@ -120,6 +120,18 @@ class Dim:
             self._mask_cache[key] = mask
         return mask
 
+    def get_derived(self, key, create):
+        """
+        The dim derived from this one by the operation ``key`` (e.g. ``("pad", 1, 2)``), created once by
+        ``create()`` and cached on the base tag, so that two layers doing the same operation on the same axis
+        give the same tag (as the original's dim math: ``T + 2`` is one tag).
+        """
+        base = self.get_same_base()
+        cache = base.__dict__.setdefault("_derived_cache", {})
+        if key not in cache:
+            cache[key] = create()
+        return cache[key]
+
     def copy(self, kind=None, description=None, same_as_self=True):
         d = Dim(self.dimension, kind=self.kind if kind is None else kind,
                 description=description or self.description, auto_generated=self.auto_generated)

@@ -190,11 +190,12 @@ class WindowLayer(ConcatInputLayer):
         in_tag = data.dims[a]
         if padding.lower() == "same" and stride == 1:
             out_tag = in_tag
-        elif in_tag.dimension is not None:
-            n = in_tag.dimension if padding.lower() == "same" else max(in_tag.dimension - window_size + 1, 0)
-            out_tag = _new_dim_like(in_tag, _ceildiv(n, stride), "%s:window-out" % name)
         else:
-            out_tag = _new_dim_like(in_tag, None, "%s:window-out" % name)
+            n = in_tag.dimension
+            if n is not None:
+                n = _ceildiv(n if padding.lower() == "same" else max(n - window_size + 1, 0), stride)
+            key = ("conv-out", padding.lower(), window_size if padding.lower() == "valid" else 1, stride, 1)
+            out_tag = in_tag.get_derived(key, lambda: _new_dim_like(in_tag, n, "%s:window-out" % name))
         if out_spatial_dim is not None:
             out_tag = out_spatial_dim
         if out_tag is not in_tag:
@@ -400,8 +401,9 @@ class PrefixInTimeLayer(ConcatInputLayer):
         tag = data.dims[a]
         if size_base is not None:
             new = size_base.output.get_time_dim_tag()
-        elif isinstance(repeat, int) and tag.dimension is not None:
-            new = _new_dim_like(tag, tag.dimension + repeat, "%s:prefix_in_time" % name)
+        elif isinstance(repeat, int):
+            new = tag.get_derived(("add_left", repeat), lambda: _new_dim_like(
+                tag, None if tag.dimension is None else tag.dimension + repeat, "%s:prefix_in_time" % name))
         else:
             new = _new_dim_like(tag, None, "%s:prefix_in_time" % name)
         if out_dim is not None:
@@ -459,8 +461,8 @@ class PostfixInTimeLayer(ConcatInputLayer):
         data = concat_sources_template(sources, name="%s_output" % name)
         a = data.get_axis_from_description(axis)
         tag = data.dims[a]
-        new = _new_dim_like(tag, None if tag.dimension is None else tag.dimension + repeat,
-                            "%s:postfix_in_time" % name)
+        new = tag.get_derived(("add_right", repeat), lambda: _new_dim_like(
+            tag, None if tag.dimension is None else tag.dimension + repeat, "%s:postfix_in_time" % name))
         if out_dim is not None:
             new = out_dim
         return data.copy_template_replace_dim_tag(a, new)
@@ -693,8 +695,8 @@ class PadLayer(ConcatInputLayer):
             elif sum(p) == 0:
                 continue
             else:
-                new = _new_dim_like(tag, None if tag.dimension is None else tag.dimension + p[0] + p[1],
-                                    "%s:pad%i" % (name, i))
+                new = tag.get_derived(("pad", p[0], p[1]), lambda: _new_dim_like(
+                    tag, None if tag.dimension is None else tag.dimension + p[0] + p[1], "%s:pad%i" % (name, i)))
             data = data.copy_template_replace_dim_tag(a, new)
         return data
 

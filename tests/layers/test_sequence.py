@@ -220,3 +220,15 @@ def test_window_over_feature_keeps_feature_axis():
     out = net.get_layer("output").output
     assert out.batch_shape == (None, None, 3, 3)
     assert out.feature_dim_axis == 2 and out.dims[2] is net.extern_data.get_data("data").dims[2]
+
+
+def test_same_operation_on_same_axis_gives_same_tag():
+    net, x, res = _run({"a": {"class": "pad", "axes": "T", "padding": (1, 1), "from": "data"},
+                        "b": {"class": "pad", "axes": "T", "padding": (1, 1), "value": 1.0, "from": "data"},
+                        "c": {"class": "pad", "axes": "T", "padding": (2, 0), "from": "data"},
+                        "output": {"class": "combine", "kind": "add", "from": ["a", "b"]}}, ["output", "c"])
+    a, b, c = [net.get_layer(n).output for n in "abc"]
+    assert a.dims[1] == b.dims[1] and a.dims[1] != c.dims[1]
+    out = net.get_layer("output").output
+    assert out.batch_shape == (None, None, 3)
+    assert list(res["output"][1][1]) == [9, 7, 6]
