@@ -10,9 +10,6 @@ import tensorflow as tf
 from ..data import Data
 from .base import InternalLayer, LayerBase
 
-_NO_DEFAULT = object()
-
-
 def _identity(x):
     return x
 
