@@ -180,3 +180,51 @@ def test_reduce_keep_dims_time_and_int_axes():
     mask = _mask().T[:, :, None]  # [T,B,1]
     np.testing.assert_allclose(k, np.where(mask, x, 0).sum(0, keepdims=True), rtol=1e-5)
     np.testing.assert_allclose(m, np.where(mask, x, -np.inf).max(0), rtol=1e-5)
+
+
+_TEMPLATE_CASES = {
+    "reduce_argmin_t": {"class": "reduce", "mode": "argmin", "axes": "T"},
+    "reduce_any": {"class": "reduce", "mode": "any", "axes": "T", "from": "cmp"},
+    "reduce_prod_bt": {"class": "reduce", "mode": "prod", "axes": ["B", "T"]},
+    "math_norm_t": {"class": "math_norm", "p": 2, "axes": "T"},
+    "elemwise_prod": {"class": "elemwise_prod", "axes": "F"},
+    "weighted_sum_t": {"class": "weighted_sum", "axes": "T", "size": [3], "padding": "same"},
+    "weighted_sum_f": {"class": "weighted_sum", "axes": "F"},
+    "gating": {"class": "gating", "activation": "tanh"},
+    "accumulate_mean": {"class": "accumulate_mean", "exp_average": 0.1, "is_prob_distribution": True},
+    "sos_log": {"class": "softmax_over_spatial", "log_space": True, "energy_factor": 0.5},
+    "sos_window": {"class": "softmax_over_spatial", "window_start": 1, "window_size": 3},
+    "batch_softmax": {"class": "batch_softmax"},
+    "top_k_t": {"class": "top_k", "axis": "T", "k": 2},
+    "gradient": {"class": "gradient", "y": "cmp_f", "x": "data", "from": []},
+    "synthetic_gradient": {"class": "synthetic_gradient", "gradient": "data"},
+    "tikhonov": {"class": "tikhonov_regularization"},
+    "clp": {"class": "complex_linear_projection", "nr_of_filters": 2},
+    "norm_tf": {"class": "norm", "axes": "TF"},
+    "variable_bt": {"class": "variable", "shape": (2, 3), "add_batch_axis": True, "add_time_axis": True,
+                    "from": []},
+    "train_flag": {"class": "train_flag", "from": []},
+}
+
+
+@pytest.mark.parametrize("case", sorted(_TEMPLATE_CASES))
+@pytest.mark.parametrize("train_flag", [False, True])
+def test_template_matches_output(case, train_flag):
+    desc = dict(_TEMPLATE_CASES[case])
+    desc.setdefault("from", "data")
+    net = _net({"data": {"dim": 6}}, {
+        "cmp": {"class": "compare", "kind": "greater", "value": 0.0, "from": "data"},
+        "cmp_f": {"class": "reduce", "mode": "sum", "axes": ["B", "T", "F"], "from": "data"},
+        "output": desc}, train_flag=train_flag)
+    out = net.get_layer("output").output
+    sizes = {i: d.dyn_size for i, d in enumerate(out.dims) if d.is_dynamic() and d.dyn_size is not None}
+    value, size_values = _run(net, (out.placeholder, sizes), data=RNG.randn(3, 7, 6).astype("float32"))
+    value = np.asarray(value)
+    assert value.ndim == out.batch_ndim
+    for axis, dim in enumerate(out.batch_shape):
+        assert dim is None or value.shape[axis] == dim, (value.shape, out)
+    if out.have_batch_axis():
+        assert value.shape[out.batch_dim_axis] == 3
+    assert value.dtype == np.dtype(out.dtype)
+    for axis, lens in size_values.items():
+        assert np.asarray(lens).max() <= value.shape[axis]
