@@ -30,9 +30,8 @@ import tensorflow as tf
 
 from ..data import Data, Dim, single_step_dim
 from ..util import NotSpecified
-from .base import ConcatInputLayer, LayerBase, concat_sources_template
+from .base import ConcatInputLayer, concat_sources_template
 
-tf1 = tf.compat.v1
 
 
 def _in_rec_loop(network, data=None):

@@ -9,9 +9,9 @@ import types
 import numpy as np
 import tensorflow as tf
 
-from returnn_lite.data import Dim
+from returnn_lite.data import Data, Dim, batch_dim
 from returnn_lite.extern_data import ExternData
-from returnn_lite.layers.base import get_layer_class
+from returnn_lite.layers.base import InternalLayer, get_layer_class
 from returnn_lite.network import TFNetwork
 
 tf1 = tf.compat.v1
@@ -173,9 +173,6 @@ def _run_steps(layer_dict, n_steps, n_in, session_inputs):
         net = TFNetwork(extern_data=root.extern_data, parent_net=root, inside_rec_time_dim=rec_time, name="rec",
                         absolute_name_prefix="")
         net.rec_step_info = types.SimpleNamespace(step=tf.constant(t, tf.int32))
-        from returnn_lite.layers.base import InternalLayer
-        from returnn_lite.data import Data, batch_dim
-
         src = Data(name="src", dims=(batch_dim, Dim(n_in, kind=Dim.Types.Feature, description="f")),
                    placeholder=x_tbf[t])
         net.layers["src"] = InternalLayer(name="src", network=net, output=src)
@@ -263,7 +260,8 @@ def test_self_attention_key_shift_in_rec_loop():
 
 def test_positional_encoding_constant_offset_time_major():
     with tf.Graph().as_default(), tf1.Session() as session:
-        net = _net({"data": {"dim": 5, "time_dim_axis": 0, "batch_dim_axis": 1}, "off": {"shape": (), "dtype": "int32"}},
+        extern = {"data": {"dim": 5, "time_dim_axis": 0, "batch_dim_axis": 1}, "off": {"shape": (), "dtype": "int32"}}
+        net = _net(extern,
                    {"const": {"class": "positional_encoding", "from": "data", "constant": 3, "n_out": 4,
                               "is_output_layer": True},
                     "output": {"class": "positional_encoding", "from": "data", "offset": "data:off",
