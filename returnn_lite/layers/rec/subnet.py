@@ -100,6 +100,32 @@ def _time_major(data, time_dim):
     return data.copy_move_axis(data.get_axis_by_tag(time_dim), 0)
 
 
+def _outside_refs(network, rec_name, unit):
+    """Sub-layers of the unit that layers of the outer network refer to ("rec/sub", get_rec_accumulated, ...)."""
+    res = set()
+
+    def visit(v):
+        if isinstance(v, str):
+            if v.startswith(rec_name + "/") and v[len(rec_name) + 1:] in unit:
+                res.add(v[len(rec_name) + 1:])
+        elif isinstance(v, (list, tuple)):
+            for x in v:
+                visit(x)
+        elif isinstance(v, dict):
+            if v.get("rec_layer") == rec_name or v.get("from") in (rec_name, [rec_name]):
+                for k in ("sub_layer", "sub_layer_name"):
+                    if v.get(k) in unit:
+                        res.add(v[k])
+            for x in v.values():
+                visit(x)
+
+    net = network
+    while net is not None:
+        visit(getattr(net, "_net_dict", None) or {})
+        net = net.parent_net
+    return res
+
+
 def flatten_masked_computation(unit):
     """
     masked_computation layers M in a rec unit -> ``M/unit`` (the unit layer, on M's sources) plus M = selection of
@@ -288,7 +314,8 @@ class RecSubnetLoop:
             return layer
 
         needed = ["output"] + [n for n in sorted(unit) if n != "output" and (
-            n == "end" or unit[n].get("is_output_layer") or (unit[n].get("loss") and network.eval_flag))]
+            n == "end" or unit[n].get("is_output_layer") or unit[n].get("need_last")
+            or (unit[n].get("loss") and network.eval_flag) or n in _outside_refs(network, name, unit))]
         def build_all():
             for x in needed:
                 build(x)
@@ -428,8 +455,8 @@ class RecSubnetLoop:
                 prev_init.append(extra_init[x][from_state])  # cells: the output part of the initial state
             else:
                 prev_init.append(self._initial_output(x, batch_dim))
-        acc_names = [x for x in in_loop if not any(
-            d.is_dynamic() for d in tpl.templates[x].output.dims if not d.is_batch_dim())]
+        acc_names = [x for x in in_loop if not any(  # same shape in every step: axes of the loop's own are not
+            d.is_dynamic() and d.dyn_size is None for d in tpl.templates[x].output.dims if not d.is_batch_dim())]
         extra_keys = [(x, k) for x in sorted(extra_init) for k in sorted(extra_init[x])]
         loss_layers = [x for x in in_loop if tpl.templates[x].kwargs.get("loss") is not None and net.eval_flag]
         holder = {}
@@ -550,8 +577,10 @@ class RecSubnetLoop:
         t = self.tpl.templates[x]
         out = t.output
         init = self.unit[x].get("initial_output", 0)
+        if isinstance(init, LayerBase):
+            init = init.name
         if isinstance(init, str) and init not in ("zeros", "ones"):
-            layer = self.rec_layer.network.get_layer(init)
+            layer = self.rec_layer.network.get_layer(init[len("base:"):] if init.startswith("base:") else init)
             return self._as_template_layout(layer.output, out)
         value = {"zeros": 0, "ones": 1, None: 0}.get(init, init)
         shape = [batch_dim if d.is_batch_dim() else (d.dimension if d.dimension is not None or d.dyn_size is None
