@@ -29,6 +29,10 @@ def _new_dim_like(tag, dimension, description):
     return Dim(dimension, kind=tag.kind if tag.kind is not None else Dim.Types.Spatial, description=description)
 
 
+def _batch_major(data):
+    return data.copy_as_batch_major() if data.have_batch_axis() else data
+
+
 def _dim_size(data, axis, x=None):
     """Padded size of an axis: static int or scalar tensor (from x or the placeholder)."""
     d = data.dims[axis].dimension
@@ -119,10 +123,12 @@ class WindowLayer(ConcatInputLayer):
         super().__init__(**kwargs)
         self.rec_vars_outputs = {}
         window_size = self._get_window_size(window_size, window_dim)
-        data = self.input_data.copy_as_batch_major()
+        data = _batch_major(self.input_data)
         if _is_rec_step_axis(self.network, data, axis):
             prev = _get_prev_state(self)  # [B, W, ...]
-            state = tf.concat([prev[:, 1:], tf.expand_dims(data.placeholder, 1)], axis=1)
+            w = 1 if data.have_batch_axis() else 0
+            rest = prev[(slice(None),) * w + (slice(1, None),)]
+            state = tf.concat([rest, tf.expand_dims(data.placeholder, w)], axis=w)
             self.rec_vars_outputs["state"] = state
             self.output.placeholder = state
             return
@@ -181,7 +187,7 @@ class WindowLayer(ConcatInputLayer):
     def get_out_data_from_opts(cls, name, network, window_size=None, window_dim=None, axis="T", sources=(),
                                padding="same", stride=1, out_spatial_dim=None, **kwargs):
         window_size = cls._get_window_size(window_size, window_dim)
-        data = concat_sources_template(sources, name="%s_output" % name).copy_as_batch_major()
+        data = _batch_major(concat_sources_template(sources, name="%s_output" % name))
         if window_dim is None:
             window_dim = Dim(window_size, kind=Dim.Types.Spatial, description="%s:window" % name)
         if _is_rec_step_axis(network, data, axis):
@@ -207,10 +213,10 @@ class WindowLayer(ConcatInputLayer):
                                       axis="T", sources=(), network=None, **kwargs):
         """Initial rec state: zeros [B, window_size, <input dims without batch>] (input as inside the loop)."""
         window_size = cls._get_window_size(window_size, window_dim)
-        data = concat_sources_template(sources).copy_as_batch_major()
+        data = _batch_major(concat_sources_template(sources))
         if not _is_rec_step_axis(network, data, axis):
             return {}
-        shape = [batch_dim, window_size] + _static_shape_wo_batch(data, "window")
+        shape = ([batch_dim] if data.have_batch_axis() else []) + [window_size] + _static_shape_wo_batch(data, "window")
         return {"state": tf.zeros(shape, dtype=data.dtype)}
 
 
@@ -229,7 +235,7 @@ class CumsumLayer(ConcatInputLayer):
         data = self.input_data
         in_loop = _is_rec_step_axis(self.network, data, axis)
         if in_loop:
-            data = data.copy_as_batch_major()
+            data = _batch_major(data)
         x = data.placeholder
         if additional_left_summand_per_element is not None:
             x = tf.constant(additional_left_summand_per_element, dtype=x.dtype) + x
@@ -249,7 +255,7 @@ class CumsumLayer(ConcatInputLayer):
     def get_out_data_from_opts(cls, name, network, sources=(), axis="T", **kwargs):
         data = concat_sources_template(sources, name="%s_output" % name)
         if _is_rec_step_axis(network, data, axis):
-            return data.copy_as_batch_major()
+            return _batch_major(data)
         data.get_axis_from_description(axis)  # fail early on an axis that matches nothing
         return data
 
@@ -257,7 +263,7 @@ class CumsumLayer(ConcatInputLayer):
     def get_rec_initial_extra_outputs(cls, batch_dim=None, rec_layer=None, axis="T", sources=(), network=None,
                                       **kwargs):
         """Initial rec state: zeros like one step of the input ([B, ...])."""
-        data = concat_sources_template(sources).copy_as_batch_major()
+        data = _batch_major(concat_sources_template(sources))
         if not _is_rec_step_axis(network, data, axis):
             return {}
         shape = ([batch_dim] if data.have_batch_axis() else []) + _static_shape_wo_batch(data, "cumsum")
@@ -687,7 +693,8 @@ class PadLayer(ConcatInputLayer):
         if not axes_:
             raise ValueError("axes %r match no axis of %s" % (axes, data.short_repr()))
         padding = cls._transform_padding(padding, axes_)
-        out_dims = list(out_dims) if isinstance(out_dims, (list, tuple)) else [out_dims] * len(axes_) if out_dims else None
+        if out_dims is not None:
+            out_dims = list(out_dims) if isinstance(out_dims, (list, tuple)) else [out_dims] * len(axes_)
         for i, (a, p) in enumerate(zip(axes_, padding)):
             tag = data.dims[a]
             if out_dims:

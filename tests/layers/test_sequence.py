@@ -232,3 +232,12 @@ def test_same_operation_on_same_axis_gives_same_tag():
     out = net.get_layer("output").output
     assert out.batch_shape == (None, None, 3)
     assert list(res["output"][1][1]) == [9, 7, 6]
+
+
+def test_window_and_cumsum_without_batch_axis():
+    net, _, res = _run({"r": {"class": "range", "limit": 5, "from": []},
+                        "w": {"class": "window", "window_size": 3, "axis": "F", "from": "r"},
+                        "output": {"class": "cumsum", "axis": "F", "from": "r"}}, ["w", "output"])
+    assert net.get_layer("w").output.batch_shape == (5, 3)
+    np.testing.assert_array_equal(res["w"][0][0], [0, 0, 1])
+    np.testing.assert_array_equal(res["output"][0], [0, 1, 3, 6, 10])
