@@ -52,6 +52,42 @@ SPECIFIC = {
     "batch_norm": [{}],
     "layer_norm": [{}],
     "dot": [{"red1": "F", "red2": "F", "var1": "T", "var2": "T", "from": ["data", "data"]}],
+    "concat": [{"from": [("data", "T"), ("data", "T")]}, {"from": [("data", "F"), ("data", "F")]}],
+    "accumulate_mean": [{"exp_average": 0.1}],
+    "elemwise_prod": [{"axes": "F"}],
+    "gating": [{"activation": "tanh", "from": ["data", "data"]}],
+    "math_norm": [{"p": 2, "axes": "F"}],
+    "repeat": [{"repetitions": 2, "axis": "T"}],
+    "resize": [{"factor": 2, "axis": "T", "kind": "nn"}],
+    "seq_len_mask": [{"mask_value": 0.0}],
+    "shift_axis": [{"amount": 1, "axis": "T"}],
+    "split": [{"axis": "F", "num_splits": 2}],
+    "squeeze": [{"axis": "F", "from": "sq_in", "_net": {"sq_in": {"class": "expand_dims", "axis": "F",
+                                                                      "from": "data"}}}],
+    "swap_axes": [{"axis1": "T", "axis2": "F"}],
+    "tile": [{"multiples": {"F": 2}}],
+    "time_chunking": [{"chunk_size": 3, "chunk_step": 2}],
+    "top_k": [{"axis": "F", "k": 2}],
+    "transpose": [{"perm": {"T": "F", "F": "T"}}],
+    "range": [{"limit": 5, "from": []}],
+    "range_from_length": [{"from": "len", "_net": {"len": {"class": "length", "from": "data"}}}],
+    "remove": [{"symbol": 0, "from": "data:classes"}],
+    "gather_nd": [{"position": "data:classes", "from": "data"}],
+    "rnn_cell": [],
+    "subnetwork": [{"subnetwork": {"output": {"class": "linear", "n_out": 3, "from": "data"}}}],
+    "cond": [{"condition": "flag", "true_layer": {"class": "copy", "from": "data"},
+              "false_layer": {"class": "copy", "from": "data"},
+              "_net": {"flag": {"class": "constant", "value": True, "from": []}}}],
+    "loss": [{"loss_": "ce", "from": "sm", "target_": "classes",
+              "_net": {"sm": {"class": "softmax", "n_out": 4, "from": "data"}}}],
+    "edit_distance": [{"a": "data:classes", "b": "data:classes", "from": []}],
+    "stft": [{"frame_shift": 2, "frame_size": 4, "fft_size": 4, "from": "raw",
+              "_net": {"raw": {"class": "reduce", "mode": "sum", "axis": "F", "from": "data"}}}],
+    "generic_attention": [{"weights": "att", "base": "data", "from": [],
+                           "_net": {"att": {"class": "softmax_over_spatial", "from": "energy"},
+                                    "energy": {"class": "reduce", "mode": "sum", "axis": "F", "keep_dims": True,
+                                               "from": "data"}}}],
+    "unflatten_nd": [],
 }
 GENERIC = [
     {},
@@ -65,10 +101,13 @@ GENERIC = [
 def _try_build(layer_class, opts):
     graph = tf.Graph()
     with graph.as_default():
+        opts = dict(opts)
+        net_dict = dict(opts.pop("_net", {}))  # helper layers some classes need as inputs
         desc = {"class": layer_class, "from": "data"}
         desc.update(opts)
+        net_dict["output"] = desc
         net = TFNetwork(extern_data=ExternData(EXTERN), train_flag=False)
-        net.construct_from_dict({"output": desc})
+        net.construct_from_dict(net_dict)
         return graph, net
 
 

@@ -1,0 +1,59 @@
+"""concat: concatenation of several sources along a named axis of each."""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from ..data import Dim
+from .base import LayerBase
+
+
+class ConcatLayer(LayerBase):
+    """``"from": [("a", "T"), ("b", "T")]``: concatenates along the given axis of each source."""
+
+    layer_class = "concat"
+
+    def __init__(self, sources, out_dim=None, **kwargs):
+        layers, axes = sources
+        super().__init__(sources=layers, **kwargs)
+        axis = layers[0].output.get_axis_from_description(axes[0])
+        xs, sizes = [], []
+        for layer, desc in zip(layers, axes):
+            data = layer.output
+            a = data.get_axis_from_description(desc)
+            xs.append((data.copy_move_axis(a, axis) if a != axis else data).placeholder)
+            d = data.dims[a]
+            sizes.append(d.dyn_size if d.dimension is None else tf.constant(d.dimension, tf.int32))
+        self.output.placeholder = tf.concat(xs, axis=axis)
+        tag = self.output.dims[axis]
+        if tag.dimension is None and tag.dyn_size is None:
+            tag.dyn_size = tf.add_n(sizes) if len(sizes) > 1 else sizes[0]
+
+    @classmethod
+    def transform_config_dict(cls, d, network, get_layer):
+        pairs = d.pop("from", None)
+        if not pairs or not all(isinstance(p, (tuple, list)) and len(p) == 2 for p in pairs):
+            raise ValueError("concat: 'from' must be a list of (layer name, axis) pairs, got %r" % (pairs,))
+        d["from"] = []
+        super().transform_config_dict(d, network=network, get_layer=get_layer)
+        d["sources"] = ([get_layer(name) for name, _ in pairs], [axis for _, axis in pairs])
+
+    @classmethod
+    def get_out_data_from_opts(cls, name, sources, out_dim=None, **kwargs):
+        layers, axes = sources
+        first = layers[0].output
+        axis = first.get_axis_from_description(axes[0])
+        dims = []
+        for layer, a in zip(layers, axes):
+            if layer.output.batch_ndim != first.batch_ndim:
+                raise ValueError("concat: source %r has rank %i, but %r has rank %i" % (
+                    layer.name, layer.output.batch_ndim, layers[0].name, first.batch_ndim))
+            dims.append(layer.output.dims[layer.output.get_axis_from_description(a)])
+        if out_dim is None:
+            static = [d.dimension for d in dims]
+            out_dim = Dim(sum(static) if None not in static else None, kind=dims[0].kind,
+                          description="%s:concat" % name)
+        return first.copy_template_replace_dim_tag(axis, out_dim, name="%s_output" % name)
+
+    def get_dep_layers(self):
+        return list(self.sources)
