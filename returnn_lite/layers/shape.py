@@ -357,7 +357,8 @@ class ExpandDimsLayer(ConcatInputLayer):
                   description="%s_expand_dims" % name)
         dims = list(data.dims)
         dims.insert(a, tag)
-        is_t = isinstance(axis, str) and axis.lower() in ("t", "time")
+        # a new "T"/"spatial" axis becomes the time axis only if there is none
+        is_t = isinstance(axis, str) and axis.lower() in ("t", "time", "spatial") and data.time_dim_axis is None
         return make_data(data.name, dims, like=data, time_tag=tag if is_t else _INHERIT,
                          feature_tag=tag if is_f else _INHERIT)
 
