@@ -238,7 +238,7 @@ class CumsumLayer(ConcatInputLayer):
             data = _batch_major(data)
         x = data.placeholder
         if additional_left_summand_per_element is not None:
-            x = tf.constant(additional_left_summand_per_element, dtype=x.dtype) + x
+            x = tf.constant(np.asarray(additional_left_summand_per_element).astype(x.dtype.as_numpy_dtype)) + x
         if in_loop:
             if reverse:
                 raise NotImplementedError("cumsum layer %r: reverse=True inside a rec loop" % self.name)
