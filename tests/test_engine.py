@@ -273,3 +273,39 @@ def test_engine_import_model_and_preload(tmp_path, capsys):
                                                       "prefix": "enc/", "ignore_missing": True}})
     Engine(config).run()
     numpy.testing.assert_allclose(tf.train.load_checkpoint(str(third / "model.001")).get_tensor("enc/W"), w_src)
+
+
+class _FakeTTY:
+    def __init__(self):
+        self.parts = []
+
+    def isatty(self):
+        return True
+
+    def write(self, text):
+        self.parts.append(text)
+
+    def flush(self):
+        pass
+
+
+def test_progress_line_on_terminal():
+    from returnn_lite.engine.progress import ProgressLine
+
+    stream = _FakeTTY()
+    log = Log(verbosity=4, stream=stream)
+    progress = ProgressLine(log, "train epoch 1", min_interval=0.0)
+    progress.update(3, 30, loss=0.5, complete_frac=0.25)
+    text = "".join(stream.parts)
+    assert "train epoch 1 step 3 (25%)" in text and "seqs/s" in text and "loss 0.5" in text and "ETA" in text
+    log.v1("epoch 1 score: 0.1")  # clears the progress line first
+    progress.finish()
+    assert "".join(stream.parts).endswith("\repoch 1 score: 0.1\n") or "epoch 1 score: 0.1\n" in "".join(stream.parts)
+    assert ProgressLine(Log(stream=_FakeTTY()), "x", enabled=False).enabled is False
+
+
+def test_log_from_config_original_style(tmp_path):
+    log = Log.from_config(Config({"log": ["stdout", str(tmp_path / "x.log")], "log_verbosity": 5}))
+    assert log.verbosity == 5 and log.file is not None
+    log.close()
+    assert Log.from_config(Config({"log": "| grep x"})).file is None

@@ -43,11 +43,12 @@ class Log:
         if isinstance(verbosity, (list, tuple)):
             verbosity = verbosity[0]
         verbosity = int(verbosity) if verbosity is not None else 4
-        filename = config.typed_value("log", None)
-        if isinstance(filename, (list, tuple)):
-            filename = next((f for f in filename if f and not str(f).startswith("|")), None)
-        if filename is not None and str(filename).startswith("|"):
-            filename = None
+        filenames = config.typed_value("log", None)
+        if not isinstance(filenames, (list, tuple)):
+            filenames = [filenames]
+        # "stdout" and "| cmd" entries of the original mean no file here (stdout is always written)
+        filename = next((str(f) for f in filenames if f and str(f) != "stdout" and not str(f).startswith("|")),
+                        None)
         return cls(verbosity=verbosity, filename=filename)
 
     def v(self, level, *args, sep=" "):
