@@ -12,7 +12,7 @@ import tensorflow as tf
 
 from ..activations import get_activation_function
 from ..data import Data, Dim, batch_dim
-from ..util import NotSpecified, as_list
+from ..util import NotSpecified
 from .base import ConcatInputLayer, CopyLayer, InternalLayer, LayerBase, concat_sources_template
 
 tf1 = tf.compat.v1
@@ -858,7 +858,11 @@ class TrainFlagLayer(LayerBase):
 
 
 class TopKLayer(ConcatInputLayer):
-    """Top k values along an axis (which gets a new size-k tag); sub-layer ``indices``."""
+    """
+    Top k values along an axis (tf.math.top_k): the axis is moved last and replaced by a new size-k tag;
+    the time and feature axes follow their dims (the feature axis is gone if it was the top-k axis).
+    Sub-layer ``indices``: int32, sparse over the original axis.
+    """
 
     layer_class = "top_k"
 
@@ -868,14 +872,13 @@ class TopKLayer(ConcatInputLayer):
         ax = data.get_axis_from_description(axis)
         x = data.copy_move_axis(ax, -1) if ax != data.batch_ndim - 1 else data
         k_value = k.output.placeholder if isinstance(k, LayerBase) else k
-        values, indices = tf.nn.top_k(x.placeholder, k=k_value, sorted=sorted)
-        if ax != data.batch_ndim - 1:
-            perm = list(range(data.batch_ndim - 1))
-            perm.insert(ax, data.batch_ndim - 1)
-            values = tf.transpose(values, perm)
-            indices = tf.transpose(indices, perm)
+        values, indices = tf.math.top_k(x.placeholder, k=k_value, sorted=sorted)
         self.output.placeholder = values
-        idx_out = self._indices_template(self.name, data, ax, self.output.dims[ax])
+        idx_out = self.output.copy_template(name="%s_indices_output" % self.name)
+        idx_out.dtype = "int32"
+        idx_out.sparse_dim = data.dims[ax]
+        if idx_out.feature_dim_axis is not None:
+            idx_out.feature_dim_axis = None
         idx_out.placeholder = indices
         self.indices_layer = InternalLayer(name="%s/indices" % self.name, network=self.network, output=idx_out)
 
@@ -887,38 +890,35 @@ class TopKLayer(ConcatInputLayer):
             return Dim(k, kind=Dim.Types.Spatial, description="%s:topk" % name)
         return Dim(None, kind=Dim.Types.Spatial, description="%s:topk" % name)
 
-    @staticmethod
-    def _indices_template(name, data, ax, kd):
-        out = data.copy_template_replace_dim_tag(ax, kd, name="%s_indices_output" % name)
-        out.dtype = "int32"
-        out.sparse_dim = data.dims[ax]
-        if out.feature_dim_axis is not None:
-            out.feature_dim_axis = None
+    @classmethod
+    def get_out_data_from_opts(cls, name, sources, axis, k, k_dim=None, **kwargs):
+        data = concat_sources_template(sources, name="%s_output" % name)
+        ax = data.get_axis_from_description(axis)
+        kd = cls._k_dim(name, k, k_dim)
+        t, f = data.time_dim_axis, data.feature_dim_axis
+        out = _move_to_last_keep_special(data, ax)
+        out = out.copy_template_replace_dim_tag(out.batch_ndim - 1, kd, name="%s_output" % name)
+        # the time and feature axes stay with their dims (the defaults would pick the new static k axis)
+        new_t = NotSpecified if t is None or t == ax else (t if t < ax else t - 1)
+        new_f = None if f is None or f == ax else (f if f < ax else f - 1)
+        if new_t is not NotSpecified and out.time_dim_axis != new_t:
+            out.time_dim_axis = new_t
+        elif new_t is NotSpecified:
+            out.time_dim_axis = NotSpecified
+        if out.feature_dim_axis != new_f:
+            out.feature_dim_axis = new_f
         return out
+
+    def get_sub_layer(self, layer_name):
+        if layer_name == "indices":
+            return self.indices_layer
+        return None
 
     @classmethod
     def transform_config_dict(cls, d, network, get_layer):
         super().transform_config_dict(d, network=network, get_layer=get_layer)
         if isinstance(d.get("k"), str):
             d["k"] = get_layer(d["k"])
-
-    @classmethod
-    def get_out_data_from_opts(cls, name, sources, axis, k, k_dim=None, **kwargs):
-        data = concat_sources_template(sources, name="%s_output" % name)
-        ax = data.get_axis_from_description(axis)
-        kd = cls._k_dim(name, k, k_dim)
-        was_feature = ax == data.feature_dim_axis
-        out = data.copy_template_replace_dim_tag(ax, kd, name="%s_output" % name)
-        if was_feature and not kd.is_feature_dim():
-            out.feature_dim_axis = None
-        return out
-
-    def get_sub_layer(self, layer_name):
-        if layer_name == "indices":
-            return self.indices_layer
-        if layer_name == "values":
-            return self
-        return None
 
     def get_dep_layers(self):
         deps = super().get_dep_layers()

@@ -228,3 +228,16 @@ def test_template_matches_output(case, train_flag):
     assert value.dtype == np.dtype(out.dtype)
     for axis, lens in size_values.items():
         assert np.asarray(lens).max() <= value.shape[axis]
+
+
+def test_top_k_over_time_moves_k_last():
+    net = _net({"data": {"dim": 5}}, {
+        "output": {"class": "top_k", "axis": "T", "k": 2, "from": "data"},
+        "idx": {"class": "copy", "from": "output/indices", "is_output_layer": True}})
+    out = net.get_layer("output").output
+    assert out.batch_shape == (None, 5, 2) and out.feature_dim_axis == 1 and out.time_dim_axis is None
+    x = RNG.randn(3, 7, 5).astype("float32")
+    v, i = _run(net, [out.placeholder, net.get_layer("idx").output.placeholder], data=x)
+    xt = x.transpose(0, 2, 1)
+    np.testing.assert_allclose(v, -np.sort(-xt, axis=-1)[..., :2], rtol=1e-6)
+    np.testing.assert_array_equal(i, np.argsort(-xt, axis=-1)[..., :2])
