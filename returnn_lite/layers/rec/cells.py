@@ -316,7 +316,7 @@ def run_cell_loop(cell, z, seq_len, initial_state, reverse=False):
         return [t + 1, out_ta.write(t, tf.where(mask, y, tf.zeros_like(y)))] + new_states
 
     res = tf.while_loop(lambda t, *_: t < n_time, body, [tf.constant(0), out_ta] + [initial_state[k] for k in names],
-                        parallel_iterations=1)
+                        )
     y = res[1].stack()
     if reverse:
         y = tf.reverse_sequence(y, seq_len, seq_axis=0, batch_axis=1)
