@@ -448,7 +448,8 @@ class UnflattenBatchLayer(ConcatInputLayer):
         data = concat_sources_template(sources, name="%s_output" % name).copy_as_batch_major()
         info = cls._info(data)
         dims = [info["batch"], info["time"]] + list(data.dims[1:])
-        return make_data("%s_output" % name, dims, like=data, time_tag=info["time"])
+        return make_data("%s_output" % name, dims, like=data,
+                         time_tag=info["time"] if info["time"].is_dynamic() else _INHERIT)
 
 
 class UnflattenNdLayer(ConcatInputLayer):
