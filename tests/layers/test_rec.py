@@ -141,3 +141,29 @@ def test_error_cycle_without_prev():
             "a": {"class": "linear", "n_out": 3, "from": ["b"]},
             "b": {"class": "linear", "n_out": 3, "from": ["a"]},
             "output": {"class": "copy", "from": "a"}}}})
+
+
+def test_masked_computation_and_unmask_over_time_match_in_loop():
+    unit = {"class": "cumsum", "from": "data"}
+    outside = {
+        "mean": {"class": "reduce", "mode": "mean", "axis": "F", "from": "data"},
+        "mask0": {"class": "compare", "from": "mean", "kind": "greater", "value": 0.0},
+        "masked": {"class": "masked_computation", "from": "data", "mask": "mask0", "unit": unit},
+        "output": {"class": "unmask", "from": "masked", "mask": "mask0"}}
+    inside = {"output": {"class": "rec", "from": "data", "optimize_move_layers_out": False, "unit": {
+        "mean": {"class": "reduce", "mode": "mean", "axis": "F", "from": "data:source"},
+        "mask0": {"class": "compare", "from": "mean", "kind": "greater", "value": 0.0},
+        "masked": {"class": "masked_computation", "from": "data:source", "mask": "mask0", "unit": unit},
+        "output": {"class": "unmask", "from": "masked", "mask": "mask0"}}}}
+    res = []
+    for net_dict in (outside, inside):
+        with tf.Graph().as_default():
+            net = _build(net_dict)
+            out = net.get_layer("output").output.copy_as_batch_major()
+            assert out.batch_shape == (None, None, 5)
+            if net_dict is outside:
+                masked = net.get_layer("masked").output
+                assert masked.get_time_dim_tag() != net.extern_data.get_data("data").get_time_dim_tag()
+            res.append(_run(net, out.placeholder))
+    mask = np.arange(7)[None, :] < LENS[:, None]
+    np.testing.assert_allclose(res[0][mask], res[1][mask], rtol=1e-5, atol=1e-6)

@@ -387,20 +387,81 @@ class MaskedComputationLayer(LayerBase):
     """
     ``unit`` is computed only where ``mask`` is True. Inside a rec loop the rec unit is rewritten
     (see subnet.flatten_masked_computation): the unit becomes the sub-layer ``<name>/unit`` whose state updates are
-    gated by the mask, and this layer selects its output where the mask is True and keeps its previous output
-    elsewhere. Over a whole sequence (outside a loop), the masked frames form a new, shorter time axis.
+    gated by the mask, and a selection keeps the previous output where the mask is False. Over a whole sequence
+    (outside a loop), the masked frames form a new, shorter time axis and the unit runs over it (params named
+    as this layer).
     """
 
     layer_class = "masked_computation"
     recurrent = True
 
-    def __init__(self, mask, unit, masked_from=None, _unit_layer=None, **kwargs):
+    def __init__(self, mask, unit, masked_from=None, _unit_net=None, **kwargs):
         super().__init__(**kwargs)
-        raise NotImplementedError("masked_computation %r: only inside a rec loop" % self.name)
+        self.unit_net = _unit_net
+        self.unit_layer = unit
+        self.output.placeholder = unit.output.placeholder
 
     @classmethod
     def transform_config_dict(cls, d, network, get_layer):
-        raise NotImplementedError("masked_computation %r: only supported inside a rec loop" % d.get("_name"))
+        from ...network import TFNetwork
+
+        name = d["_name"]
+        unit_desc = dict(d["unit"])
+        super().transform_config_dict(d, network=network, get_layer=get_layer)
+        if d.get("masked_from"):
+            raise NotImplementedError("masked_computation %r: masked_from" % name)
+        if network.is_inside_rec_layer():
+            raise NotImplementedError("masked_computation %r: inside a rec loop it must be a sub-layer of the unit" % name)
+        mask = get_layer(d["mask"])
+        d["mask"] = mask
+        src = concat_sources_template(d["sources"], name="%s_masked_input" % name) if len(d["sources"]) > 1 \
+            else d["sources"][0].output
+        if len(d["sources"]) > 1:
+            from ..base import concat_sources
+
+            src = concat_sources(d["sources"], name="%s_masked_input" % name)
+        masked = _mask_frames(src, mask.output, name)
+        net = TFNetwork(parent_net=network, absolute_name_prefix=network.get_absolute_name_prefix())
+        net.eval_flag = False
+        src_layer = InternalLayerForMask(name="%s_masked_data" % name, network=net, output=masked)
+
+        def get_unit_layer(ref):
+            if ref in ("data", "data:source", "__masked_sources__"):
+                return src_layer
+            return get_layer(ref)
+
+        unit_desc.setdefault("from", "data")
+        d["unit"] = net.construct_layer({name: unit_desc}, name, get_layer=get_unit_layer)
+        d["_unit_net"] = net
+
+    @classmethod
+    def get_out_data_from_opts(cls, name, unit, **kwargs):
+        return unit.output.copy_template(name="%s_output" % name)
+
+    def get_sub_networks(self):
+        return [self.unit_net]
+
+
+def _mask_frames(data, mask, name):
+    """The frames of data (time axis) where mask [B, T] is True, in order, as a new time axis."""
+    x = data.copy_as_batch_major()
+    x = x.copy_move_axis(x.time_dim_axis, 1)
+    m = mask.copy_as_batch_major().placeholder
+    lens = tf.reduce_sum(tf.cast(m, tf.int32), axis=1)
+    order = tf.argsort(tf.cast(tf.logical_not(m), tf.int32), axis=1, stable=True)
+    order = order[:, :tf.reduce_max(lens)]
+    new_dim = Dim(None, kind=Dim.Types.Spatial, description="%s:masked-time" % name, dyn_size=lens)
+    out = x.copy_template_replace_dim_tag(1, new_dim)
+    out.placeholder = tf.gather(x.placeholder, order, axis=1, batch_dims=1)
+    return out
+
+
+class InternalLayerForMask(LayerBase):
+    """The masked sources of a masked_computation, as a layer for its unit."""
+
+    @classmethod
+    def get_out_data_from_opts(cls, output=None, **kwargs):
+        return output
 
 
 class MaskedSelectLayer(LayerBase):
@@ -437,9 +498,23 @@ class UnmaskLayer(LayerBase):
 
     def __init__(self, mask, skip_initial=False, **kwargs):
         super().__init__(**kwargs)
-        if not self.network.is_inside_rec_layer():
-            raise NotImplementedError("unmask %r: only inside a rec loop" % self.name)
-        self.output.placeholder = self.sources[0].output.placeholder
+        src = self.sources[0].output
+        if self.network.is_inside_rec_layer() and not src.have_time_axis():
+            self.output.placeholder = src.placeholder  # the masked output is already kept on unmasked frames
+            return
+        # over time: each frame takes the masked output of the last masked frame up to it
+        x = src.copy_as_batch_major()
+        x = x.copy_move_axis(x.time_dim_axis, 1)
+        m = mask.output.copy_as_batch_major().placeholder
+        idx = tf.cumsum(tf.cast(m, tf.int32), axis=1) - 1  # [B, T]
+        if skip_initial:
+            idx = tf.maximum(idx, 0)
+        y = tf.gather(x.placeholder, tf.maximum(idx, 0), axis=1, batch_dims=1)
+        valid = tf.reshape(idx >= 0, tf.concat([tf.shape(idx), tf.ones([x.batch_ndim - 2], tf.int32)], 0))
+        y = tf.where(tf.broadcast_to(valid, tf.shape(y)), y, tf.zeros_like(y))
+        out = x.copy_template_replace_dim_tag(1, self.output.get_time_dim_tag())
+        out.placeholder = y
+        self.output.placeholder = out.copy_compatible_to(self.output).placeholder
 
     @classmethod
     def transform_config_dict(cls, d, network, get_layer):
@@ -447,5 +522,11 @@ class UnmaskLayer(LayerBase):
         d["mask"] = get_layer(d["mask"])
 
     @classmethod
-    def get_out_data_from_opts(cls, name, sources=(), **kwargs):
-        return sources[0].output.copy_template(name="%s_output" % name)
+    def get_out_data_from_opts(cls, name, sources=(), mask=None, network=None, **kwargs):
+        src = sources[0].output
+        if (network is not None and network.is_inside_rec_layer() and not src.have_time_axis()) or mask is None:
+            return src.copy_template(name="%s_output" % name)
+        out = src.copy_as_batch_major()
+        out = out.copy_move_axis(out.time_dim_axis, 1)
+        mask_out = mask.output
+        return out.copy_template_replace_dim_tag(1, mask_out.get_time_dim_tag(), name="%s_output" % name)

@@ -561,7 +561,7 @@ class RecSubnetLoop:
 
     def _gate(self, loop, x, new, old):
         """Layers of a masked_computation unit keep their state and output where the mask is False."""
-        mask_name = next((m for prefix, m in self.tpl.gates.items() if x.startswith(prefix + "/")), None)
+        mask_name = next((m for prefix, m in self.tpl.gates.items() if x == prefix or x.startswith(prefix + "/")), None)
         if mask_name is None:
             return new
         mask = loop.layers[mask_name].output if mask_name in loop.layers else None
