@@ -7,6 +7,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 
 from returnn_lite.__main__ import main
 
@@ -208,3 +210,20 @@ def test_error_unknown_task_and_missing_model(tmp_path, capsys):
     _expect_error(capsys, [config, "++task", "dance"], "unknown task 'dance'")
     _expect_error(capsys, [config, "++task", "eval"], "needs a trained model")
     _expect_error(capsys, [config, "++load", str(tmp_path / "nomodel.007")], "nomodel.007", "not found")
+
+
+@pytest.mark.parametrize("name", sorted(n for n in os.listdir(os.path.join(REPO, "configs")) if n.endswith(".config")))
+def test_example_configs_run_one_tiny_epoch(tmp_path, capsys, name):
+    """Every example config builds its network and trains one epoch on a few seqs."""
+    from returnn_lite.config import Config
+    from returnn_lite.engine import Engine
+
+    config = Config()
+    config.load_file(os.path.join(REPO, "configs", name))
+    for key in ("train", "dev"):
+        config.set(key, dict(config.typed_value(key), num_seqs=4))
+    config.update({"num_epochs": 1, "model": str(tmp_path / "model"), "learning_rate_file": str(tmp_path / "lr"),
+                   "log_verbosity": 3})
+    Engine(config).run()
+    assert "epoch 1 score:" in capsys.readouterr().out
+    assert (tmp_path / "model.001.index").exists()

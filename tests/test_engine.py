@@ -309,3 +309,15 @@ def test_log_from_config_original_style(tmp_path):
     assert log.verbosity == 5 and log.file is not None
     log.close()
     assert Log.from_config(Config({"log": "| grep x"})).file is None
+
+
+def test_engine_batch_norm_updates_and_num_outputs_only(tmp_path, capsys):
+    net = {"hidden": {"class": "linear", "activation": "tanh", "n_out": 6},
+           "bn": {"class": "batch_norm", "from": "hidden"},
+           "output": {"class": "softmax", "loss": "ce", "from": "bn"}}
+    # only num_outputs in the config: "data" comes from the dataset
+    Engine(_engine_config(tmp_path, network=net, num_epochs=1, num_outputs=2)).run()
+    assert "epoch 1 score:" in capsys.readouterr().out
+    reader = tf.train.load_checkpoint(str(tmp_path / "model.001"))
+    means = [k for k in reader.get_variable_to_shape_map() if k.startswith("bn/") and "mean" in k]
+    assert means and numpy.abs(reader.get_tensor(means[0])).sum() > 0  # running statistics were updated

@@ -196,13 +196,16 @@ class Engine:
         config = self.config
         if config.has("extern_data") or config.has("num_outputs") or config.has("num_inputs"):
             extern_data.init_from_config(config)
-            return extern_data
-        if dataset is None:
+            if config.has("extern_data") or dataset is None:
+                return extern_data
+        elif dataset is None:
             raise EngineError("no extern_data / num_inputs / num_outputs in the config and no dataset to take them from")
         extern_data.default_input = config.value("default_input", "data")
         extern_data.default_target = config.value("target", "classes")
         opts = {}
-        for key in dataset.get_data_keys():
+        for key in dataset.get_data_keys():  # what the config does not describe comes from the dataset
+            if extern_data.has_data(key):
+                continue
             shape = list(dataset.get_data_shape(key))
             sparse = dataset.is_data_sparse(key)
             opts[key] = {"shape": tuple([None] + shape), "dim": dataset.get_data_dim(key), "sparse": sparse,
@@ -328,6 +331,10 @@ class Engine:
             fetches["_train_op"] = self.updater.train_op
             feed_extra[self.updater.learning_rate] = learning_rate
             feed_extra[self.train_flag] = True
+        else:
+            post = self.network.get_post_control_dependencies()  # e.g. batch norm statistics (behavior v0)
+            if post:
+                fetches["_post_deps"] = post
         progress = ProgressLine(self.log, prefix)
         start = time.time()
         step_start = start
@@ -337,6 +344,7 @@ class Engine:
             feed.update(feed_extra)
             results = self.session.run(fetches, feed_dict=feed)
             results.pop("_train_op", None)
+            results.pop("_post_deps", None)
             step = acc.num_steps
             acc.add(results)
             acc.num_seqs += arrays.num_seqs
@@ -471,6 +479,9 @@ class Engine:
             return
         if epoch_model[1] and epoch_model[0]:
             self.log.v3("Resume training after epoch %i from %s" % (epoch_model[0], epoch_model[1]))
+        if not self.config.value("learning_rate_file", None) and self.model_prefix:
+            # keep the learning-rate state next to the checkpoints, so that a resume continues it
+            self.config.set("learning_rate_file", self.model_prefix + ".learning_rates")
         self.learning_rate_control = load_learning_rate_control_from_config(self.config)
         self._build_graph(self._get_net_dict(start_epoch), self.train_data, train=True)
         self._load_model(epoch_model, train=True)
