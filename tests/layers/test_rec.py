@@ -167,3 +167,16 @@ def test_masked_computation_and_unmask_over_time_match_in_loop():
             res.append(_run(net, out.placeholder))
     mask = np.arange(7)[None, :] < LENS[:, None]
     np.testing.assert_allclose(res[0][mask], res[1][mask], rtol=1e-5, atol=1e-6)
+
+
+def test_loop_ended_by_end_layer():
+    with tf.Graph().as_default():
+        net = _build({"output": {"class": "rec", "from": [], "max_seq_len": 10, "unit": {
+            "i": {"class": "copy", "from": ":i"},
+            "lim": {"class": "length", "from": "base:data"},
+            "end": {"class": "compare", "from": ["i", "lim"], "kind": "greater_equal"},
+            "output": {"class": "cast", "from": "i", "dtype": "float32"}}}})
+        out = net.get_layer("output").output
+        y, lens = _run(net, [out.placeholder, out.get_time_dim_tag().dyn_size])
+        np.testing.assert_array_equal(lens, LENS + 1)  # the frame where end is True is included
+        assert y.shape[0] == LENS.max() + 1

@@ -203,10 +203,17 @@ class RecSubnetLoop:
             tdata = network.get_extern_data(target) if not target.startswith("layer:") else get_layer(
                 target[len("layer:"):]).output
             time_dim = tdata.get_time_dim_tag()
+        dynamic_end = False
         if time_dim is None:
-            raise NotImplementedError("rec layer %r: a subnetwork unit without input time axis and without target "
-                                      "(search with an 'end' layer) is not supported" % name)
+            if "end" not in unit:
+                raise ValueError("rec layer %r: without input time axis and without target, the unit needs an 'end' "
+                                 "layer" % name)
+            if d.get("max_seq_len") is None:
+                raise ValueError("rec layer %r: a loop ended by its 'end' layer needs max_seq_len" % name)
+            time_dim = Dim(None, kind=Dim.Types.Spatial, description="%s:rec-time" % name)
+            dynamic_end = True
         tpl = RecSubnetTemplate(name, network, unit, sources, target, input_data, time_dim)
+        tpl.dynamic_end = dynamic_end
         tpl.gates = gates
         scope = network.get_absolute_name_scope_prefix() + name + "/rec/"
         net = _SubNet(network, name, scope, inside_rec_time_dim=time_dim)
@@ -426,7 +433,11 @@ class RecSubnetLoop:
             full[x] = layer
 
         # the loop
-        n_time = tf.reduce_max(seq_len) if seq_len is not None else None
+        dynamic = tpl.dynamic_end
+        if dynamic:
+            n_time = self._max_seq_len(net)
+        else:
+            n_time = tf.reduce_max(seq_len) if seq_len is not None else None
         frame_tas = {}
 
         def frame_source(key, data):
@@ -468,7 +479,7 @@ class RecSubnetLoop:
             extras = {}
             for (x, k), v in zip(extra_keys, args[:len(extra_keys)]):
                 extras.setdefault(x, {})[k] = v
-            tas = args[len(extra_keys):]
+            tas = args[len(extra_keys):len(args) - (2 if dynamic else 0)]
             loop = _SubNet(net, rec.name, scope, inside_rec_time_dim=time_dim)
             loop.parent_layer = rec
             loop.rec_step_info = RecStepInfo(i, seq_len, time_dim)
@@ -500,8 +511,9 @@ class RecSubnetLoop:
                                                                               placeholder=i))
                 elif ref in unit:
                     return loop.construct_layer(unit, ref, get_layer=get_loop)
-                elif ref in full:
-                    res = self._frame_layer(ref, full[ref].output, frame_source, i, loop)
+                elif ref in full:  # moved out: its frame (or itself, if it does not have the loop's time axis)
+                    res = self._frame_layer(ref, full[ref].output, frame_source, i, loop) if _frame_template(
+                        full[ref].output, time_dim) is not None else full[ref]
                 else:
                     layer = outer(ref)
                     res = self._frame_layer(ref, layer.output, frame_source, i, loop) if _frame_template(
@@ -521,20 +533,39 @@ class RecSubnetLoop:
             for ta, x in zip(logit_tas, loss_layers):
                 oba = getattr(loop.layers[x], "output_before_activation", None)
                 new_tas.append(ta.write(i, oba.data.placeholder))
-            return [i + 1] + new_prev + new_extra + new_tas
+            res = [i + 1] + new_prev + new_extra + new_tas
+            if dynamic:  # a sequence ends with (and includes) the first frame where 'end' is True
+                ended, lens = args[-2:]
+                end = loop.layers["end"].output.copy_as_batch_major().placeholder
+                end = tf.reshape(end, [-1]) if end.shape.rank != 1 else end
+                res += [tf.logical_or(ended, end), tf.where(ended, lens, tf.fill(tf.shape(lens), i + 1))]
+            return res
 
-        tas = [tf.TensorArray(tf.as_dtype(tpl.templates[x].output.dtype), size=n_time, element_shape=tf.TensorShape(
-            tpl.templates[x].output.batch_shape)) for x in acc_names]
+        ta_size = 0 if dynamic else n_time
+        tas = [tf.TensorArray(tf.as_dtype(tpl.templates[x].output.dtype), size=ta_size, dynamic_size=dynamic,
+                              element_shape=tf.TensorShape(tpl.templates[x].output.batch_shape)) for x in acc_names]
         self._loss_logits = [x for x in loss_layers if x in acc_names]
-        tas += [tf.TensorArray(tf.float32, size=n_time, infer_shape=False) for x in self._loss_logits]
+        tas += [tf.TensorArray(tf.float32, size=ta_size, dynamic_size=dynamic, infer_shape=False)
+                for x in self._loss_logits]
         loss_layers[:] = self._loss_logits
         init = [tf.constant(0)] + prev_init + [extra_init[x][k] for x, k in extra_keys] + tas
         invariants = ([tf.TensorShape([])] + [tf.TensorShape(tpl.templates[x].output.batch_shape) for x in prev_names]
                       + [tf.TensorShape([None] * extra_init[x][k].shape.rank) for x, k in extra_keys]
                       + [tf.TensorShape(None) for _ in tas])
-        res = tf.while_loop(lambda i, *_: i < n_time, body, init, shape_invariants=invariants,
+        cond = lambda i, *_: i < n_time  # noqa: E731
+        if dynamic:
+            init += [tf.zeros([batch_dim], tf.bool), tf.zeros([batch_dim], tf.int32)]
+            invariants += [tf.TensorShape([None]), tf.TensorShape([None])]
+
+            def cond(i, *args):
+                return tf.logical_and(i < n_time, tf.logical_not(tf.reduce_all(args[-2])))
+        res = tf.while_loop(cond, body, init, shape_invariants=invariants,
                             parallel_iterations=1, name="rec_loop") if in_loop else None
         if res is not None:
+            if dynamic:
+                ended, lens = res[-2:]
+                res = res[:-2]
+                time_dim.dyn_size = tf.where(ended, lens, tf.fill(tf.shape(lens), n_time))
             res = res[1 + len(prev_names) + len(extra_keys):]
             for x, ta in zip(acc_names, res[:len(acc_names)]):
                 out = tpl.templates[x].output.copy_template_adding_time_dim(0, time_dim, name="%s/%s" % (rec.name, x))
@@ -546,7 +577,12 @@ class RecSubnetLoop:
                 layer.set_logits(logits)
         for x in moved_out:
             layer = full[x]
-            out = _time_major(layer.output, time_dim)
+            if _frame_template(layer.output, time_dim) is None:  # the same in every frame
+                if x != "output":
+                    continue
+                out = layer.output.copy_add_dim_by_tag(time_dim, unbroadcast=True, axis=0)
+            else:
+                out = _time_major(layer.output, time_dim)
             self.accumulated[x] = _AccumulatedLayer(x, outside, out, layer)
         out = self.accumulated["output"].output
         rec.output.placeholder = out.copy_compatible_to(rec.output).placeholder if out.dims != rec.output.dims \
@@ -558,6 +594,17 @@ class RecSubnetLoop:
                     key = net.get_absolute_name_prefix() + rec.name + "/" + x
                     net.get_root_network().losses_dict[key] = LossHolder(
                         name=key, loss=layer.loss, layer_output=layer.output, layer=layer, network=net)
+
+    def _max_seq_len(self, net):
+        """max_seq_len option: an int or an expression such as "max_len_from('base:encoder')"."""
+        v = self.max_seq_len
+        if isinstance(v, str):
+            def max_len_from(src):
+                layer = net.get_layer(src[len("base:"):] if src.startswith("base:") else src)
+                return tf.reduce_max(layer.output.get_time_dim_tag().dyn_size)
+
+            v = eval(v, {"max_len_from": max_len_from, "tf": tf})  # noqa: S307 (config expression)
+        return tf.convert_to_tensor(v, tf.int32)
 
     def _gate(self, loop, x, new, old):
         """Layers of a masked_computation unit keep their state and output where the mask is False."""
