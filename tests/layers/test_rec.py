@@ -78,7 +78,8 @@ def _unit_net(move_out):
         "lin": {"class": "linear", "activation": "tanh", "n_out": 3, "from": "data:source"},  # loop-independent
         "lin2": {"class": "linear", "activation": None, "n_out": 3, "from": "lin"},  # loop-independent
         "rec_in": {"class": "linear", "activation": "tanh", "n_out": 3, "from": ["lin2", "prev:output"]},
-        "output": {"class": "combine", "kind": "add", "from": ["rec_in", "lin"]}}}}
+        "output": {"class": "combine", "kind": "add", "from": ["rec_in", "lin"]}}},
+        "lin_out": {"class": "copy", "from": "output/lin", "is_output_layer": True}}  # accumulated sub-layer
 
 
 def test_move_out_of_loop_gives_identical_outputs():
@@ -96,7 +97,7 @@ def test_move_out_of_loop_gives_identical_outputs():
                 rng = np.random.RandomState(1)
                 values = {p.op.name: rng.randn(*p.shape.as_list()).astype("float32") for p in net.get_params_list()}
             assert sorted(values) == sorted(p.op.name for p in net.get_params_list())
-            lin = net.get_layer("output/lin").output
+            lin = net.get_layer("lin_out").output
             assert lin.batch_shape == (None, None, 3) and lin.time_dim_axis == 0
             results.append(_run(net, [rec.output.placeholder, lin.placeholder], values))
     for a, b in zip(*results):

@@ -106,6 +106,9 @@ def _outside_refs(network, rec_name, unit):
 
     def visit(v):
         if isinstance(v, str):
+            for prefix in ("layer:", "base:"):
+                if v.startswith(prefix):
+                    v = v[len(prefix):]
             if v.startswith(rec_name + "/") and v[len(rec_name) + 1:] in unit:
                 res.add(v[len(rec_name) + 1:])
         elif isinstance(v, (list, tuple)):
@@ -334,6 +337,7 @@ class RecSubnetLoop:
                 for x in missing:
                     build(x)
 
+        tpl.needed = set(needed)
         build_all()
         for _ in range(3):  # derive once more where a prev: template was guessed, until nothing changes
             if not guessed:
@@ -466,7 +470,7 @@ class RecSubnetLoop:
                 prev_init.append(extra_init[x][from_state])  # cells: the output part of the initial state
             else:
                 prev_init.append(self._initial_output(x, batch_dim))
-        acc_names = [x for x in in_loop if not any(  # same shape in every step: axes of the loop's own are not
+        acc_names = [x for x in in_loop if x in tpl.needed and not any(  # what is used from outside; same shape
             d.is_dynamic() and d.dyn_size is None for d in tpl.templates[x].output.dims if not d.is_batch_dim())]
         extra_keys = [(x, k) for x in sorted(extra_init) for k in sorted(extra_init[x])]
         loss_layers = [x for x in in_loop if tpl.templates[x].kwargs.get("loss") is not None and net.eval_flag]
