@@ -54,15 +54,15 @@ def main(argv=None):
         print("rnn.py: error: no config file given\n%s" % USAGE, file=sys.stderr)
         return 2
 
-    from .config import Config, ConfigError, set_global_config
+    from .config import Config, ConfigError, global_config_ctx
 
     try:
         config = Config()
         for filename in files:
             config.load_file(filename)
         config.parse_cmd_args(overrides)
-        set_global_config(config)
-        return _run(config)
+        with global_config_ctx(config):
+            return _run(config)
     except KeyboardInterrupt:
         print("\nrnn.py: interrupted", file=sys.stderr)
         return 130

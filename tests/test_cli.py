@@ -195,6 +195,9 @@ def test_error_network_without_loss(tmp_path, capsys):
     _expect_error(capsys, [config, "++network", "{'output': {'class': 'linear', 'activation': 'tanh', 'n_out': 2}}"],
                   "no loss")
     assert _no_outputs(out)
+    _expect_error(capsys, [config, "++network", "{'output': {'class': 'sofmax', 'loss': 'ce'}}"],
+                  "'output'", "sofmax", "softmax")
+    assert _no_outputs(out)
 
 
 def test_error_nonfinite_loss(tmp_path, capsys):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import glob
 import os
 import re
+import shutil
 
 import tensorflow as tf
 
@@ -73,7 +74,10 @@ def remove_stale_temp_files(model_prefix):
     base = os.path.basename(model_prefix)
     for path in glob.glob(os.path.join(glob.escape(directory), ".%s.*.tmp*" % glob.escape(base))):
         try:
-            os.remove(path)
+            if os.path.isdir(path):  # e.g. the "_temp" dir of a killed TF save
+                shutil.rmtree(path)
+            else:
+                os.remove(path)
         except OSError:
             pass
 

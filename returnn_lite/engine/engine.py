@@ -440,14 +440,19 @@ class Engine:
             except (IOError, KeyError, ValueError) as exc:
                 raise EngineError("cannot load model %r: %s" % (filename, exc)) from None
         with self.graph.as_default():
-            self._preload_from_files(fresh_train=train and not filename)
+            self._preload_from_files(training=train, fresh_train=train and not epoch)
 
-    def _preload_from_files(self, fresh_train):
+    def _preload_from_files(self, training, fresh_train):
+        """As the original: ``init_for_train`` entries initialize a fresh training (first epoch, after
+        ``import_model_train_epoch1``), the others (default) apply to eval/forward only."""
         from ..network import CustomCheckpointLoader
 
         preload = self.config.typed_value("preload_from_files", None) or {}
         for name, opts in sorted(preload.items()):
-            if opts.get("init_for_train", False) and not fresh_train:
+            if opts.get("init_for_train", False):
+                if not fresh_train:
+                    continue
+            elif training:
                 continue
             filename = normalize_checkpoint_name(opts["filename"])
             prefix = opts.get("prefix", "")
