@@ -181,3 +181,24 @@ def test_loop_ended_by_end_layer():
         y, lens = _run(net, [out.placeholder, out.get_time_dim_tag().dyn_size])
         np.testing.assert_array_equal(lens, LENS + 1)  # the frame where end is True is included
         assert y.shape[0] == LENS.max() + 1
+
+
+def test_loss_inside_loop_with_gradients():
+    with tf.Graph().as_default():
+        net = _build({"enc": {"class": "linear", "n_out": 4, "from": "data"},
+                      "output": {"class": "rec", "from": [], "target": "classes", "unit": {
+                          "emb": {"class": "linear", "n_out": 4, "from": "prev:output", "activation": None},
+                          "q": {"class": "linear", "n_out": 4, "from": ["emb", "prev:q"]},
+                          "energy": {"class": "dot", "from": ["base:enc", "q"], "reduce": "F", "var1": "T",
+                                     "var2": None},
+                          "w": {"class": "softmax_over_spatial", "from": "energy"},
+                          "att": {"class": "generic_attention", "weights": "w", "base": "base:enc"},
+                          "prob": {"class": "softmax", "from": ["att", "q"], "target": "classes", "loss": "ce"},
+                          "output": {"class": "choice", "from": "prob", "target": "classes", "beam_size": 4,
+                                     "initial_output": 0}}}}, train_flag=True)
+        assert sorted(net.losses_dict) == ["output/prob"]
+        obj = net.get_objective()
+        grads = tf.gradients(obj, net.get_params_list())
+        assert all(g is not None for g in grads)
+        res = _run(net, [obj] + grads)
+        assert np.isfinite(res[0]) and all(np.all(np.isfinite(g)) for g in res[1:])

@@ -100,6 +100,21 @@ def _time_major(data, time_dim):
     return data.copy_move_axis(data.get_axis_by_tag(time_dim), 0)
 
 
+def _while_loop_all_intermediates(cond, body, init, invariants):
+    """
+    tf.while_loop that keeps all intermediates as outputs: gradients of losses computed on accumulated outputs
+    (built after the loop) need them (else TF fails with "Connecting to invalid output" in the gradient).
+    """
+    from tensorflow.python.ops import control_flow_util_v2
+
+    old = control_flow_util_v2._EXPERIMENTAL_OUTPUT_ALL_INTERMEDIATES_OVERRIDE
+    tf1.experimental.output_all_intermediates(True)
+    try:
+        return tf.while_loop(cond, body, init, shape_invariants=invariants, parallel_iterations=1, name="rec_loop")
+    finally:
+        control_flow_util_v2._EXPERIMENTAL_OUTPUT_ALL_INTERMEDIATES_OVERRIDE = old
+
+
 def _outside_refs(network, rec_name, unit):
     """Sub-layers of the unit that layers of the outer network refer to ("rec/sub", get_rec_accumulated, ...)."""
     res = set()
@@ -563,8 +578,7 @@ class RecSubnetLoop:
 
             def cond(i, *args):
                 return tf.logical_and(i < n_time, tf.logical_not(tf.reduce_all(args[-2])))
-        res = tf.while_loop(cond, body, init, shape_invariants=invariants,
-                            parallel_iterations=1, name="rec_loop") if in_loop else None
+        res = _while_loop_all_intermediates(cond, body, init, invariants) if in_loop else None
         if res is not None:
             if dynamic:
                 ended, lens = res[-2:]
