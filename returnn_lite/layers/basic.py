@@ -52,6 +52,20 @@ class DropoutLayer(CopyLayer):
         d.setdefault("dropout", 0.0)
 
 
+def _filter_grad(x, threshold, axes):
+    """Identity; in backprop, the gradient of a sequence is zeroed where its mean square over ``axes`` <= threshold."""
+
+    @tf.custom_gradient
+    def _identity(v):
+        def grad(dy):
+            keep = tf.greater(tf.reduce_mean(tf.square(dy), axis=axes, keepdims=True), threshold)
+            return tf.where(tf.logical_and(keep, tf.ones_like(dy, dtype=tf.bool)), dy, tf.zeros_like(dy))
+
+        return tf.identity(v), grad
+
+    return _identity(x)
+
+
 class LinearLayer(ConcatInputLayer):
     """y = activation(x W + b) on the feature axis; sparse inputs are embedded (row lookup of W)."""
 
@@ -85,6 +99,8 @@ class LinearLayer(ConcatInputLayer):
             if f != self.output.batch_ndim - 1:
                 b = tf.reshape(b, [n_out] + [1] * (self.output.batch_ndim - 1 - f))
             x = x + b
+        if grad_filter:
+            x = _filter_grad(x, grad_filter, [i for i in range(self.output.batch_ndim) if i != self.output.batch_dim_axis])
         self.output_before_activation = OutputWithActivation(self.output.copy(placeholder=x), activation)
         if activation:
             x = get_activation_function(activation)(x)
@@ -149,6 +165,8 @@ _COMBINE_KINDS = {
     "mul": lambda xs: _fold(tf.multiply, xs),
     "truediv": lambda xs: _fold(tf.truediv, xs),
     "floordiv": lambda xs: _fold(tf.math.floordiv, xs),
+    "mod": lambda xs: _fold(tf.math.floormod, xs),
+    "pow": lambda xs: _fold(tf.pow, xs),
     "maximum": lambda xs: _fold(tf.maximum, xs),
     "minimum": lambda xs: _fold(tf.minimum, xs),
     "squared_difference": lambda xs: _fold(tf.math.squared_difference, xs),
@@ -338,32 +356,65 @@ class SwitchLayer(LayerBase):
         if isinstance(condition, LayerBase):
             cond = condition.output.copy_compatible_to(out, unbroadcast=True).placeholder
             self.output.placeholder = tf.where(cond, value(true_from), value(false_from))
-        else:
-            self.output.placeholder = value(true_from if condition else false_from)
+        else:  # static condition: just the chosen source
+            chosen = true_from if condition else false_from
+            if isinstance(chosen, LayerBase):
+                self.output.placeholder = chosen.output.copy_compatible_to(out).placeholder
+            else:
+                self.output.placeholder = tf.constant(chosen, dtype=out.dtype)
 
     @classmethod
     def transform_config_dict(cls, d, network, get_layer):
         d.setdefault("from", [])
         super().transform_config_dict(d, network=network, get_layer=get_layer)
+        if callable(d.get("condition")):  # (network=..., get_layer=..., **opts) -> bool, decided statically
+            opts = dict(d)
+            opts.update(network=network, get_layer=get_layer)
+            d["condition"] = bool(d["condition"](**opts))
+        if isinstance(d.get("condition"), bool):  # only the chosen source is a dependency
+            key, other = ("true_from", "false_from") if d["condition"] else ("false_from", "true_from")
+            d[other] = None
+            if isinstance(d.get(key), str):
+                d[key] = get_layer(d[key])
+            return
         for key in ("condition", "true_from", "false_from"):
             if isinstance(d.get(key), str):
                 d[key] = get_layer(d[key])
 
+    @staticmethod
+    def _source_template(x, name):
+        if isinstance(x, LayerBase):
+            return x.output.copy_template(name=name)
+        return _template_from_constant(x, name)
+
     @classmethod
     def get_out_data_from_opts(cls, name, condition, true_from, false_from, **kwargs):
-        layers = [x for x in (condition, true_from, false_from) if isinstance(x, LayerBase)]
-        out = Data.get_common_data([x.output for x in layers], name="%s_output" % name)
-        values = [x for x in (true_from, false_from) if isinstance(x, LayerBase)]
-        if values:
-            out.dtype = values[0].output.dtype
-            out.sparse_dim = values[0].output.sparse_dim
-        else:
-            out.sparse_dim = None
-            out.dtype = tf.as_dtype(np.asarray(true_from).dtype).name if not isinstance(true_from, float) else "float32"
+        if isinstance(condition, bool):
+            return cls._source_template(true_from if condition else false_from, "%s_output" % name)
+        true_data = cls._source_template(true_from, "%s_true" % name)
+        false_data = cls._source_template(false_from, "%s_false" % name)
+        out = Data.get_common_data([true_data, false_data, condition.output], name="%s_output" % name)
+        out.dtype = true_data.dtype  # the true branch defines dtype and sparse dim, as the original
+        out.sparse_dim = true_data.sparse_dim
         return out
 
     def get_dep_layers(self):
         return super().get_dep_layers() + [x for x in (self.kwargs or {}).values() if isinstance(x, LayerBase)]
+
+
+def _template_from_constant(value, name):
+    """Template of a Python scalar constant (bool, int -> int32, float -> float32)."""
+    if isinstance(value, bool):
+        dtype = "bool"
+    elif isinstance(value, int):
+        dtype = "int32"
+    elif isinstance(value, float):
+        dtype = "float32"
+    elif isinstance(value, np.ndarray) and value.ndim == 0:
+        dtype = value.dtype.name
+    else:
+        raise TypeError("%s: expected a layer or a scalar constant, got %r" % (name, value))
+    return Data(name=name, dims=[], dtype=dtype)
 
 
 class ConstantLayer(LayerBase):
@@ -436,15 +487,16 @@ class LengthLayer(LayerBase):
         super().__init__(**kwargs)
         data = self.sources[0].output
         a = data.get_axis_from_description(axis)
+        tag = data.dims[a]
         if a == data.batch_dim_axis:
-            x = tf.cast(data.get_batch_dim(), dtype)
+            x = data.get_batch_dim()
+        elif tag.dyn_size is None:  # static: a scalar
+            x = tf.constant(tag.dimension, dtype=dtype)
         else:
-            size = data.dims[a].dyn_size
-            x = tf.cast(size, dtype) if size is not None else tf.fill(
-                [data.get_batch_dim()], tf.constant(data.dims[a].dimension, dtype=dtype))
+            x = tag.dyn_size
         if add_time_axis:
             x = tf.expand_dims(x, 1)
-        self.output.placeholder = x
+        self.output.placeholder = tf.cast(x, self.output.dtype) if x.dtype.base_dtype.name != self.output.dtype else x
 
     @classmethod
     def get_out_data_from_opts(cls, name, sources, axis="T", add_time_axis=False, dtype="int32", sparse=False,
@@ -453,11 +505,20 @@ class LengthLayer(LayerBase):
 
         data = sources[0].output
         a = data.get_axis_from_description(axis)
-        dims = [] if a == data.batch_dim_axis else [batch_dim]
+        tag = data.dims[a]
+        sparse_dim = Dim(None, kind=Dim.Types.Feature, description="%s:length-sparse" % name) if sparse else None
         if add_time_axis:
-            dims.append(Dim(1, kind=Dim.Types.Spatial, description="%s:time1" % name))
-        sparse_dim = data.dims[a] if sparse else None
-        return Data(name="%s_output" % name, dims=dims, dtype=dtype, sparse_dim=sparse_dim)
+            if tag.dyn_size is None or a == data.batch_dim_axis:
+                raise ValueError("length %r: add_time_axis needs a dynamic axis with [B] lengths, got axis %r of %s" % (
+                    name, axis, data.short_repr()))
+            out = Data(name="%s_output" % name, dims=[batch_dim, Dim(1, kind=Dim.Types.Spatial, description="%s:time1" % name)],
+                       dtype=dtype, sparse_dim=sparse_dim)
+            out.time_dim_axis = 1
+            return out
+        if a == data.batch_dim_axis or tag.dimension is not None:  # batch size or static dim: a scalar
+            return Data(name="%s_output" % name, dims=[], dtype=dtype, sparse_dim=sparse_dim)
+        # dynamic axis: the sequence lengths as they are ([B], int32; dtype and sparse are ignored, as the original)
+        return Data(name="%s_output" % name, dims=[batch_dim], dtype="int32")
 
 
 @tf.custom_gradient

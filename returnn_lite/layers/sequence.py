@@ -807,12 +807,13 @@ class RangeLayer(LayerBase):
     def get_out_data_from_opts(cls, name, limit, start=0, delta=1, dtype=None, sparse=False, out_spatial_dim=None,
                                **kwargs):
         if dtype is None:
-            dtype = "float32" if any(isinstance(v, float) for v in (limit, start, delta)) else "int32"
+            dtype = "float32" if any(float(v) != int(v) for v in (limit, start, delta)) else "int32"
         n = max(0, int(math.ceil((limit - start) / delta)))
-        tag = out_spatial_dim or Dim(n, kind=Dim.Types.Feature, description="%s:range" % name)
+        tag = out_spatial_dim or Dim(n, kind=Dim.Types.Spatial, description="%s:range" % name)
         if tag.dimension != n:
             raise ValueError("out_spatial_dim %r does not match the range size %i" % (tag, n))
-        sparse_dim = Dim(limit, kind=Dim.Types.Feature, description="%s:range-indices" % name) if sparse else None
+        # the original's sparse range has a sparse dim of unknown size
+        sparse_dim = Dim(None, kind=Dim.Types.Spatial, description="%s:range-indices" % name) if sparse else None
         return Data(name="%s_output" % name, dims=[tag], dtype=dtype, sparse_dim=sparse_dim)
 
 
