@@ -105,10 +105,10 @@ def test_kill9_mid_training_then_resume(tmp_path, capsys):
     proc = subprocess.Popen([sys.executable, RNN, config], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             env=env)
     try:
-        deadline = time.time() + 90
+        deadline = time.time() + 180
         while not (out / "model.001.index").exists():
             assert proc.poll() is None, proc.communicate()
-            assert time.time() < deadline, "no checkpoint after 90s"
+            assert time.time() < deadline, "no checkpoint after 180s"
             time.sleep(0.02)
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
@@ -230,3 +230,34 @@ def test_example_configs_run_one_tiny_epoch(tmp_path, capsys, name):
     Engine(config).run()
     assert "epoch 1 score:" in capsys.readouterr().out
     assert (tmp_path / "model.001.index").exists()
+
+
+DIM_TAG_CONFIG = """#!rnn.py
+from returnn.tf.util.data import Dim, batch_dim, SpatialDim, FeatureDim
+from returnn.config import get_global_config
+time_dim = SpatialDim("time")
+extern_data = {"data": {"dim_tags": [batch_dim, time_dim, FeatureDim("input", 9)]},
+               "classes": {"dim_tags": [batch_dim, time_dim], "sparse_dim": FeatureDim("classes", 2),
+                           "dtype": "int32"}}
+train = {"class": "Task12AXDataset", "num_seqs": 20}
+dev = {"class": "Task12AXDataset", "num_seqs": 5, "fixed_random_seed": 1}
+batch_size = 500
+max_seqs = 10
+def get_network(epoch, **kwargs):
+    config = get_global_config()  # config functions run with the returnn.* imports mapped
+    return {"hidden": {"class": "linear", "activation": "tanh", "n_out": config.int("hidden_size", 4)},
+            "output": {"class": "softmax", "loss": "ce", "from": "hidden"}}
+optimizer = {"class": "adam"}
+learning_rate = 0.01
+num_epochs = 1
+"""
+
+
+def test_config_with_dim_tags_and_get_network(tmp_path, capsys):
+    path = tmp_path / "dims.config"
+    path.write_text(DIM_TAG_CONFIG)
+    assert main([str(path), "++model", str(tmp_path / "model"), "++hidden_size", "5"]) == 0
+    assert "epoch 1 score:" in capsys.readouterr().out
+    import tensorflow as tf
+
+    assert tf.train.load_checkpoint(str(tmp_path / "model.001")).get_variable_to_shape_map()["hidden/W"] == [9, 5]
