@@ -202,3 +202,24 @@ def test_loss_inside_loop_with_gradients():
         assert all(g is not None for g in grads)
         res = _run(net, [obj] + grads)
         assert np.isfinite(res[0]) and all(np.all(np.isfinite(g)) for g in res[1:])
+
+
+def test_load_standardlstm_checkpoint_into_native_lstm(tmp_path):
+    values = None
+    with tf.Graph().as_default():
+        net = _build({"output": {"class": "rec", "unit": "standardlstm", "n_out": 4, "from": "data"}})
+        with tf1.Session() as session:
+            net.initialize_params(session)
+            rng = np.random.RandomState(3)
+            for p in net.get_params_list():
+                p.load(rng.randn(*p.shape.as_list()).astype("float32"), session)
+            expected = session.run(net.get_layer("output").output.placeholder, _feed(net))
+            net.save_params_to_file(str(tmp_path / "model"), session)
+    with tf.Graph().as_default():
+        net = _build({"output": {"class": "rec", "unit": "nativelstm2", "n_out": 4, "from": "data"}})
+        with tf1.Session() as session:
+            net.initialize_params(session)
+            net.load_params_from_file(str(tmp_path / "model"), session)
+            got = session.run(net.get_layer("output").output.placeholder, _feed(net))
+    mask = np.arange(7)[:, None] < LENS[None, :]
+    np.testing.assert_allclose(got[mask], expected[mask], rtol=1e-5, atol=1e-6)
