@@ -23,7 +23,7 @@ tf1 = tf.compat.v1
 
 _REDUCE_FUNCS = {
     "sum": tf.reduce_sum, "max": tf.reduce_max, "min": tf.reduce_min, "mean": tf.reduce_mean,
-    "logsumexp": tf.reduce_logsumexp, "prod": tf.reduce_prod, "any": tf.reduce_any, "all": tf.reduce_all,
+    "logsumexp": tf.reduce_logsumexp, "any": tf.reduce_any, "all": tf.reduce_all,
 }
 _ARG_FUNCS = {"argmax": tf.argmax, "argmin": tf.argmin}
 
@@ -77,7 +77,7 @@ def reduce_template(data, mode, axes, keep_dims=False, name="reduce"):
             dims[i] = Dim(1, kind=kind, description="%s:keep-dim-%i" % (name, i), auto_generated=True)
         out_t, out_f = t, f
     else:
-        out_t = NotSpecified if t is None or t in axes else t - len([a for a in axes if a < t])
+        out_t = None if t is None else NotSpecified if t in axes else t - len([a for a in axes if a < t])
         out_f = NotSpecified if f is NotSpecified or f is None or f in axes else f - len([a for a in axes if a < f])
         if f is None:
             out_f = None
@@ -92,7 +92,10 @@ def reduce_template(data, mode, axes, keep_dims=False, name="reduce"):
         dtype = "int32"
         out_f = None
     out = Data(name="%s_output" % name, dims=dims, dtype=dtype, sparse_dim=sparse_dim)
-    if out_t is not NotSpecified and out_t is not None and out_t < len(dims) and not dims[out_t].is_batch_dim():
+    if out_t is None:
+        if out.time_dim_axis is not None:
+            out.time_dim_axis = None
+    elif out_t is not NotSpecified and out_t < len(dims) and not dims[out_t].is_batch_dim():
         if out_t != out.time_dim_axis:
             out.time_dim_axis = out_t
     if out_f is not NotSpecified:
@@ -106,38 +109,43 @@ def reduce_template(data, mode, axes, keep_dims=False, name="reduce"):
 def reduce_tensor(data, mode, axes, keep_dims=False, use_time_mask=None):
     """
     Reduce data.placeholder over axes; padded frames of dynamic axes are masked with the neutral element
-    (mean counts only the valid frames). argmax/argmin are not masked (as in the original).
+    (dtype min for max/logsumexp/argmax, dtype max for min/argmin; mean counts only the valid frames).
     """
     x = data.placeholder
     if use_time_mask is None:
         use_time_mask = any(data.dims[a].is_dynamic() and data.dims[a].dyn_size is not None for a in axes)
+    dyn_axes = [a for a in axes if a != data.batch_dim_axis and data.dims[a].is_dynamic()
+                and data.dims[a].dyn_size is not None] if use_time_mask else []
+    dtype = x.dtype
+    if dyn_axes and dtype.is_bool and mode not in ("any", "all"):
+        raise ValueError("reduce: mode %r with masking of a bool input is not supported" % mode)
+    if dyn_axes and not dtype.is_bool and mode in ("any", "all"):
+        raise ValueError("reduce: mode %r with masking of a non-bool input is not supported" % mode)
+    mask = None
+    if dyn_axes:
+        if mode in ("max", "logsumexp", "argmax"):
+            repl = dtype.min
+        elif mode in ("min", "argmin"):
+            repl = dtype.max
+        elif mode == "all":
+            repl = True
+        else:  # sum, mean, any
+            repl = False if dtype.is_bool else 0
+        for a in dyn_axes:
+            m = data.get_sequence_mask_broadcast(a)
+            mask = m if mask is None else tf.logical_and(mask, m)
+        x = tf.where(mask, x, tf.constant(repl, dtype=dtype))
     if mode in _ARG_FUNCS:
         y = _ARG_FUNCS[mode](x, axis=axes[0], output_type=tf.int32)
         if keep_dims:
             y = tf.expand_dims(y, axes[0])
         return y
-    dyn_axes = [a for a in axes if a != data.batch_dim_axis and data.dims[a].is_dynamic()
-                and data.dims[a].dyn_size is not None] if use_time_mask else []
     if not dyn_axes:
         return _REDUCE_FUNCS[mode](x, axis=axes, keepdims=keep_dims)
-    dtype = x.dtype
-    if mode in ("max", "logsumexp"):
-        repl = dtype.min if not dtype.is_bool else False
-    elif mode == "min":
-        repl = dtype.max if not dtype.is_bool else True
-    elif mode in ("prod", "all"):
-        repl = 1 if not dtype.is_bool else True
-    else:  # sum, mean, any
-        repl = 0 if not dtype.is_bool else False
-    mask = None
-    for a in dyn_axes:
-        m = data.get_sequence_mask_broadcast(a)
-        mask = m if mask is None else tf.logical_and(mask, m)
-    x = tf.where(mask, x, tf.constant(repl, dtype=dtype))
     if mode != "mean":
         return _REDUCE_FUNCS[mode](x, axis=axes, keepdims=keep_dims)
     total = tf.reduce_sum(x, axis=axes, keepdims=keep_dims)
-    cnt = tf.reduce_sum(tf.cast(mask, dtype), axis=axes, keepdims=keep_dims)
+    cnt = tf.maximum(tf.reduce_sum(tf.cast(mask, dtype), axis=axes, keepdims=keep_dims), 1)  # empty seqs: 0
     other = 1
     for a in axes:
         if mask.shape[a] == 1:
@@ -148,7 +156,7 @@ def reduce_tensor(data, mode, axes, keep_dims=False, use_time_mask=None):
 
 
 class ReduceLayer(ConcatInputLayer):
-    """Reduce axes with sum, max, min, mean, logsumexp, prod, any, all, argmax, argmin."""
+    """Reduce axes with sum, max, min, mean (avg), logsumexp, any, all, argmax, argmin."""
 
     layer_class = "reduce"
 

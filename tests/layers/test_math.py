@@ -185,7 +185,7 @@ def test_reduce_keep_dims_time_and_int_axes():
 _TEMPLATE_CASES = {
     "reduce_argmin_t": {"class": "reduce", "mode": "argmin", "axes": "T"},
     "reduce_any": {"class": "reduce", "mode": "any", "axes": "T", "from": "cmp"},
-    "reduce_prod_bt": {"class": "reduce", "mode": "prod", "axes": ["B", "T"]},
+    "reduce_min_bt": {"class": "reduce", "mode": "min", "axes": ["B", "T"]},
     "math_norm_t": {"class": "math_norm", "p": 2, "axes": "T"},
     "elemwise_prod": {"class": "elemwise_prod", "axes": "F"},
     "weighted_sum_t": {"class": "weighted_sum", "axes": "T", "size": [3], "padding": "same"},
