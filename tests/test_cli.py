@@ -261,3 +261,21 @@ def test_config_with_dim_tags_and_get_network(tmp_path, capsys):
     import tensorflow as tf
 
     assert tf.train.load_checkpoint(str(tmp_path / "model.001")).get_variable_to_shape_map()["hidden/W"] == [9, 5]
+
+
+def test_train_on_hdf_file(tmp_path, capsys):
+    from returnn_lite.datasets import SimpleHDFWriter, Task12AXDataset
+
+    src = Task12AXDataset(num_seqs=12, fixed_random_seed=5)
+    src.init_seq_order(epoch=1)
+    hdf = str(tmp_path / "train.hdf")
+    writer = SimpleHDFWriter(hdf, dim=9, ndim=2)
+    for i in range(12):
+        data, classes = src.get_data(i, "data"), src.get_data(i, "classes")
+        writer.insert_batch(data[None], [len(data)], ["seq-%i" % i], extra={"classes": classes[None]})
+    writer.close()
+    config, out = _write_config(tmp_path, num_epochs=1)
+    assert main([config, "++train", hdf, "++dev", "", "++chunking", "20:10"]) == 0
+    text = capsys.readouterr().out
+    assert re.search(r"^epoch 1 score: [\d.e+-]+ error: [\d.e+-]+ elapsed: \S+$", text, re.M), text
+    assert (out / "model.001.index").exists()

@@ -151,13 +151,7 @@ class Engine:
         opts = self.config.typed_value(key) if self.config.is_typed(key) else self.config.value(key)
         if opts is None or opts == "":
             return None
-        defaults.setdefault("name", key)
-        if isinstance(opts, dict):
-            defaults = {k: v for k, v in defaults.items() if k not in opts}
-        elif not isinstance(opts, str) or opts.startswith("config:"):
-            defaults = {"name": key}
-        else:
-            defaults = {"name": key}
+        defaults.setdefault("name", key)  # options the dataset's own dict gives win over these defaults
         try:
             with returnn_import_hook():
                 dataset = init_dataset(opts, default_kwargs=defaults)
