@@ -56,6 +56,8 @@ class LossLayer(LayerBase):
         if value is None:
             return None
         value = tf.cast(value, tf.float32)
+        if value.shape.rank is None:
+            value = tf.reshape(value, [-1])
         if value.shape.rank != 1:
             raise ValueError("loss layer %r: loss %r gives a value of rank %r, expected one value per frame" % (
                 self.name, self.loss_.class_name, value.shape.rank))
@@ -224,11 +226,26 @@ class SparseSoftmaxCrossEntropyWithLogitsLayer(LayerBase):
         class_axis = lg.feature_dim_axis if axis is None else lg.get_axis_from_description(axis)
         lg = lg.copy_move_axis(class_axis, -1)
         frames = lg.copy_template_excluding_axis(lg.batch_ndim - 1)
-        tg = targets.output.copy_compatible_to(frames)
+        tg = self._targets_matching_time(targets.output, frames).copy_compatible_to(frames)
         labels = tg.placeholder
         ce = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=tf.cast(labels, tf.int32), logits=lg.placeholder)
         frames.placeholder = ce
         self.output.placeholder = frames.copy_compatible_to(self.output).placeholder
+
+    @staticmethod
+    def _targets_matching_time(tg, frames):
+        """
+        Targets whose time axis has another tag than the logits' time axis (e.g. data:classes vs. data:data,
+        equal lengths): as the original, the two (dynamic spatial) time axes are taken as the same axis.
+        """
+        if tg.time_dim_axis is None or frames.time_dim_axis is None:
+            return tg
+        t_tag, f_tag = tg.dims[tg.time_dim_axis], frames.dims[frames.time_dim_axis]
+        if t_tag in frames.dims or f_tag in tg.dims or (t_tag.dimension != f_tag.dimension):
+            return tg
+        new = tg.copy_template_replace_dim_tag(tg.time_dim_axis, f_tag)
+        new.placeholder = tg.placeholder
+        return new
 
     def get_dep_layers(self):
         return super().get_dep_layers() + [self.logits, self.targets]

@@ -19,14 +19,27 @@ def safe_log(x, eps=1e-20, use_fake_grad=True):
     return tf.math.log(x)
 
 
+def _with_identity_grad(func, x, y):
+    """func(x, y) exactly in the forward pass (no x + (f - x) rounding), the identity w.r.t. x backward."""
+
+    @tf.custom_gradient
+    def _f(x_):
+        def grad(dy):
+            return dy
+
+        return func(x_, tf.cast(y, x_.dtype)), grad
+
+    return _f(x)
+
+
 def maximum_with_identity_grad(x, y):
     """max(x, y) in the forward pass, the identity w.r.t. x in the backward pass."""
-    return x + tf.stop_gradient(tf.maximum(x, y) - x)
+    return _with_identity_grad(tf.maximum, x, y)
 
 
 def minimum_with_identity_grad(x, y):
     """min(x, y) in the forward pass, the identity w.r.t. x in the backward pass."""
-    return x + tf.stop_gradient(tf.minimum(x, y) - x)
+    return _with_identity_grad(tf.minimum, x, y)
 
 
 def smoothing_cross_entropy(logits, labels, label_smoothing, gaussian=False, vocab_size=None,

@@ -58,8 +58,7 @@ def _get_logits(loss, output_in_log_space):
     owa = loss.output_with_activation
     if owa is not None and owa.act_name in ("softmax", "exp"):
         return owa.data.copy_as_batch_major().copy_as_time_major().placeholder
-    if owa is not None and owa.act_name == "log_softmax":
-        return out.placeholder
+    # as the original: any other activation (also log_softmax) is taken as probabilities: safe_log(output)
     return safe_log(out.placeholder)
 
 
