@@ -682,7 +682,8 @@ class Data:
         return data
 
     def get_default_new_axis_for_dim_tag(self, dim_tag):
-        """Batch first, features last, dynamic axes after the last dynamic axis, static ones before F."""
+        """Batch first, features after F, dynamic axes after the last dynamic axis, others after the last spatial
+        axis (else before F, else at the end)."""
         if dim_tag.is_batch_dim():
             return 0
         f = self.feature_dim_axis
@@ -692,7 +693,10 @@ class Data:
             dyn = self.get_dynamic_axes()
             if dyn:
                 return dyn[-1] + 1
-        return self.batch_ndim if f is None or f != self.batch_ndim - 1 else f
+        spatial = self.get_spatial_batch_axes()
+        if spatial:
+            return spatial[-1] + 1
+        return self.batch_ndim if f is None else f
 
     def copy_add_batch_dim(self, batch_dim_axis=0, batch_size=None):
         """Add a batch axis; with batch_size the placeholder is tiled to it."""

@@ -21,8 +21,15 @@ class ConcatLayer(LayerBase):
         for layer, desc in zip(layers, axes):
             data = layer.output
             a = data.get_axis_from_description(desc)
-            xs.append((data.copy_move_axis(a, axis) if a != axis else data).placeholder)
             d = data.dims[a]
+            if a != axis or any(x != y for i, (x, y) in enumerate(zip(data.dims, self.output.dims)) if i != axis):
+                # another layout: bring the other axes into the output's order (matched by dim tag)
+                try:
+                    data = data.copy_compatible_to(self.output.copy_template_replace_dim_tag(axis, d),
+                                                   check_dtype=False)
+                except ValueError:  # tags that do not match: only move the concat axis
+                    data = data.copy_move_axis(a, axis)
+            xs.append(data.placeholder)
             sizes.append(d.dyn_size if d.dimension is None else tf.constant(d.dimension, tf.int32))
         self.output.placeholder = tf.concat(xs, axis=axis)
         tag = self.output.dims[axis]

@@ -83,6 +83,20 @@ def make_data(name, dims, like, time_tag=_INHERIT, feature_tag=_INHERIT, dtype=N
     return set_special_axes(out, time=time, feature=feature)
 
 
+def add_axis(data, axis, tag):
+    """
+    Template of data with the new axis tag inserted at axis (the original's copy_add_dim_by_tag): the time axis
+    stays the time axis, an explicit feature axis stays where it was, an unspecified one is derived anew
+    (so a static axis appended after the feature axis becomes the feature axis).
+    """
+    out = data.copy_template().copy_add_dim_by_tag(tag, unbroadcast=True, axis=axis)
+    t = data.time_dim_axis
+    if t is not None and out.time_dim_axis_or_unspecified is NotSpecified:
+        a = axis % (data.batch_ndim + 1)
+        out.time_dim_axis = t + (1 if t >= a else 0)
+    return out
+
+
 def rebatch_dims(dims, name):
     """
     For an output with a new batch axis (merged, tiled, flattened): the dynamic axes that stay get new tags
@@ -352,15 +366,17 @@ class ExpandDimsLayer(ConcatInputLayer):
         if isinstance(axis, int):
             data = data.copy_as_batch_major()
         a = cls._get_axis(data, axis)
-        is_f = isinstance(axis, str) and axis.lower() in ("f", "feature")
+        # only "f" (not "feature") makes a feature-kind axis and sets it as the feature axis explicitly
+        is_f = isinstance(axis, str) and axis.lower() == "f"
         tag = Dim(_ints("dim", dim), kind=Dim.Types.Feature if is_f else Dim.Types.Spatial,
                   description="%s_expand_dims" % name)
-        dims = list(data.dims)
-        dims.insert(a, tag)
-        # a new "T"/"spatial" axis becomes the time axis only if there is none
-        is_t = isinstance(axis, str) and axis.lower() in ("t", "time", "spatial") and data.time_dim_axis is None
-        return make_data(data.name, dims, like=data, time_tag=tag if is_t else _INHERIT,
-                         feature_tag=tag if is_f else _INHERIT)
+        out = add_axis(data, a, tag)
+        if isinstance(axis, str):
+            if axis.lower() in ("t", "time", "spatial") and data.time_dim_axis is None:
+                out.time_dim_axis = a  # the new axis becomes the time axis only if there is none
+            elif is_f:
+                out.feature_dim_axis = a
+        return out
 
 
 class SqueezeLayer(ConcatInputLayer):
@@ -470,7 +486,8 @@ class SwapAxesLayer(ConcatInputLayer):
         return data.copy_transpose(cls._perm(data, axis1, axis2))
 
 
-_SPECIAL_AXIS_KEYS = {"b": "B", "batch": "B", "t": "T", "time": "T", "f": "F", "feature": "F"}
+_SPECIAL_AXIS_KEYS = {"b": "B", "batch": "B", "t": "T", "time": "T", "f": "F", "feature": "F",
+                      "batch_dim_axis": "B", "time_dim_axis": "T", "feature_dim_axis": "F"}
 
 
 class ReinterpretDataLayer(ConcatInputLayer):
@@ -654,9 +671,7 @@ class StackLayer(LayerBase):
         a = cls._get_axis(common, axis)
         if a is None:
             a = common.get_default_new_axis_for_dim_tag(tag)
-        dims = list(common.dims)
-        dims.insert(a, tag)
-        return make_data(common.name, dims, like=common)
+        return add_axis(common, a, tag)
 
 
 class TileLayer(ConcatInputLayer):
