@@ -10,6 +10,7 @@ naming the layer and its class.
 from __future__ import annotations
 
 import contextlib
+import functools
 import sys
 
 import numpy as np
@@ -64,6 +65,22 @@ class NetworkLayerException(NetworkError):
         self.layer_name = layer_name
         self.layer_class = layer_class
         self.net_dict = net_dict
+
+
+def _in_session_graph(method):
+    """Run a method that takes a session inside the session's graph (variables are only hashable there)."""
+
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        session = kwargs.get("session")
+        if session is None:
+            session = next((a for a in args if isinstance(a, tf1.Session) or hasattr(a, "graph")), None)
+        if session is None or tf1.get_default_graph() is session.graph:
+            return method(self, *args, **kwargs)
+        with session.graph.as_default():
+            return method(self, *args, **kwargs)
+
+    return wrapper
 
 
 class TFNetworkParamsSerialized:
@@ -386,6 +403,7 @@ class TFNetwork:
                     "global_step", shape=(), dtype=tf.int64, initializer=tf1.zeros_initializer(), trainable=False)
         return root.global_train_step
 
+    @_in_session_graph
     def initialize_params(self, session):
         params = self.get_params_list() + self.get_auxiliary_params()
         if params:
@@ -395,10 +413,12 @@ class TFNetwork:
             if hook is not None:
                 hook(session)
 
+    @_in_session_graph
     def get_param_values_dict(self, session):
         return {layer.name: layer.get_param_values_dict(session)
                 for layer in self.layers.values() if layer.params}
 
+    @_in_session_graph
     def set_param_values_by_dict(self, values_dict, ignore_non_existing=False, session=None, **kwargs):
         for layer_name, values in values_dict.items():
             if layer_name not in self.layers:
@@ -407,17 +427,21 @@ class TFNetwork:
                 raise LayerNotFound("set_param_values_by_dict: no layer %r" % layer_name, layer_name, self)
             assign_values(session, {self.layers[layer_name].params[k]: v for k, v in values.items()})
 
+    @_in_session_graph
     def get_params_serialized(self, session):
         step = self.get_global_train_step(session)
         return TFNetworkParamsSerialized(self.get_param_values_dict(session), step)
 
+    @_in_session_graph
     def set_params_by_serialized(self, serialized, session, **kwargs):
         self.set_param_values_by_dict(serialized.values_dict, session=session, **kwargs)
         self.set_global_train_step(serialized.global_train_step, session)
 
+    @_in_session_graph
     def set_global_train_step(self, step, session):
         assign_values(session, {self.get_global_train_step_var(): np.int64(step)})
 
+    @_in_session_graph
     def get_global_train_step(self, session):
         return int(session.run(self.get_global_train_step_var()))
 
@@ -430,6 +454,7 @@ class TFNetwork:
     def reset_saver(self):
         self._saver = None
 
+    @_in_session_graph
     def save_params_to_file(self, filename, session):
         """Standard TF checkpoint with the original's variable names (e.g. output/W)."""
         d = self._saveable_dict()
@@ -438,6 +463,7 @@ class TFNetwork:
             self._saver_keys = set(d)
         self._saver.save(session, filename, write_meta_graph=False, write_state=False)
 
+    @_in_session_graph
     def load_params_from_file(self, filename, session, ignore_missing=False):
         loader = CustomCheckpointLoader(filename, saveable_params=self.get_params_list(), network=self,
                                         ignore_missing=ignore_missing)
@@ -675,6 +701,7 @@ class CustomCheckpointLoader:
                 self.filename, missing, sorted(self.ckpt_shapes)[:50]))
         return values
 
+    @_in_session_graph
     def load_now(self, session):
         values = self.get_variable_value_map()
         if self.network is not None and "global_step" in self.ckpt_shapes:

@@ -143,3 +143,18 @@ def test_train_flag_tensor_dropout():
             tr = s.run(net.get_layer("output").output.placeholder, {**feed, flag: True})
         np.testing.assert_array_equal(ev, x)
         assert set(np.unique(tr)) <= {0.0, 2.0}
+
+
+def test_session_methods_work_outside_the_graph_context(tmp_path):
+    graph = tf.Graph()
+    with graph.as_default():
+        net = _build()
+        net.get_global_train_step_var()
+    session = tf1.Session(graph=graph)
+    net.initialize_params(session)
+    net.set_global_train_step(7, session)
+    assert net.get_global_train_step(session) == 7
+    net.set_param_values_by_dict({"output": {"b": np.ones(4, "float32")}}, session=session)
+    net.save_params_to_file(str(tmp_path / "m"), session)
+    net.load_params_from_file(str(tmp_path / "m"), session)
+    np.testing.assert_array_equal(net.get_param_values_dict(session)["output"]["b"], np.ones(4))
