@@ -122,12 +122,15 @@ def transform_input(data, name, in_spatial_dims=None, num_spatial=None, input_ex
             "(use in_spatial_dims, input_expand_dims, input_add_feature_dim or input_split_feature_dim)" % (
                 filter_opt, num_spatial, data.short_repr(), len(spatial),
                 [data.dims[a].short_repr() for a in spatial]))
-    other = [i for i in range(data.batch_ndim) if i not in spatial and i not in (b, f)]
-    perm = ([b] if b is not None else []) + other + spatial + ([f] if f is not None else [])
+    if in_spatial_dims is not None:  # the original keeps the order of all batch-like axes (incl. B)
+        lead = [i for i in range(data.batch_ndim) if i not in spatial and i != f]
+    else:
+        lead = ([b] if b is not None else []) + [
+            i for i in range(data.batch_ndim) if i not in spatial and i not in (b, f)]
+    perm = lead + spatial + ([f] if f is not None else [])
     data = data.copy_transpose(perm) if data.placeholder is not None else data._with_dims(
         [data.dims[p] for p in perm], placeholder=None, perm=perm)
-    n_batch = (1 if b is not None else 0) + len(other)
-    return data, n_batch, len(spatial)
+    return data, len(lead), len(spatial)
 
 
 def _make_output(name, data, n_batch, out_spatial_dims, feature_dim, dtype=None):

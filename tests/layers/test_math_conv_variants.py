@@ -266,3 +266,19 @@ def test_pool_variants(extern, opts, prep, k, s):
     lens = np.array([_out_len(n, k, s, 1, opts["padding"].lower())[0] for n in LENS])
     m = (np.arange(y.shape[1])[None, :] < lens[:, None])[:, :, None]
     np.testing.assert_allclose(v["p"] * m, y * m, rtol=1e-5, atol=1e-6)
+
+
+def test_conv_pool_in_spatial_dims_keep_batch_like_axes_order():
+    extern = {"data": {"shape": (None, 6, 3), "time_dim_axis": 0, "batch_dim_axis": 1}}
+    net, inputs, v, p = _run(extern, {
+        "c": {"class": "conv", "filter_size": (2,), "padding": "valid", "n_out": 4, "in_spatial_dims": ["dim:6"],
+              "from": "data"},
+        "p": {"class": "pool", "mode": "max", "pool_size": (2,), "in_spatial_dims": ["T"], "from": "data"},
+    }, ["c", "p"])
+    c, pl = net.get_layer("c").output, net.get_layer("p").output
+    # the axes not convolved over (incl. the batch axis) keep their order in front, as in the original
+    assert _kinds(c) == ["spatial", "batch", "spatial", "feature"] and c.batch_shape == (None, None, 5, 4)
+    assert _kinds(pl) == ["batch", "spatial", "spatial", "feature"] and pl.batch_shape == (None, 6, None, 3)
+    x, w = inputs["data"], p["c/W"]  # x [T,B,6,3]
+    y = np.einsum("tbsi,io->tbso", x[:, :, :-1], w[0]) + np.einsum("tbsi,io->tbso", x[:, :, 1:], w[1])
+    np.testing.assert_allclose(v["c"], y, rtol=1e-5, atol=1e-5)
