@@ -55,7 +55,8 @@ class GatherLayer(LayerBase):
         pos_data = position.output
         common_in, common_pos, in_rest, pos_rest = self._get_common_axes(input_data, pos_data, a)
         x = input_data.placeholder
-        perm_in = common_in + in_rest
+        before, after = self._split_input_axes(in_rest, a, len(common_in))
+        perm_in = common_in + before + [a] + after
         if perm_in != list(range(input_data.batch_ndim)):
             x = tf.transpose(x, perm_in)
         p = pos_data.placeholder
@@ -65,7 +66,18 @@ class GatherLayer(LayerBase):
         n = len(common_in)
         if clip_to_valid:
             p = self._clip_positions(input_data, a, p, common_in, pos_data.batch_ndim)
-        self.output.placeholder = tf.gather(x, p, axis=n + in_rest.index(a), batch_dims=n)
+        self.output.placeholder = tf.gather(x, p, axis=n + len(before), batch_dims=n)
+
+    @staticmethod
+    def _split_input_axes(in_rest, gather_axis, n_common):
+        """
+        The input axes (neither shared nor the gather axis) that go before / after the position axes: as the
+        original, the first ``gather_axis - n_common`` of them go before (counting the shared axes even where
+        they come after the gather axis).
+        """
+        specific = [i for i in in_rest if i != gather_axis]
+        nb = max(0, gather_axis - n_common)
+        return specific[:nb], specific[nb:]
 
     @staticmethod
     def _clip_positions(input_data, a, p, common_in, pos_ndim):
@@ -124,9 +136,8 @@ class GatherLayer(LayerBase):
         _check_int_positions(name, pos_data)
         a = input_data.get_axis_from_description(axis)
         common_in, common_pos, in_rest, pos_rest = cls._get_common_axes(input_data, pos_data, a)
-        k = in_rest.index(a)
-        in_order = common_in + in_rest[:k]
-        in_after = in_rest[k + 1:]
+        before, in_after = cls._split_input_axes(in_rest, a, len(common_in))
+        in_order = common_in + before
         dims = ([input_data.dims[i] for i in in_order] + [pos_data.dims[j] for j in pos_rest]
                 + [input_data.dims[i] for i in in_after])
 

@@ -55,9 +55,15 @@ def _is_rec_step_axis(network, data, axis):
 
 
 def _add_dim_keep_special_axes(data, tag, axis):
-    """Insert tag at axis; the time and feature axes stay the axes they were (as the original's copy_add_dim_by_tag)."""
+    """
+    Insert tag at axis; the time axis stays the axis it was, the feature axis only where it was set explicitly
+    (else it is the default of the new layout), as the original's copy_add_dim_by_tag.
+    """
     out = data.copy_add_dim_by_tag(tag, unbroadcast=True, axis=axis)
-    for kind in ("time_dim_axis", "feature_dim_axis"):
+    kinds = ["time_dim_axis"]
+    if data.feature_dim_axis_or_unspecified is not NotSpecified:
+        kinds.append("feature_dim_axis")
+    for kind in kinds:
         old = getattr(data, kind)
         if old is None:
             continue
@@ -796,6 +802,8 @@ class RangeLayer(LayerBase):
 
     def __init__(self, limit, start=0, delta=1, dtype=None, sparse=False, out_spatial_dim=None, **kwargs):
         super().__init__(**kwargs)
+        if not tf.as_dtype(self.output.dtype).is_floating:
+            start, limit, delta = int(start), int(limit), int(delta)
         self.output.placeholder = tf.range(start, limit, delta, dtype=self.output.dtype)
 
     @classmethod

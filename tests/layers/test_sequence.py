@@ -215,11 +215,13 @@ def test_gather_clip_to_valid_per_sequence():
         np.testing.assert_allclose(res["output"][0][b], x[b, n - 1])  # clipped to the last frame of each sequence
 
 
-def test_window_over_feature_keeps_feature_axis():
+def test_window_over_feature_keeps_feature_tag():
+    # the input's feature axis was not set explicitly: as the original (copy_add_dim_by_tag keeps only explicitly set
+    # feature axes), the feature axis is the default of the new layout, the last static axis (the window axis)
     net, _, res = _run({"output": {"class": "window", "window_size": 3, "axis": "F", "from": "data"}}, ["output"])
     out = net.get_layer("output").output
     assert out.batch_shape == (None, None, 3, 3)
-    assert out.feature_dim_axis == 2 and out.dims[2] is net.extern_data.get_data("data").dims[2]
+    assert out.dims[2] is net.extern_data.get_data("data").dims[2] and out.feature_dim_axis == 3
 
 
 def test_same_operation_on_same_axis_gives_same_tag():
