@@ -296,6 +296,23 @@ def get_cell_class(unit, step_only=False):
     return table[name]
 
 
+def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations=10, name="while"):
+    """
+    tf.while_loop that outputs all intermediates: gradients of a per-step subnetwork, built after the graph has run
+    once, would otherwise fail ("Connecting to invalid output" of the loop op). (Used for subnetwork units only:
+    for the lean cell loop it does not help and costs speed.)
+    """
+    from tensorflow.python.ops import control_flow_util_v2
+
+    old = control_flow_util_v2._EXPERIMENTAL_OUTPUT_ALL_INTERMEDIATES_OVERRIDE
+    tf1.experimental.output_all_intermediates(True)
+    try:
+        return tf.while_loop(cond, body, loop_vars, shape_invariants=shape_invariants,
+                             parallel_iterations=parallel_iterations, name=name)
+    finally:
+        control_flow_util_v2._EXPERIMENTAL_OUTPUT_ALL_INTERMEDIATES_OVERRIDE = old
+
+
 def run_cell_loop(cell, z, seq_len, initial_state, reverse=False):
     """
     Runs cell.step over time-major projected inputs z [T, B, D]; frames at t >= seq_len keep the state (output 0).
@@ -315,8 +332,7 @@ def run_cell_loop(cell, z, seq_len, initial_state, reverse=False):
         new_states = [tf.where(mask, new[k], state[k]) for k in names]
         return [t + 1, out_ta.write(t, tf.where(mask, y, tf.zeros_like(y)))] + new_states
 
-    res = tf.while_loop(lambda t, *_: t < n_time, body, [tf.constant(0), out_ta] + [initial_state[k] for k in names],
-                        )
+    res = tf.while_loop(lambda t, *_: t < n_time, body, [tf.constant(0), out_ta] + [initial_state[k] for k in names])
     y = res[1].stack()
     if reverse:
         y = tf.reverse_sequence(y, seq_len, seq_axis=0, batch_axis=1)

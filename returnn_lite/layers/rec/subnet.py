@@ -101,18 +101,9 @@ def _time_major(data, time_dim):
 
 
 def _while_loop_all_intermediates(cond, body, init, invariants):
-    """
-    tf.while_loop that keeps all intermediates as outputs: gradients of losses computed on accumulated outputs
-    (built after the loop) need them (else TF fails with "Connecting to invalid output" in the gradient).
-    """
-    from tensorflow.python.ops import control_flow_util_v2
+    from .cells import while_loop
 
-    old = control_flow_util_v2._EXPERIMENTAL_OUTPUT_ALL_INTERMEDIATES_OVERRIDE
-    tf1.experimental.output_all_intermediates(True)
-    try:
-        return tf.while_loop(cond, body, init, shape_invariants=invariants, parallel_iterations=1, name="rec_loop")
-    finally:
-        control_flow_util_v2._EXPERIMENTAL_OUTPUT_ALL_INTERMEDIATES_OVERRIDE = old
+    return while_loop(cond, body, init, shape_invariants=invariants, parallel_iterations=1, name="rec_loop")
 
 
 def _outside_refs(network, rec_name, unit):
@@ -338,9 +329,10 @@ class RecSubnetLoop:
             tpl.templates[x] = layer
             return layer
 
+        outside_refs = _outside_refs(network, name, unit)
         needed = ["output"] + [n for n in sorted(unit) if n != "output" and (
             n == "end" or unit[n].get("is_output_layer") or unit[n].get("need_last")
-            or (unit[n].get("loss") and network.eval_flag) or n in _outside_refs(network, name, unit))]
+            or (unit[n].get("loss") and network.eval_flag) or n in outside_refs)]
         def build_all():
             for x in needed:
                 build(x)
