@@ -226,18 +226,25 @@ class NormLayer(CopyLayer):
                         param_axes.append(i)
         else:
             param_axes = data.get_axes_from_description(param_shape, allow_int=False) if param_shape else []
-        param_axes = sorted(param_axes)
+        # the params have the axes in the given order; they broadcast in the input's order
         p_shape = tuple(data.dims[a].dimension for a in param_axes)
         if any(s is None for s in p_shape):
             raise ValueError("norm layer %r: param_shape %r refers to dynamic axes of %s" % (
                 self.name, param_shape, data.short_repr()))
+        p_perm = sorted(range(len(param_axes)), key=lambda k: param_axes[k])
         bc = [data.dims[i].dimension if i in param_axes else 1 for i in range(data.batch_ndim)]
+
+        def bc_param(param):
+            if p_perm != list(range(len(p_perm))):
+                param = tf.transpose(param, p_perm)
+            return tf.reshape(param, bc)
+
         mean, variance = moments(x, axes_, keepdims=True)
         y = (x - mean) * tf.math.rsqrt(variance + epsilon)
         if scale:
-            y = y * tf.reshape(self.create_param("scale", p_shape, 1.0), bc)
+            y = y * bc_param(self.create_param("scale", p_shape, 1.0))
         if bias:
-            y = y + tf.reshape(self.create_param("bias", p_shape, 0.0), bc)
+            y = y + bc_param(self.create_param("bias", p_shape, 0.0))
         self.output.placeholder = y
 
 

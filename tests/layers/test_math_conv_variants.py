@@ -282,3 +282,15 @@ def test_conv_pool_in_spatial_dims_keep_batch_like_axes_order():
     x, w = inputs["data"], p["c/W"]  # x [T,B,6,3]
     y = np.einsum("tbsi,io->tbso", x[:, :, :-1], w[0]) + np.einsum("tbsi,io->tbso", x[:, :, 1:], w[1])
     np.testing.assert_allclose(v["c"], y, rtol=1e-5, atol=1e-5)
+
+
+def test_norm_param_shape_order_and_no_params():
+    net, inputs, v, p = _run({"data": {"shape": (4, 5)}}, {
+        "n": {"class": "norm", "axes": ["F", "spatial"], "param_shape": ["F", "spatial"], "from": "data"},
+        "n2": {"class": "norm", "axes": "F", "param_shape": (), "from": "data"},
+        "n3": {"class": "norm", "axes": "F", "scale": False, "bias": False, "from": "data"},
+    }, ["n", "n2", "n3"])
+    assert p["n/scale"].shape == (5, 4) and p["n2/scale"].shape == () and "n3/scale" not in p
+    x = inputs["data"]
+    ref = (x - x.mean((1, 2), keepdims=True)) / np.sqrt(x.var((1, 2), keepdims=True) + 1e-6)
+    np.testing.assert_allclose(v["n"], ref, rtol=1e-4, atol=1e-5)
