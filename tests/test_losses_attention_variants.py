@@ -197,3 +197,31 @@ def test_global_attention_time_major_base(cls):
         e = (np.tanh(c + q[:, None]) * params["output/v"]).sum(-1)
     w = _softmax(np.where(MASK, e, -np.inf))
     np.testing.assert_allclose(out["output"], np.einsum("bt,btf->bf", w, x), rtol=1e-4, atol=1e-5)
+
+
+def test_ctc_use_viterbi_is_best_path_score():
+    import itertools
+
+    tl = {"classes": np.array([3, 2, 2], np.int32)}
+    out, inp, _, _ = _run({"output": {"class": "softmax", "from": "data", "loss": "ctc",
+                                      "loss_opts": {"use_viterbi": True}}}, TM, layers=["output"], lens_by_key=tl)
+    log_probs = np.log(out["output"].transpose(1, 0, 2))
+    ref = 0.0
+    for b in range(3):
+        lp, labels, best = log_probs[b, :LENS[b]], list(inp["classes"][b, :tl["classes"][b]]), -np.inf
+        for align in itertools.product(range(5), repeat=len(lp)):
+            collapsed = [k for i, k in enumerate(align) if (i == 0 or k != align[i - 1]) and k != 4]
+            if collapsed == labels:
+                best = max(best, sum(lp[t, k] for t, k in enumerate(align)))
+        ref -= best
+    np.testing.assert_allclose(out["output:loss"], ref, rtol=1e-5)
+
+
+def test_ctc_loss_layer_max_approx_not_below_full_sum():
+    tl = {"classes": np.array([3, 2, 2], np.int32)}
+    net = {"logits": {"class": "linear", "n_out": 5, "from": "data"},
+           "full": {"class": "ctc_loss", "logits": "logits", "targets": "data:classes"},
+           "best": {"class": "ctc_loss", "logits": "logits", "targets": "data:classes", "max_approx": True}}
+    out, _, _, net_ = _run(net, TM, layers=["full", "best"], train_flag=False, lens_by_key=tl)
+    assert net_.get_layer("best").output.batch_shape == (None,)
+    assert np.all(out["best"] >= out["full"] - 1e-5) and np.all(out["best"] - out["full"] < 10.0)

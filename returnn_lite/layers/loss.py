@@ -180,14 +180,19 @@ class CtcLossLayer(LayerBase):
 
     def __init__(self, logits, targets, blank_index=-1, max_approx=False, logits_normalized=False, **kwargs):
         super().__init__(**kwargs)
-        if max_approx:
-            raise NotImplementedError("ctc_loss layer %r: max_approx (Viterbi) is not supported" % self.name)
         self.logits, self.targets = logits, targets
         lg = logits.output.copy_as_batch_major().copy_with_time_dim_axis(1).copy_with_feature_last()
         tg = targets.output.copy_as_batch_major()
         num_classes = lg.dim
         if blank_index < 0:
             blank_index += num_classes
+        if max_approx:  # only the best (Viterbi) alignment
+            from ..losses.ctc import ctc_loss_viterbi
+
+            self.output.placeholder = ctc_loss_viterbi(
+                logits=lg.copy_as_time_major().placeholder, logits_seq_lens=lg.get_sequence_lengths(),
+                targets=tg.placeholder, targets_seq_lens=tg.get_sequence_lengths(), blank_index=blank_index)
+            return
         self.output.placeholder = tf.nn.ctc_loss(
             labels=tf.cast(tg.placeholder, tf.int32), logits=lg.placeholder,
             label_length=tg.get_sequence_lengths(), logit_length=lg.get_sequence_lengths(),

@@ -62,6 +62,53 @@ def _get_logits(loss, output_in_log_space):
     return safe_log(out.placeholder)
 
 
+def ctc_loss_viterbi(logits, logits_seq_lens, targets, targets_seq_lens, blank_index=-1):
+    """
+    CTC loss of only the best (Viterbi) alignment (blank_index, default the last class; label loops, blank optional between
+    different labels): -max_alignment sum_t log_softmax(logits)[t, label_t] per sequence. The gradient (through the
+    max) is the cross entropy gradient on the best alignment, softmax - onehot(alignment).
+
+    :param tf.Tensor logits: [T,B,D] time-major, unnormalized
+    :param tf.Tensor logits_seq_lens: [B]
+    :param tf.Tensor targets: [B,L] int labels (< D-1)
+    :param tf.Tensor targets_seq_lens: [B]
+    :param int blank_index: negative counts from the end
+    :return: [B] float32
+    """
+    with tf.name_scope("ctc_loss_viterbi"):
+        log_probs = tf.nn.log_softmax(logits)  # (T,B,D)
+        blank = blank_index if blank_index >= 0 else tf.shape(logits)[-1] + blank_index
+        targets = tf.cast(targets, tf.int32)
+        n_batch, n_labels = tf.shape(targets)[0], tf.shape(targets)[1]
+        # extended label sequence: blank, l_1, blank, l_2, ..., l_L, blank: (B,S), S = 2L+1
+        ext = tf.reshape(tf.stack([tf.fill([n_batch, n_labels], blank), targets], axis=2), [n_batch, 2 * n_labels])
+        ext = tf.concat([ext, tf.fill([n_batch, 1], blank)], axis=1)
+        n_states = 2 * n_labels + 1
+        states = tf.range(n_states)
+        prev2 = tf.concat([tf.fill([n_batch, 2], -1), ext[:, :-2]], axis=1)
+        allow_skip = tf.logical_and(tf.not_equal(ext, blank), tf.not_equal(ext, prev2))  # (B,S)
+        neg_inf = tf.constant(float("-inf"))
+
+        def emissions(t):
+            return tf.gather(log_probs[t], ext, batch_dims=1)  # (B,S)
+
+        init = tf.where(tf.less(states, 2)[None, :], emissions(0), neg_inf)
+
+        def step(alpha, t):
+            shift1 = tf.concat([tf.fill([n_batch, 1], neg_inf), alpha[:, :-1]], axis=1)
+            shift2 = tf.concat([tf.fill([n_batch, 2], neg_inf), alpha[:, :-2]], axis=1)
+            shift2 = tf.where(allow_skip, shift2, neg_inf)
+            new = tf.maximum(tf.maximum(alpha, shift1), shift2) + emissions(t)
+            return tf.where(tf.less(t, logits_seq_lens)[:, None], new, alpha)
+
+        alpha = tf.foldl(step, tf.range(1, tf.shape(logits)[0]), initializer=init)
+        end = 2 * tf.cast(targets_seq_lens, tf.int32)  # final blank; the last label is end - 1
+        last_blank = tf.gather(alpha, end[:, None], batch_dims=1)[:, 0]
+        last_label = tf.gather(alpha, tf.maximum(end - 1, 0)[:, None], batch_dims=1)[:, 0]
+        last_label = tf.where(end > 0, last_label, neg_inf)
+        return -tf.maximum(last_blank, last_label)
+
+
 class CtcLoss(Loss):
     """Connectionist temporal classification via tf.nn.ctc_loss; the blank is the last output class."""
 
@@ -112,9 +159,14 @@ class CtcLoss(Loss):
 
     def get_value(self):
         with tf.name_scope("loss_ctc"):
-            if self.use_viterbi:
-                raise NotImplementedError("ctc loss: use_viterbi needs the native Viterbi op, not available")
             logits = self.get_output_logits()
+            if self.use_viterbi:
+                if self.ctc_opts:
+                    raise ValueError("ctc loss: ctc_opts %r are not supported with use_viterbi" % (self.ctc_opts,))
+                self._ctc_loss = ctc_loss_viterbi(
+                    logits=logits, logits_seq_lens=self.output_seq_lens,
+                    targets=self.target.copy_as_batch_major().placeholder, targets_seq_lens=self.target_seq_lens)
+                return self.reduce_func(self._ctc_loss)
             labels = self._get_target_sparse_labels()
             self._ctc_loss = tf1.nn.ctc_loss(
                 labels=labels, inputs=logits, sequence_length=self.output_seq_lens, time_major=True,
