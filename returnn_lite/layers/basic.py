@@ -176,6 +176,16 @@ _COMBINE_KINDS = {
 }
 
 
+def _combine_tf_func(kind):
+    """Other kinds: any binary function of tf.math or tf by that name (as the original)."""
+    kind_ = {"sub": "subtract", "mul": "multiply"}.get(kind, kind)
+    func = getattr(tf.math, kind_, None) or getattr(tf, kind_, None)
+    if not callable(func) or isinstance(func, type):
+        raise ValueError("unknown combine kind %r (not eval nor a function of tf.math or tf); e.g. %s" % (
+            kind, sorted(_COMBINE_KINDS)))
+    return func
+
+
 def _fold(op, xs):
     res = xs[0]
     for x in xs[1:]:
@@ -195,9 +205,7 @@ class CombineLayer(LayerBase):
         if kind == "eval":
             x = _run_eval(eval, self, xs, eval_locals)
         else:
-            if kind not in _COMBINE_KINDS:
-                raise ValueError("unknown combine kind %r; known: %s" % (kind, sorted(_COMBINE_KINDS) + ["eval"]))
-            x = _COMBINE_KINDS[kind](xs)
+            x = _COMBINE_KINDS[kind](xs) if kind in _COMBINE_KINDS else _fold(_combine_tf_func(kind), xs)
         if with_bias:
             b = self.create_param("b", (self.output.dim,), 0.0)
             f = self.output.feature_dim_axis
@@ -267,14 +275,20 @@ def _apply_out_type(template, out_type, name):
 
 def _run_eval(code, layer, xs, eval_locals=None):
     """Evaluate an eval string with source(i), self, tf, np in scope."""
-    if callable(code):
-        return code(source=lambda i, **_kw: xs[i], self=layer)
-
     def source(i, auto_convert=True, enforce_batch_major=False, as_data=False):
-        if as_data:
-            return layer.sources[i].output
-        return xs[i]
+        if not (0 <= i < len(xs)):
+            raise IndexError("eval layer %r: source(%i) but there are %i sources" % (layer.name, i, len(xs)))
+        if auto_convert and not enforce_batch_major and not as_data:
+            return xs[i]
+        out = layer.sources[i].output
+        if auto_convert:
+            out = out.copy_compatible_to(layer.output, check_sparse=False, check_dtype=False)
+        if enforce_batch_major:
+            out = out.copy_as_batch_major()
+        return out if as_data else out.placeholder
 
+    if callable(code):
+        return code(source=source, self=layer, **(eval_locals or {}))
     ns = {"tf": tf, "np": np, "source": source, "self": layer, "layer": layer}
     try:
         from .. import tf_util  # optional helper namespace for configs
@@ -536,6 +550,10 @@ class ScaledGradientLayer(CopyLayer):
 
     def __init__(self, scale, shift=None, scale_shift_by_sum_over_axis=None, clip_max_axis=None, **kwargs):
         super().__init__(**kwargs)
+        for opt, v in (("shift", shift), ("scale_shift_by_sum_over_axis", scale_shift_by_sum_over_axis),
+                       ("clip_max_axis", clip_max_axis)):
+            if v is not None:
+                raise NotImplementedError("scaled_grad layer %r: option %s=%r is not supported" % (self.name, opt, v))
         x = self.output.placeholder
         if scale == 0:
             x = tf.stop_gradient(x)

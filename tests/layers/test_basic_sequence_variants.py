@@ -285,3 +285,22 @@ def test_time_chunking_chunk_lengths_batch_major_order():
     _, _, res = _run({"output": {"class": "time_chunking", "from": "data", "chunk_size": 3, "chunk_step": 2}})
     assert res["output"][0].shape == (3, 9, 3)
     np.testing.assert_array_equal(res["output"][1][0], [3, 3, 3, 3, 3, 1, 3, 2, 0])
+
+
+def test_combine_any_tf_math_kind_and_eval_source_options():
+    _, inp, res = _run({"a": {"class": "combine", "kind": "atan2", "from": ["data", "data"]},
+                        "e": {"class": "eval", "from": "data", "eval": "source(0, auto_convert=False) + 1.0"},
+                        "c": {"class": "eval", "from": "data", "eval": lambda source, self, k: source(0) * k,
+                              "eval_locals": {"k": 3.0}}},
+                       fetch=("a", "e", "c"), extern={"data": TIME_MAJOR})
+    x = inp["data"]
+    np.testing.assert_allclose(res["a"][0], np.arctan2(x, x), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(res["e"][0], x + 1.0, rtol=1e-6)
+    np.testing.assert_allclose(res["c"][0], 3 * x, rtol=1e-6)
+
+
+def test_combine_unknown_kind_and_scaled_grad_shift_raise():
+    with pytest.raises(Exception, match="foo"):
+        _run({"output": {"class": "combine", "kind": "foo", "from": ["data", "data"]}})
+    with pytest.raises(Exception, match="shift"):
+        _run({"output": {"class": "scaled_grad", "from": "data", "scale": 0.5, "shift": 1.0}})
