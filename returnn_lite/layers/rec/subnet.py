@@ -19,7 +19,7 @@ from ...data import Data, Dim, batch_dim
 from ...network import LayerNotFound, NetworkConstructionDependencyLoopException, TFNetwork
 from ...losses.holder import LossHolder
 from ...util import as_list
-from ..base import InternalLayer, LayerBase, get_layer_class
+from ..base import InternalLayer, LayerBase
 
 tf1 = tf.compat.v1
 
