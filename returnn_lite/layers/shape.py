@@ -309,9 +309,9 @@ class SliceNdLayer(ConcatInputLayer):
         if start is None:
             raise ValueError("slice_nd needs 'start' (a layer)")
         x = cls._input_bt(concat_sources_template(sources, name="%s_output" % name))
+        if not start.output.have_batch_axis():
+            raise ValueError("slice_nd: start %s needs a batch axis" % start.output.short_repr())
         st = start.output.copy_as_batch_major()
-        if not st.have_batch_axis():
-            raise ValueError("slice_nd: start %s needs a batch axis" % st.short_repr())
         if not st.dtype.startswith("int"):
             raise ValueError("slice_nd: start must be int, got %s" % st.short_repr())
         tag = Dim(None if size is None or isinstance(size, LayerBase) else _ints("size", size),

@@ -174,6 +174,43 @@ def test_squeeze_time_major_int_axis():
     assert _kinds(res["output"][0]) == "BTF"
 
 
+def test_slice_nd_start_with_time_axis_and_min_size():
+    net = {"s0": {"class": "range_in_axis", "from": "data", "axis": "b"},
+           "s1": {"class": "range_in_axis", "from": "data", "axis": "t"},
+           "start": {"class": "combine", "kind": "add", "from": ["s0", "s1"]},
+           "output": {"class": "slice_nd", "from": "data", "start": "start", "size": None}}
+    res, inputs = _run({"data": {"dim": 3}}, net, layers=("start", "output"))
+    out, value = res["output"]
+    assert _kinds(out) == "BTsF" and out.dims[1] == res["start"][0].dims[1]
+    x, start = inputs["data"], res["start"][1]
+    for b in range(3):
+        for t in range(7):
+            for k in range(value.shape[2]):
+                p = start[b, t] + k
+                np.testing.assert_array_equal(value[b, t, k], x[b, p] if p < LENS[b] else 0)
+    extern = {"data": {"dim": 3, "time_dim_axis": 0, "batch_dim_axis": 1},
+              "start": {"shape": (), "dtype": "int32", "time_dim_axis": None}}
+    res, _ = _run(extern, {"output": {"class": "slice_nd", "from": "data", "start": "data:start", "size": None,
+                                      "min_size": 9}})
+    assert _kinds(res["output"][0]) == "BTF" and res["output"][1].shape == (3, 9, 3)
+
+
+def test_slice_nd_start_without_batch_fails_clearly():
+    net = {"start": {"class": "range_in_axis", "from": "data", "axis": "t"},
+           "output": {"class": "slice_nd", "from": "data", "start": "start", "size": 2}}
+    with pytest.raises(Exception, match="needs a batch axis"):
+        _run({"data": {"dim": 3}}, net)
+
+
+def test_split_time_major_sub_layers():
+    extern = {"data": {"dim": 6, "time_dim_axis": 0, "batch_dim_axis": 1}}
+    net = {"split": {"class": "split", "from": "data", "size_splits": (2, 4)},
+           "output": {"class": "copy", "from": "split/1"}}
+    res, inputs = _run(extern, net, layers=("split/0", "output"))
+    assert _kinds(res["split/0"][0]) == "TBF" and res["split/0"][0].dim == 2
+    np.testing.assert_array_equal(res["output"][1], inputs["data"][..., 2:])
+
+
 def test_get_default_new_axis_for_dim_tag():
     with tf.Graph().as_default():
         ed = ExternData({"bm": {"dim": 5}, "tm": {"dim": 5, "time_dim_axis": 0, "batch_dim_axis": 1},
