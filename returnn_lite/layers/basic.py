@@ -335,14 +335,19 @@ class CompareLayer(LayerBase):
 
     def __init__(self, kind="equal", value=None, allow_broadcast_all_sources=NotSpecified, **kwargs):
         super().__init__(**kwargs)
-        if kind not in _COMPARE_KINDS:
+        op = _COMPARE_KINDS.get(kind) or getattr(tf, kind, None)  # as the original: getattr(tf, kind)
+        if not callable(op):
             raise ValueError("unknown compare kind %r; known: %s" % (kind, sorted(_COMPARE_KINDS)))
+        if value is None and len(self.sources) < 2:
+            raise ValueError("compare layer %r: needs two sources or a value" % self.name)
         _, xs = _sources_broadcast(self.name, self.sources)
         if value is not None:
-            xs.append(tf.constant(value, dtype=xs[0].dtype))
-        res = xs[0]
-        for x in xs[1:]:
-            res = _COMPARE_KINDS[kind](res, x)
+            xs.append(tf.constant(value, dtype=xs[-1].dtype))
+        # a chain: x0 op x1 and x1 op x2 and ... and x_last op value
+        res = None
+        for a, b in zip(xs[:-1], xs[1:]):
+            r = op(a, b)
+            res = r if res is None else tf.logical_and(res, r)
         self.output.placeholder = res
 
     @classmethod

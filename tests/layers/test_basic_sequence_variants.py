@@ -304,3 +304,13 @@ def test_combine_unknown_kind_and_scaled_grad_shift_raise():
         _run({"output": {"class": "combine", "kind": "foo", "from": ["data", "data"]}})
     with pytest.raises(Exception, match="shift"):
         _run({"output": {"class": "scaled_grad", "from": "data", "scale": 0.5, "shift": 1.0}})
+
+
+def test_compare_is_a_chain():
+    extern = {"data": {"dim": 3}}
+    _, inp, res = _run({"c": {"class": "compare", "from": ["data", "data"], "value": 0.5, "kind": "less_equal"},
+                        "s": {"class": "compare", "from": "data", "value": 0.0, "kind": "greater"}},
+                       fetch=("c", "s"), extern=extern)
+    x = inp["data"]
+    np.testing.assert_array_equal(res["c"][0], (x <= x) & (x <= 0.5))
+    np.testing.assert_array_equal(res["s"][0], x > 0.0)
