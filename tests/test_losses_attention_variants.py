@@ -225,3 +225,14 @@ def test_ctc_loss_layer_max_approx_not_below_full_sum():
     out, _, _, net_ = _run(net, TM, layers=["full", "best"], train_flag=False, lens_by_key=tl)
     assert net_.get_layer("best").output.batch_shape == (None,)
     assert np.all(out["best"] >= out["full"] - 1e-5) and np.all(out["best"] - out["full"] < 10.0)
+
+
+def test_ce_and_loss_layer_static_time_axis():
+    extern = {"data": {"shape": (6, 5), "time_dim_axis": 1},
+              "classes": {"shape": (6,), "dim": 4, "sparse": True, "time_dim_axis": 1}}
+    out, inp, _, _ = _run({"output": {"class": "softmax", "from": "data", "loss": "ce"},
+                           "l": {"class": "loss", "from": "output", "loss_": "ce"}}, extern, layers=["output", "l"])
+    nll = -np.log(np.take_along_axis(out["output"], inp["classes"][..., None], -1)[..., 0])
+    np.testing.assert_allclose(out["output:loss"], nll.sum(), rtol=1e-5)
+    np.testing.assert_allclose(out["output:norm"], 1.0 / 18, rtol=1e-6)
+    np.testing.assert_allclose(out["l"], nll, rtol=1e-5)

@@ -30,6 +30,14 @@ def get_loss_class_names():
     return sorted(_loss_registry)
 
 
+def _seq_lens(data):
+    """[B] lengths of the time axis of data (the static size for a static time axis)."""
+    lens = data.get_sequence_lengths()
+    if lens is None:
+        lens = tf.fill([tf.shape(data.placeholder)[data.batch_dim_axis]], data.get_dim(data.time_dim_axis))
+    return lens
+
+
 class Loss:
     """A loss on a layer's output against a target. Subclasses set class_name and implement get_value."""
 
@@ -138,10 +146,10 @@ class Loss:
             self.output_seq_lens = None
             self.target_seq_lens = None
             if output.have_time_axis() and output.have_batch_axis():
-                self.output_seq_lens = output.get_sequence_lengths()
+                self.output_seq_lens = _seq_lens(output)
                 self.num_frames = tf.reduce_sum(self.output_seq_lens)
                 if target is not None and target.have_time_axis():
-                    self.target_seq_lens = target.get_sequence_lengths()
+                    self.target_seq_lens = _seq_lens(target)
                     self.num_frames = tf.reduce_sum(self.target_seq_lens)
             elif output.have_batch_axis():
                 self.num_frames = tf.shape(output.placeholder)[output.batch_dim_axis]
@@ -204,6 +212,12 @@ class Loss:
                 rest = [tf.shape(x)[i] for i in range(2, data.batch_ndim)]
             return tf.reshape(x, [-1] + rest)
         data = data.copy_as_batch_major().copy_with_time_dim_axis(1)
+        if data.dims[1].dyn_size is None:  # static time axis: all frames
+            x = data.placeholder
+            rest = [data.get_dim(i) for i in range(2, data.batch_ndim)]
+            if not all(isinstance(d, int) for d in rest):
+                rest = [tf.shape(x)[i] for i in range(2, data.batch_ndim)]
+            return tf.reshape(x, [-1] + rest)
         return tf.boolean_mask(data.placeholder, data.get_sequence_mask())
 
     def _reduce_batch_time(self):
@@ -215,6 +229,8 @@ class Loss:
         """[B*T] (or [T*B] for time-major output) bool mask of the merged frames."""
         out = self.output.copy_as_batch_major()
         out = out.copy_as_time_major() if self.output.is_time_major() else out.copy_with_time_dim_axis(1)
+        if out.dims[out.time_dim_axis].dyn_size is None:  # static time axis: all frames
+            return tf.ones([tf.shape(out.placeholder)[0] * tf.shape(out.placeholder)[1]], dtype=tf.bool)
         return tf.reshape(out.get_sequence_mask(), [-1])
 
     def reduce_func(self, loss):
