@@ -145,6 +145,8 @@ class RnnCellLayer(_CellMixin, ConcatInputLayer):
 
     @classmethod
     def transform_config_dict(cls, d, network, get_layer):
+        if not d.get("unit"):
+            raise ValueError("rnn_cell needs the option 'unit' (a cell name, e.g. 'LSTMBlock', 'GRU')")
         super().transform_config_dict(d, network=network, get_layer=get_layer)
         if d.get("initial_state") is not None:
             d["initial_state"] = _resolve_initial_state(d["initial_state"], get_layer)
@@ -179,6 +181,8 @@ class GetLastHiddenStateLayer(LayerBase):
 
     @classmethod
     def get_out_data_from_opts(cls, name, sources=(), n_out=NotSpecified, **kwargs):
+        if not isinstance(n_out, int):
+            raise ValueError("get_last_hidden_state needs n_out (the total state dim)")
         return Data(name="%s_output" % name, dims=(batch_dim,
                                                     Dim(n_out, kind=Dim.Types.Feature,
                                                         description="%s:feature" % name)))
@@ -289,7 +293,11 @@ class GetRecAccumulatedLayer(LayerBase):
 
     @classmethod
     def get_out_data_from_opts(cls, name, sources=(), sub_layer=None, **kwargs):
-        return sources[0].get_sub_layer(sub_layer).output.copy_template(name="%s_output" % name)
+        sub = sources[0].get_sub_layer(sub_layer) if sources and sub_layer else None
+        if sub is None:
+            raise ValueError("get_rec_accumulated: source %r has no accumulated sub-layer %r" % (
+                sources[0].name if sources else None, sub_layer))
+        return sub.output.copy_template(name="%s_output" % name)
 
 
 class RecLastOutputLayer(LayerBase):
@@ -306,6 +314,9 @@ class RecLastOutputLayer(LayerBase):
     def transform_config_dict(cls, d, network, get_layer):
         d.setdefault("from", [])
         super().transform_config_dict(d, network=network, get_layer=get_layer)
+        for key in ("rec_layer", "sub_layer_name"):
+            if not d.get(key):
+                raise ValueError("rec_last_output needs the option %r" % key)
         d["rec_layer"] = get_layer(d["rec_layer"])
 
     @classmethod
@@ -406,6 +417,9 @@ class MaskedComputationLayer(LayerBase):
         from ...network import TFNetwork
 
         name = d["_name"]
+        for key in ("unit", "mask"):
+            if not d.get(key):
+                raise ValueError("masked_computation %r needs the option %r" % (name, key))
         unit_desc = dict(d["unit"])
         super().transform_config_dict(d, network=network, get_layer=get_layer)
         if d.get("masked_from"):
@@ -484,6 +498,8 @@ class MaskedSelectLayer(LayerBase):
     @classmethod
     def transform_config_dict(cls, d, network, get_layer):
         super().transform_config_dict(d, network=network, get_layer=get_layer)
+        if not d.get("mask"):
+            raise ValueError("%s needs the option 'mask'" % cls.layer_class)
         d["mask"] = get_layer(d["mask"])
 
     @classmethod
@@ -519,6 +535,8 @@ class UnmaskLayer(LayerBase):
     @classmethod
     def transform_config_dict(cls, d, network, get_layer):
         super().transform_config_dict(d, network=network, get_layer=get_layer)
+        if not d.get("mask"):
+            raise ValueError("%s needs the option 'mask'" % cls.layer_class)
         d["mask"] = get_layer(d["mask"])
 
     @classmethod
