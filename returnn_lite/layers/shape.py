@@ -741,7 +741,11 @@ class RepeatLayer(ConcatInputLayer):
     def __init__(self, repetitions, axis="T", **kwargs):
         super().__init__(**kwargs)
         self.repetitions = repetitions
-        data = self._input(self.input_data, axis)
+        data = self.input_data
+        if self._broadcast_batch(data, repetitions):
+            rep = repetitions.output
+            data = data.copy_add_batch_dim(0, batch_size=tf.shape(rep.placeholder)[rep.batch_dim_axis])
+        data = self._input(data, axis)
         x = data.placeholder
         tag, out_tag = data.dims[1], self.output.dims[1]
         if not isinstance(repetitions, LayerBase):
@@ -773,6 +777,12 @@ class RepeatLayer(ConcatInputLayer):
         return data.copy_move_axis(a, 1)
 
     @staticmethod
+    def _broadcast_batch(data, repetitions):
+        """An input without batch axis gets the batch axis of the repetitions layer."""
+        return (isinstance(repetitions, LayerBase) and not data.have_batch_axis()
+                and repetitions.output.have_batch_axis())
+
+    @staticmethod
     def _reps_bt(rep, data):
         """repetitions as int32 tensor broadcastable to [B,T] of data (batch-major, repeated axis at 1)."""
         rep = rep.copy_as_batch_major()
@@ -795,7 +805,10 @@ class RepeatLayer(ConcatInputLayer):
 
     @classmethod
     def get_out_data_from_opts(cls, name, repetitions, axis="T", sources=(), **kwargs):
-        data = cls._input(concat_sources_template(sources, name="%s_output" % name), axis)
+        data = concat_sources_template(sources, name="%s_output" % name)
+        if cls._broadcast_batch(data, repetitions):
+            data = data.copy_add_batch_dim(0)
+        data = cls._input(data, axis)
         tag = data.dims[1]
         if isinstance(repetitions, LayerBase):
             dim = None

@@ -211,6 +211,28 @@ def test_split_time_major_sub_layers():
     np.testing.assert_array_equal(res["output"][1], inputs["data"][..., 2:])
 
 
+def test_repeat_input_without_batch_gets_batch_of_repetitions():
+    extern = {"data": {"shape": (None, 5), "batch_dim_axis": None, "time_dim_axis": 0, "dim": 5},
+              "rep": {"shape": (None,), "dtype": "int32"}}
+    net = {"output": {"class": "repeat", "from": "data", "repetitions": "data:rep", "axis": "T"}}
+    rng = np.random.RandomState(1)
+    x, reps = rng.randn(7, 5).astype("float32"), rng.randint(0, 3, (3, 7)).astype("int32")
+    with tf.Graph().as_default() as graph:
+        ed = ExternData(extern)
+        net_ = TFNetwork(extern_data=ed, train_flag=False)
+        net_.construct_from_dict(net)
+        out = net_.get_layer("output").output
+        assert _kinds(out) == "BTF"
+        d, r = ed.get_data("data"), ed.get_data("rep")
+        with tf1.Session(graph=graph) as session:
+            value, lens = session.run((out.placeholder, out.dims[1].dyn_size), feed_dict={
+                d.placeholder: x, d.size_placeholder[0]: 7, r.placeholder: reps, r.size_placeholder[0]: [7, 7, 7]})
+    for b in range(3):
+        ref = np.repeat(x, reps[b], axis=0)
+        assert lens[b] == len(ref)
+        np.testing.assert_allclose(value[b, :len(ref)], ref)
+
+
 def test_get_default_new_axis_for_dim_tag():
     with tf.Graph().as_default():
         ed = ExternData({"bm": {"dim": 5}, "tm": {"dim": 5, "time_dim_axis": 0, "batch_dim_axis": 1},
