@@ -341,9 +341,11 @@ def _const_or_layer_frame(value, data, axis, dtype):
     return tf.constant(np.asarray(value).astype(dtype))
 
 
-def _as_time_batch_major(data):
-    """Copy with layout [T, B, ...] (other axes keep their order)."""
+def _as_time_batch_major(data, axis=None):
+    """Copy with layout [T, B, ...] (other axes keep their order); T is ``axis`` if given, else the time axis."""
     t, b = data.time_dim_axis, data.batch_dim_axis
+    if axis is not None:
+        t = data.get_axis_from_description(axis)
     if t is None or b is None:
         raise ValueError("%s needs a time and a batch axis" % data.short_repr())
     return data.copy_transpose([t, b] + [i for i in range(data.batch_ndim) if i not in (t, b)])
@@ -365,7 +367,9 @@ class PrefixInTimeLayer(ConcatInputLayer):
         data = self.input_data
         a = data.get_axis_from_description(axis)
         x = data.placeholder
-        in_tag, out_tag = data.dims[a], self.output.dims[a]
+        in_tag = data.dims[a]
+        new_tags = [d for d in self.output.dims if not any(d is e for e in data.dims)]
+        out_tag = new_tags[0] if len(new_tags) == 1 else self.output.dims[a]  # the output may be batch major
         pre = _const_or_layer_frame(prefix, data, a, data.dtype)
         if size_base is not None:
             repeat = size_base.output.get_sequence_lengths() - in_tag.dyn_size
@@ -394,8 +398,14 @@ class PrefixInTimeLayer(ConcatInputLayer):
         idx = tf.minimum(idx, n_out - 1)
         perm = [b, a] + [i for i in range(data.batch_ndim) if i not in (b, a)]
         xt = tf.transpose(xp, perm)
-        yt = tf.gather(xt, idx, axis=1, batch_dims=1)
-        self.output.placeholder = tf.transpose(yt, np.argsort(perm))
+        yt = tf.gather(xt, idx, axis=1, batch_dims=1)  # [B, T', rest...]
+        # the output (batch-spatial-major template, as the original) in terms of the axes of yt
+        yt_dims = [data.dims[b], out_tag] + [data.dims[i] for i in perm[2:]]
+        out_perm = []
+        for d in self.output.dims:
+            j = next(j for j, e in enumerate(yt_dims) if (e is d or e == d) and j not in out_perm)
+            out_perm.append(j)
+        self.output.placeholder = tf.transpose(yt, out_perm) if out_perm != list(range(len(out_perm))) else yt
         if out_tag is not in_tag and out_tag.dyn_size is None:
             out_tag.dyn_size = in_tag.dyn_size + repeat
 
@@ -420,7 +430,10 @@ class PrefixInTimeLayer(ConcatInputLayer):
             new = _new_dim_like(tag, None, "%s:prefix_in_time" % name)
         if out_dim is not None:
             new = out_dim
-        return data.copy_template_replace_dim_tag(a, new)
+        out = data.copy_template_replace_dim_tag(a, new)
+        if size_base is None and isinstance(repeat, LayerBase):  # per-sequence repeat: batch-spatial-major, as the original
+            out = out.copy_as_batch_spatial_major()
+        return out
 
     def get_dep_layers(self):
         deps = super().get_dep_layers()
@@ -497,10 +510,10 @@ class TimeChunkingLayer(ConcatInputLayer):
     layer_class = "time_chunking"
     recurrent = True
 
-    def __init__(self, chunk_size, chunk_step, **kwargs):
+    def __init__(self, chunk_size, chunk_step, axis="T", out_dim=None, **kwargs):
         super().__init__(**kwargs)
         self.chunk_size, self.chunk_step = chunk_size, chunk_step
-        data = _as_time_batch_major(self.input_data)  # [T, B, ...]
+        data = _as_time_batch_major(self.input_data, axis)  # [T, B, ...]
         self.chunk_input = data
         x = data.placeholder
         n_time = _dim_size(data, 0)
@@ -529,10 +542,10 @@ class TimeChunkingLayer(ConcatInputLayer):
         self.output.dims[0].dyn_size = tf.reshape(chunk_lens, [-1])
 
     @classmethod
-    def get_out_data_from_opts(cls, name, sources=(), **kwargs):
+    def get_out_data_from_opts(cls, name, sources=(), axis="T", out_dim=None, **kwargs):
         data = concat_sources_template(sources, name="%s_output" % name)
-        data = _as_time_batch_major(data)
-        time_tag = Dim(None, kind=Dim.Types.Spatial, description="%s:chunk-time" % name)
+        data = _as_time_batch_major(data, axis)
+        time_tag = out_dim or Dim(None, kind=Dim.Types.Spatial, description="%s:chunk-time" % name)
         batch_tag = Dim(None, kind=Dim.Types.Batch, description="%s:chunk-batch" % name)
         out = data.copy_template_replace_dim_tag(0, time_tag).copy_template_replace_dim_tag(1, batch_tag)
         out.time_dim_axis = 0
@@ -580,7 +593,8 @@ class TimeUnChunkingLayer(ConcatInputLayer):
     def get_out_data_from_opts(cls, name, chunking_layer, sources=(), **kwargs):
         data = concat_sources_template(sources, name="%s_output" % name)
         data = _as_time_batch_major(data)
-        orig = _as_time_batch_major(concat_sources_template(chunking_layer.sources))
+        orig = _as_time_batch_major(concat_sources_template(chunking_layer.sources),
+                                    (chunking_layer.kwargs or {}).get("axis", "T"))
         out = data.copy_template_replace_dim_tag(0, orig.dims[0]).copy_template_replace_dim_tag(1, orig.dims[1])
         out.time_dim_axis = 0
         return out

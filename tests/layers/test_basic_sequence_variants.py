@@ -314,3 +314,26 @@ def test_compare_is_a_chain():
     x = inp["data"]
     np.testing.assert_array_equal(res["c"][0], (x <= x) & (x <= 0.5))
     np.testing.assert_array_equal(res["s"][0], x > 0.0)
+
+
+def test_prefix_in_time_repeat_layer_time_major_gives_batch_major():
+    extern = {"data": TIME_MAJOR, "r": {"shape": (), "dtype": "int32"}}
+    net, inp, res = _run({"output": {"class": "prefix_in_time", "from": "data", "repeat": "data:r", "prefix": 1.5}},
+                         extern=extern)
+    out = net.get_layer("output").output
+    assert out.batch_dim_axis == 0 and out.time_dim_axis == 1
+    x, r = inp["data"].transpose(1, 0, 2), inp["r"]
+    y = res["output"][0]
+    np.testing.assert_array_equal(res["output"][1][0], LENS + r)
+    for b, n in enumerate(LENS):
+        np.testing.assert_allclose(y[b, :r[b]], 1.5)
+        np.testing.assert_allclose(y[b, r[b]:r[b] + n], x[b, :n])
+
+
+def test_time_chunking_roundtrip_time_major():
+    _, inp, res = _run({"c": {"class": "time_chunking", "from": "data", "chunk_size": 3, "chunk_step": 2, "axis": "T"},
+                        "output": {"class": "time_unchunking", "from": "c", "chunking_layer": "c"}},
+                       extern={"data": TIME_MAJOR})
+    x, y = inp["data"], res["output"][0]
+    for b, n in enumerate(LENS):
+        np.testing.assert_allclose(y[:n, b], x[:n, b], rtol=1e-6)
