@@ -236,3 +236,9 @@ def test_ce_and_loss_layer_static_time_axis():
     np.testing.assert_allclose(out["output:loss"], nll.sum(), rtol=1e-5)
     np.testing.assert_allclose(out["output:norm"], 1.0 / 18, rtol=1e-6)
     np.testing.assert_allclose(out["l"], nll, rtol=1e-5)
+
+
+def test_only_on_eval_loss_is_zero_in_training():
+    out, _, _, net = _run({"output": {"class": "softmax", "from": "data", "loss": "ce", "only_on_eval": True}}, BM)
+    assert out["output:loss"] == 0.0 and out["output:error"] == 0.0
+    np.testing.assert_allclose(out["output:norm"], 1.0 / LENS.sum(), rtol=1e-6)

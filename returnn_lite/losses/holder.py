@@ -60,9 +60,9 @@ class LossHolder:
             if self._reduce_func is not None:
                 loss.reduce_func = self._reduce_func
             if self._loss_value is None:
-                self._loss_value = loss.get_value()
+                self._loss_value = self._only_on_eval_opt(loss.get_value)
             if self._error_value is None:
-                self._error_value = loss.get_error()
+                self._error_value = self._only_on_eval_opt(loss.get_error)
             if self._norm_factor is None:
                 self._norm_factor = loss.get_normalization_factor()
             value = self._loss_value
@@ -73,6 +73,22 @@ class LossHolder:
                     value = value * loss.scale
             self._loss_value_for_objective = value
         self._is_prepared = True
+
+    def _only_on_eval_opt(self, value_func):
+        """As the original: with only_on_eval, the value (and error) is 0 in training (via cond_on_train)."""
+        if not self._only_on_eval or self._network is None:
+            return value_func()
+        have_value = []
+
+        def on_eval():
+            value = value_func()
+            have_value.append(value is not None)
+            return value if value is not None else tf.constant(0.0)
+
+        res = self._network.cond_on_train(lambda: tf.constant(0.0), on_eval)
+        if have_value and not have_value[0]:
+            return None
+        return res
 
     def get_loss_value(self):
         self._prepare()
