@@ -770,6 +770,8 @@ class RepeatLayer(ConcatInputLayer):
 
     @staticmethod
     def _input(data, axis):
+        if not data.have_batch_axis():
+            raise ValueError("repeat: input %s has no batch axis" % data.short_repr())
         data = data.copy_as_batch_major()
         a = data.get_axis_from_description(axis)
         if a == data.batch_dim_axis:
@@ -879,6 +881,8 @@ class ResizeLayer(ConcatInputLayer):
 
     @staticmethod
     def _input(data, axis):
+        if not data.have_batch_axis():
+            raise ValueError("resize: input %s has no batch axis" % data.short_repr())
         data = data.copy_as_batch_major()
         a = data.get_axis_from_description(axis)
         if a == data.batch_dim_axis:
