@@ -103,7 +103,12 @@ class LinearLayer(ConcatInputLayer):
             x = _filter_grad(x, grad_filter, [i for i in range(self.output.batch_ndim) if i != self.output.batch_dim_axis])
         self.output_before_activation = OutputWithActivation(self.output.copy(placeholder=x), activation)
         if activation:
-            x = get_activation_function(activation)(x)
+            func = get_activation_function(activation)
+            f_out = self.output.feature_dim_axis
+            if func in (tf.nn.softmax, tf.nn.log_softmax) and f_out is not None and f_out != self.output.batch_ndim - 1:
+                x = func(x, axis=f_out)  # as the original: over the feature axis where it is not last
+            else:
+                x = func(x)
         self.output.placeholder = x
 
     @classmethod

@@ -226,14 +226,20 @@ class ScatterNdLayer(LayerBase):
 
     layer_class = "scatter_nd"
 
-    def __init__(self, position, position_axis, output_dim_via_time_from, filter_invalid_indices=False, **kwargs):
+    def __init__(self, position, position_axis, output_dim_via_time_from=None, out_spatial_dim=None,
+                 filter_invalid_indices=False, **kwargs):
         super().__init__(**kwargs)
         input_data = concat_sources(self.sources)
         pos_data = position.output
         common, r, extra_in = self._get_common(self.name, input_data, pos_data, position_axis)
-        out_src = output_dim_via_time_from.output
-        t = out_src.time_dim_axis
-        n_out = _dim_size(out_src, t)
+        out_tag = self.output.dims[r]
+        if output_dim_via_time_from is not None:
+            out_src = output_dim_via_time_from.output
+            n_out = _dim_size(out_src, out_src.time_dim_axis)
+        elif out_tag.dimension is not None:
+            n_out = out_tag.dimension
+        else:
+            n_out = tf.reduce_max(out_tag.dyn_size)
         # updates broadcast to the common layout [pos axes..., extra input axes...]
         shape = [_dim_size(pos_data, j) for j in range(pos_data.batch_ndim)] + [
             _dim_size(input_data, i) for i in extra_in]
@@ -277,18 +283,25 @@ class ScatterNdLayer(LayerBase):
     def transform_config_dict(cls, d, network, get_layer):
         super().transform_config_dict(d, network=network, get_layer=get_layer)
         d["position"] = get_layer(d["position"])
-        d["output_dim_via_time_from"] = get_layer(d["output_dim_via_time_from"])
+        if d.get("output_dim_via_time_from"):
+            d["output_dim_via_time_from"] = get_layer(d["output_dim_via_time_from"])
 
     @classmethod
-    def get_out_data_from_opts(cls, name, sources, position, position_axis, output_dim_via_time_from, **kwargs):
+    def get_out_data_from_opts(cls, name, sources, position, position_axis, output_dim_via_time_from=None,
+                               out_spatial_dim=None, **kwargs):
+        if (output_dim_via_time_from is None) == (out_spatial_dim is None):
+            raise ValueError("scatter_nd %r: give either output_dim_via_time_from or out_spatial_dim" % name)
         input_data = concat_sources_template(sources, name="%s_output" % name)
         _check_int_positions(name, position.output)
         common, r, _ = cls._get_common(name, input_data, position.output, position_axis)
-        src = output_dim_via_time_from.output
-        if src.time_dim_axis is None:
-            raise ValueError("output_dim_via_time_from %s has no time axis" % src.short_repr())
         dims = list(common.dims)
-        dims[r] = src.dims[src.time_dim_axis]
+        if out_spatial_dim is not None:
+            dims[r] = out_spatial_dim
+        else:
+            src = output_dim_via_time_from.output
+            if src.time_dim_axis is None:
+                raise ValueError("output_dim_via_time_from %s has no time axis" % src.short_repr())
+            dims[r] = src.dims[src.time_dim_axis]
         return Data(name="%s_output" % name, dims=dims, dtype=input_data.dtype, sparse_dim=input_data.sparse_dim)
 
     def get_dep_layers(self):

@@ -284,7 +284,7 @@ class ShiftAxisLayer(ConcatInputLayer):
 
     layer_class = "shift_axis"
 
-    def __init__(self, axis, amount, pad=True, adjust_size_info=True, **kwargs):
+    def __init__(self, axis, amount, pad=True, pad_value=0, adjust_size_info=True, **kwargs):
         super().__init__(**kwargs)
         data = self.input_data
         a = data.get_axis_from_description(axis)
@@ -300,7 +300,7 @@ class ShiftAxisLayer(ConcatInputLayer):
         if pad:
             pads = [(0, 0)] * data.batch_ndim
             pads[a] = paddings
-            x = tf.pad(x, pads)
+            x = tf.pad(x, pads, constant_values=tf.constant(pad_value, dtype=x.dtype))
         self.output.placeholder = x
         in_tag, out_tag = data.dims[a], self.output.dims[a]
         if out_tag is not in_tag and out_tag.dyn_size is None and in_tag.dyn_size is not None:
@@ -311,10 +311,12 @@ class ShiftAxisLayer(ConcatInputLayer):
             out_tag.dyn_size = size
 
     @classmethod
-    def get_out_data_from_opts(cls, name, amount, axis, pad=True, sources=(), **kwargs):
+    def get_out_data_from_opts(cls, name, amount, axis, pad=True, adjust_size_info=True, sources=(), **kwargs):
         if not isinstance(amount, int) or amount == 0:
             raise ValueError("amount must be a non-zero int, got %r" % (amount,))
         data = concat_sources_template(sources, name="%s_output" % name)
+        if pad and not adjust_size_info:  # same shape, same lengths: the same tag, as the original
+            return data
         a = data.get_axis_from_description(axis)
         tag = data.dims[a]
         if tag.dimension is not None:

@@ -337,3 +337,36 @@ def test_time_chunking_roundtrip_time_major():
     x, y = inp["data"], res["output"][0]
     for b, n in enumerate(LENS):
         np.testing.assert_allclose(y[:n, b], x[:n, b], rtol=1e-6)
+
+
+def test_shift_axis_pad_value_and_no_adjust_keeps_tag():
+    net, inp, res = _run({"output": {"class": "shift_axis", "from": "data", "axis": "T", "amount": -1, "pad_value": 9.0,
+                                     "adjust_size_info": False}})
+    x = inp["data"]
+    np.testing.assert_allclose(res["output"][0], np.pad(x[:, 1:], [(0, 0), (0, 1), (0, 0)], constant_values=9.0))
+    assert net.get_layer("output").output.dims[1] is net.extern_data.get_data("data").dims[1]
+
+
+def test_softmax_layer_over_feature_axis_not_last():
+    extern = {"data": {"shape": (4, None), "feature_dim_axis": 1, "time_dim_axis": 2}}
+    net, _, res = _run({"output": {"class": "softmax", "from": "data", "n_out": 3}}, extern=extern)
+    out = net.get_layer("output").output
+    assert out.feature_dim_axis == 1 and out.batch_shape == (None, 3, None)
+    np.testing.assert_allclose(res["output"][0].sum(axis=1), 1.0, rtol=1e-5)
+
+
+def test_scatter_nd_out_spatial_dim_static():
+    from returnn_lite.data import Dim
+
+    out_dim = Dim(6, kind=Dim.Types.Spatial, description="scatter-out")
+    net, inp, res = _run({"r": {"class": "range_in_axis", "from": "data", "axis": "T"},
+                          "pos": {"class": "eval", "from": "r", "eval": "(source(0) * 2 + 1) % 6"},
+                          "output": {"class": "scatter_nd", "from": "data", "position": "pos", "position_axis": "T",
+                                     "out_spatial_dim": out_dim}})
+    out = net.get_layer("output").output
+    assert out.batch_shape == (6, None, 3) and out.batch_dim_axis == 1
+    x = inp["data"]
+    exp = np.zeros((6, 3, 3), "float32")
+    for t in range(x.shape[1]):
+        exp[(t * 2 + 1) % 6] += x[:, t]
+    np.testing.assert_allclose(res["output"][0], exp, rtol=1e-5, atol=1e-5)
