@@ -242,3 +242,13 @@ def test_only_on_eval_loss_is_zero_in_training():
     out, _, _, net = _run({"output": {"class": "softmax", "from": "data", "loss": "ce", "only_on_eval": True}}, BM)
     assert out["output:loss"] == 0.0 and out["output:error"] == 0.0
     np.testing.assert_allclose(out["output:norm"], 1.0 / LENS.sum(), rtol=1e-6)
+
+
+def test_loss_error_at_objective_names_the_layer():
+    from returnn_lite.network import NetworkLayerException
+
+    with tf.Graph().as_default():
+        net = TFNetwork(extern_data=ExternData(BM), train_flag=True)
+        net.construct_from_dict({"out": {"class": "linear", "n_out": 4, "from": "data", "loss": "l1"}})
+        with pytest.raises(NetworkLayerException, match="'out'.*l1"):
+            net.get_objective()

@@ -52,8 +52,21 @@ class LossHolder:
         return re.sub(r"[^A-Za-z0-9_.\-]", "_", self.name)
 
     def _prepare(self):
+        """Builds the loss ops; an error names the layer of the loss (as construction errors do)."""
         if self._is_prepared:
             return
+        try:
+            self._prepare_ops()
+        except Exception as exc:
+            from ..network import NetworkError, NetworkLayerException
+
+            if isinstance(exc, NetworkError) or self._layer is None:
+                raise
+            raise NetworkLayerException(
+                "loss %r: %s: %s" % (self.loss.class_name, type(exc).__name__, exc), self._layer.name,
+                getattr(self._layer, "layer_class", None), network=self._layer.network) from exc
+
+    def _prepare_ops(self):
         loss = self.loss
         with tf.name_scope("loss/%s/" % self.get_tf_name()):
             loss.init_by_layer(self._layer, self._layer_output)
