@@ -246,18 +246,19 @@ class SliceLayer(ConcatInputLayer):
 
 class SliceNdLayer(ConcatInputLayer):
     """
-    x[b, start[b]:start[b]+size] on the time axis, per sequence (start may have more axes, e.g. (B,T)).
-    Frames outside [0, seq_len) are zero. With size=None the slice axis is dynamic: max(seq_len - start).
+    x[b, start[b]:start[b]+size] on the time axis (or ``axis``), per sequence (start may have more axes, e.g. (B,T)).
+    Frames outside [0, seq_len) (and, for a size layer, beyond start+size) are zero. With size=None the slice axis
+    is dynamic with lengths max(seq_len - start, min_size or 0).
     """
 
     layer_class = "slice_nd"
     recurrent = True
 
-    def __init__(self, start, size, min_size=None, **kwargs):
+    def __init__(self, start, size, min_size=None, axis="T", **kwargs):
         super().__init__(**kwargs)
         self.start = start
         self.size = size
-        x = self._input_bt(self.input_data)
+        x = self._input_bt(self.input_data, axis)
         st = start.output.copy_as_batch_major()
         start_t = tf.cast(st.placeholder, tf.int32)
         extra = st.batch_ndim - 1  # axes of start besides batch
@@ -272,29 +273,47 @@ class SliceNdLayer(ConcatInputLayer):
             if isinstance(size, LayerBase):
                 sizes = tf.cast(size.output.copy_as_batch_major().placeholder, tf.int32)
                 sizes = tf.broadcast_to(sizes, tf.shape(start_t)) if extra else sizes
+                if min_size:
+                    sizes = tf.maximum(sizes, min_size)
             else:
-                sizes = tf.maximum(limit - start_t, 0)
+                sizes = tf.maximum(limit - start_t, min_size or 0)
             size_t = tf.reduce_max(sizes)
-            if min_size is not None:
-                size_t = tf.maximum(size_t, min_size)
             out_tag.dyn_size = sizes
         else:
             size_t = _ints("size", size)
         pos = tf.expand_dims(start_t, -1) + tf.range(size_t)  # [B, S..., size]
         valid = tf.logical_and(pos >= 0, pos < tf.expand_dims(limit, -1) if lens is not None else pos < limit)
+        if isinstance(size, LayerBase):
+            valid = tf.logical_and(valid, pos < tf.expand_dims(start_t + sizes, -1))
         y = tf.gather(x.placeholder, tf.where(valid, pos, tf.zeros_like(pos)), batch_dims=1)  # [B,S...,size,rest]
         rest = x.batch_ndim - 2
         if rest:
             valid = tf.reshape(valid, tf.concat([tf.shape(valid), [1] * rest], axis=0))
-        self.output.placeholder = tf.where(valid, y, tf.zeros((), dtype=y.dtype))
+        y = tf.where(valid, y, tf.zeros((), dtype=y.dtype))
+        n_before = self._num_axes_before(self.input_data, axis)
+        if n_before:  # input axes before the slice axis stay before the new axes (as the original's gather)
+            new = list(range(1, 2 + extra))
+            y = tf.transpose(y, [0] + [2 + extra + i for i in range(n_before)] + new +
+                             list(range(2 + extra + n_before, y.shape.rank)))
+        self.output.placeholder = y
 
     @staticmethod
-    def _input_bt(data):
-        """data as [B, T, rest...]"""
+    def _input_bt(data, axis="T"):
+        """data as [B, T, rest...] (T: the slice axis)"""
         data = data.copy_as_batch_major()
-        if data.time_dim_axis is None:
+        if axis in ("T", "t") and data.time_dim_axis is None:
             raise ValueError("slice_nd: input %s has no time axis" % data.short_repr())
-        return data.copy_move_axis(data.time_dim_axis, 1)
+        a = data.get_axis_from_description(axis)
+        if a == data.batch_dim_axis:
+            raise ValueError("slice_nd: axis %r is the batch axis of %s" % (axis, data.short_repr()))
+        return data.copy_move_axis(a, 1)
+
+    @staticmethod
+    def _num_axes_before(data, axis):
+        """How many non-batch input axes come before the slice axis (only the batch axis is shared with start)."""
+        a = data.get_axis_from_description(axis)
+        b = data.batch_dim_axis
+        return max(a - 1, 0) if b is not None and b < a else a
 
     @classmethod
     def transform_config_dict(cls, d, network, get_layer):
@@ -305,10 +324,10 @@ class SliceNdLayer(ConcatInputLayer):
             d["size"] = get_layer(d["size"])
 
     @classmethod
-    def get_out_data_from_opts(cls, name, sources=(), start=None, size=None, **kwargs):
+    def get_out_data_from_opts(cls, name, sources=(), start=None, size=None, axis="T", **kwargs):
         if start is None:
             raise ValueError("slice_nd needs 'start' (a layer)")
-        x = cls._input_bt(concat_sources_template(sources, name="%s_output" % name))
+        x = cls._input_bt(concat_sources_template(sources, name="%s_output" % name), axis)
         if not start.output.have_batch_axis():
             raise ValueError("slice_nd: start %s needs a batch axis" % start.output.short_repr())
         st = start.output.copy_as_batch_major()
@@ -316,7 +335,8 @@ class SliceNdLayer(ConcatInputLayer):
             raise ValueError("slice_nd: start must be int, got %s" % st.short_repr())
         tag = Dim(None if size is None or isinstance(size, LayerBase) else _ints("size", size),
                   kind=Dim.Types.Spatial, description="%s:slice-nd" % name)
-        dims = [x.dims[0]] + list(st.dims[1:]) + [tag] + list(x.dims[2:])
+        n_before = cls._num_axes_before(concat_sources_template(sources), axis)
+        dims = [x.dims[0]] + list(x.dims[2:2 + n_before]) + list(st.dims[1:]) + [tag] + list(x.dims[2 + n_before:])
         return make_data("%s_output" % name, dims, like=x)
 
     def get_dep_layers(self):

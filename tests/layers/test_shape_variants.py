@@ -191,8 +191,38 @@ def test_slice_nd_start_with_time_axis_and_min_size():
     extern = {"data": {"dim": 3, "time_dim_axis": 0, "batch_dim_axis": 1},
               "start": {"shape": (), "dtype": "int32", "time_dim_axis": None}}
     res, _ = _run(extern, {"output": {"class": "slice_nd", "from": "data", "start": "data:start", "size": None,
-                                      "min_size": 9}})
+                                      "min_size": 9}}, layers=("output",))
     assert _kinds(res["output"][0]) == "BTF" and res["output"][1].shape == (3, 9, 3)
+
+
+@pytest.mark.parametrize("extern", [BM, TM])
+def test_slice_nd_feature_axis_keeps_axes_before(extern):
+    extern = dict(extern, start={"shape": (), "dtype": "int32", "time_dim_axis": None})
+    res, inputs = _run(extern, {"output": {"class": "slice_nd", "from": "data", "start": "data:start", "size": 2,
+                                           "axis": "F"}})
+    out, value = res["output"]
+    assert value.shape == (3, 7, 2) and out.batch_dim_axis == 0 and out.time_dim_axis == 1
+    x = inputs["data"] if extern["data"].get("batch_dim_axis") is None else inputs["data"].transpose(1, 0, 2)
+    for b in range(3):
+        for k in range(2):
+            p = inputs["start"][b] + k
+            np.testing.assert_array_equal(value[b, :, k], x[b, :, p] if 0 <= p < 5 else 0)
+
+
+def test_slice_nd_min_size_clips_lengths():
+    extern = {"data": {"dim": 3}, "start": {"shape": (), "dtype": "int32", "time_dim_axis": None}}
+    with tf.Graph().as_default() as graph:
+        ed = ExternData(extern)
+        net = TFNetwork(extern_data=ed, train_flag=False)
+        net.construct_from_dict({"output": {"class": "slice_nd", "from": "data", "start": "data:start", "size": None,
+                                            "min_size": 3}})
+        out = net.get_layer("output").output
+        d = ed.get_data("data")
+        with tf1.Session(graph=graph) as session:
+            lens = session.run(out.dims[1].dyn_size, feed_dict={
+                d.placeholder: np.zeros((3, 7, 3), "float32"), d.size_placeholder[0]: LENS,
+                ed.get_data("start").placeholder: [1, 4, 0]})
+    np.testing.assert_array_equal(lens, [6, 3, 4])  # max(len - start, min_size)
 
 
 def test_slice_nd_start_without_batch_fails_clearly():
