@@ -983,22 +983,21 @@ class SearchSortedLayer(LayerBase):
         if sdata.dims[a].dyn_size is not None:  # padded frames sort last
             big = tf.constant(float("inf") if s.dtype.is_floating else s.dtype.max, dtype=s.dtype)
             s = tf.where(sdata.get_sequence_mask_broadcast(a), s, big)
-        common_v = sorted(mapping.values())  # values axes shared with sorted, in values order
-        inv = {j: i for i, j in mapping.items()}
+        sorted_batch = sorted(mapping)  # axes of sorted except the search axis, in their order
+        common_v = [mapping[i] for i in sorted_batch]  # the same axes in values
         rest_v = [j for j in range(vdata.batch_ndim) if j not in mapping.values()]
-        s = tf.transpose(s, [inv[j] for j in common_v] + [a])
+        s = tf.transpose(s, sorted_batch + [a])
         v = vdata.placeholder
-        perm_v = common_v + rest_v
-        v = tf.transpose(v, perm_v)
+        perm_v = common_v + rest_v  # the output layout (as the original: shared axes first)
+        if perm_v != list(range(vdata.batch_ndim)):
+            v = tf.transpose(v, perm_v)
         vshape = [_dim_size(vdata, j) for j in perm_v]
         nc = len(common_v)
         v = tf.reshape(v, vshape[:nc] + [-1])
         if v.dtype != s.dtype:
             v = tf.cast(v, s.dtype)
-        # searchsorted wants equal leading dims: broadcast size-1 axes of either side
         y = tf.searchsorted(s, v, side=side, out_type=tf.int32)
-        y = tf.reshape(y, vshape)
-        self.output.placeholder = tf.transpose(y, np.argsort(perm_v))
+        self.output.placeholder = tf.reshape(y, vshape)
 
     @staticmethod
     def _get_axes(sdata, vdata, axis):
@@ -1021,10 +1020,15 @@ class SearchSortedLayer(LayerBase):
 
     @classmethod
     def get_out_data_from_opts(cls, name, sorted_sequence, values, axis="T", **kwargs):
-        cls._get_axes(sorted_sequence.output, values.output, axis)
-        out = values.output.copy_template(name="%s_output" % name)
-        out.dtype = "int32"
-        out.sparse_dim = None
+        _, mapping = cls._get_axes(sorted_sequence.output, values.output, axis)
+        vdata = values.output
+        common_v = [mapping[i] for i in sorted(mapping)]
+        rest_v = [j for j in range(vdata.batch_ndim) if j not in mapping.values()]
+        if len(rest_v) != 1:
+            raise NotImplementedError("search_sorted %r: values %s need exactly one axis not in sorted_sequence %s" % (
+                name, vdata.short_repr(), sorted_sequence.output.short_repr()))
+        out = vdata.copy_template(name="%s_output" % name).copy_transpose(common_v + rest_v)
+        out.dtype = "int32"  # the values' sparse dim stays, as the original
         return out
 
     def get_dep_layers(self):

@@ -370,3 +370,18 @@ def test_scatter_nd_out_spatial_dim_static():
     for t in range(x.shape[1]):
         exp[(t * 2 + 1) % 6] += x[:, t]
     np.testing.assert_allclose(res["output"][0], exp, rtol=1e-5, atol=1e-5)
+
+
+def test_search_sorted_time_major_values_give_batch_first():
+    extern = {"pos": {"shape": (None,)}, "values": {"shape": (None,), "time_dim_axis": 0, "batch_dim_axis": 1}}
+    net, inp, res = _run({"abs": {"class": "activation", "activation": "abs", "from": "data:pos"},
+                          "sorted": {"class": "cumsum", "axis": "T", "from": "abs"},
+                          "output": {"class": "search_sorted", "sorted_sequence": "sorted", "values": "data:values",
+                                     "axis": "T", "side": "right", "from": []}},
+                         fetch=("sorted", "output"), extern=extern)
+    out = net.get_layer("output").output
+    assert out.batch_dim_axis == 0 and out.dtype == "int32"
+    srt, vals = res["sorted"][0], inp["values"]
+    for b, n in enumerate(LENS):
+        exp = np.searchsorted(srt[b, :n], vals[:, b], side="right")
+        np.testing.assert_array_equal(res["output"][0][b], exp)
