@@ -24,6 +24,13 @@ def _new_batch_dim(description, **info):
     return tag
 
 
+def _prod(sizes):
+    """Product of ints / scalar tensors (an int where all are ints)."""
+    if all(isinstance(m, int) for m in sizes):
+        return int(np.prod(sizes)) if sizes else 1
+    return tf.reduce_prod(tf.stack([tf.convert_to_tensor(m, dtype=tf.int32) for m in sizes]))
+
+
 def _size_of(tag, x_shape, axis):
     """Static size of tag or the runtime size of axis."""
     return tag.dimension if tag.dimension is not None else x_shape[axis]
@@ -35,7 +42,7 @@ def _size_of(tag, x_shape, axis):
 class MergeDimsLayer(ConcatInputLayer):
     """
     Merges several axes into one (reshape). keep_order=False (default, behavior version 0) sorts the axes first.
-    A merged batch axis comes first among the merged axes (the result is a new batch axis).
+    Without keep_order a merged batch axis comes first among the merged axes (the result is a new batch axis).
     Merged dynamic axes get sequence lengths = product of the merged sizes.
     """
 
@@ -67,11 +74,15 @@ class MergeDimsLayer(ConcatInputLayer):
                 merged_size = merged_size * s
         sizes.insert(target, merged_size)
         self.output.placeholder = reshape(x, sizes)
-        if data.batch_dim_axis in axes:  # index b * prod(rest) + r: each sequence repeated prod(rest) times
-            n_rest = merged[1] if len(merged) == 2 else (
-                int(np.prod(merged[1:])) if all(isinstance(m, int) for m in merged[1:]) else
-                tf.reduce_prod(tf.stack([tf.convert_to_tensor(m, dtype=tf.int32) for m in merged[1:]])))
-            set_rebatched_sizes(self.output, lambda lens: tf.repeat(lens, n_rest))
+        if data.batch_dim_axis in axes:  # index (p, b, r) row-major: each sequence repeated prod(r), tiled prod(p)
+            i_b = axes.index(data.batch_dim_axis)
+            n_before, n_after = _prod(merged[:i_b]), _prod(merged[i_b + 1:])
+
+            def rebatch(lens):
+                lens = tf.repeat(lens, n_after) if not (isinstance(n_after, int) and n_after == 1) else lens
+                return tf.tile(lens, [n_before]) if not (isinstance(n_before, int) and n_before == 1) else lens
+
+            set_rebatched_sizes(self.output, rebatch)
         tag = self.output.dims[target]
         if tag.is_dynamic():
             size = None
@@ -86,11 +97,11 @@ class MergeDimsLayer(ConcatInputLayer):
     @staticmethod
     def _get_axes(data, axes, keep_order):
         axes = data.get_axes_from_description(axes)
-        if not keep_order:
+        if not keep_order:  # sorted, a merged batch axis first (keep_order: the given order, also for batch)
             axes = sorted(axes)
-        b = data.batch_dim_axis
-        if b in axes:
-            axes = [b] + [a for a in axes if a != b]
+            b = data.batch_dim_axis
+            if b in axes:
+                axes = [b] + [a for a in axes if a != b]
         return axes
 
     @staticmethod

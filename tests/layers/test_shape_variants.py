@@ -138,6 +138,17 @@ def test_merge_dims_variants(extern, opts, shape, kinds):
     assert (out.shape, _kinds(out)) == (shape, kinds)
 
 
+def test_merge_dims_keep_order_batch_not_first():
+    extern = {"data": {"shape": (None, None, 2)}}
+    res, inputs = _run(extern, {"output": {"class": "merge_dims", "from": "data", "axes": ["T", "B"],
+                                           "keep_order": True}})
+    out, value = res["output"]
+    x = inputs["data"]  # [B,T,T2,2]
+    np.testing.assert_array_equal(value, x.transpose(1, 0, 2, 3).reshape(-1, 7, 2))  # index t * B + b
+    res, _ = _run(extern, {"output": {"class": "merge_dims", "from": "data", "axes": ["T", "B"]}})
+    np.testing.assert_array_equal(res["output"][1], x.reshape(-1, 7, 2))  # sorted, batch first: b * T + t
+
+
 def test_merge_dims_time_major_values():
     res, inputs = _run(TM, {"output": {"class": "merge_dims", "from": "data", "axes": ["T", "F"]}})
     np.testing.assert_array_equal(res["output"][1], inputs["data"].transpose(1, 0, 2).reshape(3, -1))
