@@ -136,24 +136,27 @@ class ActivationLayer(CopyLayer):
 
     layer_class = "activation"
 
-    def __init__(self, activation, **kwargs):
+    def __init__(self, activation, opts=None, **kwargs):
         super().__init__(**kwargs)
         func = get_activation_function(activation)
-        x = self.input_data.placeholder
-        if self.output.dtype != self.input_data.dtype and not self.input_data.dtype.startswith("complex"):
+        inp = self.input_data
+        if activation and "softmax" in activation and inp.feature_dim_axis not in (None, inp.batch_ndim - 1):
+            inp = inp.copy_with_feature_last()  # the output has the feature axis last (see the template)
+        x = inp.placeholder
+        if self.output.dtype != inp.dtype and not inp.dtype.startswith("complex"):
             x = tf.cast(x, self.output.dtype)
         self.output_before_activation = OutputWithActivation(self.output.copy(placeholder=x), activation)
-        self.output.placeholder = func(x)
+        self.output.placeholder = func(x, **opts) if opts else func(x)
 
     @classmethod
-    def get_out_data_from_opts(cls, name, sources=(), activation=None, **kwargs):
+    def get_out_data_from_opts(cls, name, sources=(), activation=None, opts=None, **kwargs):
         get_activation_function(activation)  # fail early on unknown names
+        # as the original: the input's template (a sparse input stays sparse), except for these:
         out = super().get_out_data_from_opts(name=name, sources=sources, **kwargs)
-        if out.sparse and activation not in (None, "identity", "linear"):
-            out.sparse_dim = None
-            out.dtype = "float32"
         if activation in ("abs", "angle") and out.dtype.startswith("complex"):  # complex -> real magnitude/phase
             out.dtype = "float64" if out.dtype == "complex128" else "float32"
+        if activation and "softmax" in activation and out.feature_dim_axis not in (None, out.batch_ndim - 1):
+            out = out.copy_with_feature_last()  # softmax over the feature axis, moved last
         return out
 
 

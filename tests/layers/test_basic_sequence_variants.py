@@ -385,3 +385,24 @@ def test_search_sorted_time_major_values_give_batch_first():
     for b, n in enumerate(LENS):
         exp = np.searchsorted(srt[b, :n], vals[:, b], side="right")
         np.testing.assert_array_equal(res["output"][0][b], exp)
+
+
+def test_activation_softmax_feature_not_last_moves_feature_last_and_opts():
+    extern = {"data": {"shape": (4, None), "feature_dim_axis": 1, "time_dim_axis": 2}}
+    net, inp, res = _run({"output": {"class": "activation", "from": "data", "activation": "softmax"},
+                          "sl": {"class": "activation", "from": "data", "activation": "safe_log", "opts": {"eps": 0.5}}},
+                         fetch=("output", "sl"), extern=extern)
+    out = net.get_layer("output").output
+    assert out.feature_dim_axis == 2 and out.batch_shape == (None, None, 4)
+    x = inp["data"].transpose(0, 2, 1)
+    e = np.exp(x - x.max(-1, keepdims=True))
+    np.testing.assert_allclose(res["output"][0], e / e.sum(-1, keepdims=True), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(res["sl"][0], np.log(np.maximum(inp["data"], 0.5)), rtol=1e-5)
+
+
+def test_activation_on_sparse_input_stays_sparse():
+    net, inp, res = _run({"output": {"class": "activation", "from": "data:classes", "activation": "abs"}},
+                         extern={"data": {"dim": 3}, "classes": {"dim": 4, "sparse": True}})
+    out = net.get_layer("output").output
+    assert out.sparse and out.dim == 4 and out.dtype == "int32"
+    np.testing.assert_array_equal(res["output"][0], inp["classes"])
