@@ -360,6 +360,8 @@ class RelativePositionalEncodingLayer(ConcatInputLayer):
 
     @classmethod
     def get_out_data_from_opts(cls, name, network, sources=(), n_out=NotSpecified, **kwargs):
+        if n_out is NotSpecified or not n_out:
+            raise ValueError("relative_positional_encoding layer %r needs n_out" % name)
         src = concat_sources_template(sources, name="%s_output" % name)
         feat = Dim(n_out, kind=Dim.Types.Feature, description="%s:rel-pos-feature" % name)
         if src.time_dim_axis is None:  # per step in a rec loop
