@@ -391,11 +391,8 @@ class ExpandDimsLayer(ConcatInputLayer):
         tag = Dim(_ints("dim", dim), kind=Dim.Types.Feature if is_f else Dim.Types.Spatial,
                   description="%s_expand_dims" % name)
         out = add_axis(data, a, tag)
-        if isinstance(axis, str):
-            if axis.lower() in ("t", "time", "spatial") and data.time_dim_axis is None:
-                out.time_dim_axis = a  # the new axis becomes the time axis only if there is none
-            elif is_f:
-                out.feature_dim_axis = a
+        if isinstance(axis, str) and axis.lower() in ("t", "time", "spatial") and data.time_dim_axis is None:
+            out.time_dim_axis = a  # the new axis becomes the time axis only if there is none
         return out
 
 
@@ -775,10 +772,13 @@ class RepeatLayer(ConcatInputLayer):
             return
         shape = ShapeOf(x)
         n_b, n_t = shape[0], shape[1]
-        reps = self._reps_bt(repetitions.output, data)
+        rep = repetitions.output
+        reps = self._reps_bt(rep, data)
         reps = tf.broadcast_to(reps, tf.stack([tf.convert_to_tensor(n_b), tf.convert_to_tensor(n_t)]))
-        if tag.dyn_size is not None:
-            reps = tf.where(tag.get_mask(n_t), reps, tf.zeros_like(reps))
+        # mask by the lengths of the repetitions' own axis (for scalar/[B] repetitions: the input's axis)
+        rep_tag = rep.dims[1 - rep.batch_dim_axis] if rep.batch_ndim == 2 and rep.have_batch_axis() else tag
+        if rep_tag.dyn_size is not None:
+            reps = tf.where(tf.sequence_mask(rep_tag.dyn_size, maxlen=n_t), reps, tf.zeros_like(reps))
         lens = tf.reduce_sum(reps, axis=1)
         rest = [shape[i] for i in range(2, data.batch_ndim)]
         flat = tf.repeat(reshape(x, [None] + rest), tf.reshape(reps, [-1]), axis=0)  # [sum(lens), rest]

@@ -348,7 +348,7 @@ class SplitBatchTimeLayer(ConcatInputLayer):
     @classmethod
     def transform_config_dict(cls, d, network, get_layer):
         super().transform_config_dict(d, network=network, get_layer=get_layer)
-        d["base"] = get_layer(d["base"])
+        d["base"] = get_layer(d.get("base", "data"))
 
     @classmethod
     def get_out_data_from_opts(cls, name, base, sources=(), **kwargs):

@@ -274,6 +274,15 @@ def test_repeat_input_without_batch_gets_batch_of_repetitions():
         np.testing.assert_allclose(value[b, :len(ref)], ref)
 
 
+def test_split_batch_time_default_base_is_data():
+    net = {"merged": {"class": "merge_dims", "from": "data", "axes": "BT"},
+           "output": {"class": "split_batch_time", "from": "merged"}}
+    res, inputs = _run(TM, net)
+    out, value = res["output"]
+    assert _kinds(out) == "BTF"
+    np.testing.assert_array_equal(value, inputs["data"].transpose(1, 0, 2))
+
+
 def test_get_default_new_axis_for_dim_tag():
     with tf.Graph().as_default():
         ed = ExternData({"bm": {"dim": 5}, "tm": {"dim": 5, "time_dim_axis": 0, "batch_dim_axis": 1},
