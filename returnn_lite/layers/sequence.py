@@ -942,12 +942,28 @@ class RandIntLayer(LayerBase):
                 sizes.append(tf.reduce_max(d.dyn_size))
         if seed is None:
             seed = self.network.random_seed_for(self, "rand_int")
-        self.output.placeholder = tf.random.uniform(sizes, minval=minval, maxval=maxval, dtype=dtype, seed=seed)
+
+        def bound(v):  # a scalar layer or a number
+            if isinstance(v, LayerBase):
+                if v.output.batch_ndim != 0:
+                    raise ValueError("rand_int %r: minval/maxval layer %r must be a scalar" % (self.name, v.name))
+                return tf.cast(v.output.placeholder, dtype)
+            return v
+
+        self.output.placeholder = tf.random.uniform(
+            sizes, minval=bound(minval), maxval=bound(maxval), dtype=dtype, seed=seed)
 
     @classmethod
     def transform_config_dict(cls, d, network, get_layer):
         d.setdefault("from", [])
         super().transform_config_dict(d, network=network, get_layer=get_layer)
+        for key in ("minval", "maxval"):
+            if isinstance(d.get(key), str):
+                d[key] = get_layer(d[key])
+
+    def get_dep_layers(self):
+        return super().get_dep_layers() + [
+            v for v in ((self.kwargs or {}).get("minval"), (self.kwargs or {}).get("maxval")) if isinstance(v, LayerBase)]
 
     @classmethod
     def get_out_data_from_opts(cls, name, shape, maxval, minval=0, dtype="int32", sparse_dim=None, **kwargs):

@@ -406,3 +406,10 @@ def test_activation_on_sparse_input_stays_sparse():
     out = net.get_layer("output").output
     assert out.sparse and out.dim == 4 and out.dtype == "int32"
     np.testing.assert_array_equal(res["output"][0], inp["classes"])
+
+
+def test_rand_int_bounds_from_layers():
+    net, _, res = _run({"lo": {"class": "constant", "value": 3}, "hi": {"class": "constant", "value": 6},
+                        "output": {"class": "rand_int", "shape": (3, 50), "minval": "lo", "maxval": "hi"}})
+    v = res["output"][0]
+    assert v.shape == (3, 50) and v.min() >= 3 and v.max() <= 5
