@@ -565,6 +565,9 @@ class ReinterpretDataLayer(ConcatInputLayer):
                 if value is None:
                     a = None
                 elif isinstance(value, int):
+                    if not (enforce_batch_major or enforce_time_major):  # as the original: ints need a fixed layout
+                        raise ValueError("reinterpret_data: set_axes %r with an int axis needs enforce_batch_major "
+                                         "or enforce_time_major" % (set_axes,))
                     a = value % out.batch_ndim
                 else:
                     a = out.get_axis_from_description(value)

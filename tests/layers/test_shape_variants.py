@@ -175,6 +175,14 @@ def test_reinterpret_data_axes(opts, kinds, dim):
     assert (_kinds(out), out.dim) == (kinds, dim)
 
 
+def test_reinterpret_data_set_axes_int_needs_enforced_layout():
+    with pytest.raises(Exception, match="enforce_batch_major"):
+        _run(BM, {"output": {"class": "reinterpret_data", "from": "data", "set_axes": {"T": 2}}})
+    res, _ = _run(TM, {"output": {"class": "reinterpret_data", "from": "data", "set_axes": {"T": 2},
+                                  "enforce_batch_major": True}})
+    assert _kinds(res["output"][0]) == "BFT"
+
+
 def test_squeeze_time_major_int_axis():
     extern = {"data": {"shape": (None, 1, 5), "time_dim_axis": 0, "batch_dim_axis": 1}}
     res, inputs = _run(extern, {"output": {"class": "squeeze", "from": "data", "axis": 2}})
