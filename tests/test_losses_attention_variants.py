@@ -252,3 +252,31 @@ def test_loss_error_at_objective_names_the_layer():
         net.construct_from_dict({"out": {"class": "linear", "n_out": 4, "from": "data", "loss": "l1"}})
         with pytest.raises(NetworkLayerException, match="'out'.*l1"):
             net.get_objective()
+
+
+def _levenshtein(a, b):
+    row = list(range(len(b) + 1))
+    for i in range(1, len(a) + 1):
+        new = [i]
+        for j in range(1, len(b) + 1):
+            new.append(min(row[j] + 1, new[j - 1] + 1, row[j - 1] + (a[i - 1] != b[j - 1])))
+        row = new
+    return row[-1]
+
+
+def test_edit_distance_layer_time_major_and_loss_layer_use_error():
+    tl = {"classes": np.array([3, 2, 2], np.int32)}
+    extern = {"data": {"dim": 5}, "classes": {"dim": 4, "sparse": True},
+              "hyp": {"dim": 4, "sparse": True, "time_dim_axis": 0, "batch_dim_axis": 1}}
+    out, inp, _, net = _run({"output": {"class": "edit_distance", "a": "data:hyp", "b": "data:classes"},
+                             "sm": {"class": "softmax", "n_out": 4, "from": "data"},
+                             "err": {"class": "loss", "from": "sm", "loss_": "ce", "target_": "hyp",
+                                     "use_error": True}},
+                            extern, layers=["output", "sm", "err"], train_flag=False, lens_by_key=tl)
+    hyp, ref = inp["hyp"].T, inp["classes"]
+    expected = [_levenshtein(list(hyp[b, :LENS[b]]), list(ref[b, :tl["classes"][b]])) for b in range(3)]
+    np.testing.assert_array_equal(out["output"], expected)
+    assert net.get_layer("output").output.dtype == "int32"
+    err = net.get_layer("err").output
+    assert err.batch_shape == (None, None) and err.dtype == "float32" and err.feature_dim_axis is None
+    np.testing.assert_array_equal(out["err"] * MASK, (out["sm"].argmax(-1) != hyp) * MASK)
