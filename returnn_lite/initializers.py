@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
 import tensorflow as tf
 
 tf1 = tf.compat.v1
@@ -40,6 +43,25 @@ _BY_CLASS = {
 }
 
 
+def _xavier_initializer(uniform=True, seed=None, dtype=tf.float32):
+    return tf1.variance_scaling_initializer(1.0, "fan_avg", "uniform" if uniform else "normal", seed=seed, dtype=dtype)
+
+
+def _eval_namespace():
+    ns = {k: getattr(math, k) for k in dir(math) if not k.startswith("_")}
+    ns.update({"math": math, "numpy": np, "np": np, "tf": tf, "float": float, "int": int})
+    for n, f in _BY_NAME.items():
+        ns[n] = f
+        ns[n + "_initializer"] = f
+    class_names = {"VarianceScaling": "variancescaling", "GlorotUniform": "glorotuniform", "GlorotNormal": "glorotnormal",
+                   "Orthogonal": "orthogonal", "RandomNormal": "randomnormal", "RandomUniform": "randomuniform",
+                   "TruncatedNormal": "truncatednormal", "Constant": "constant", "Zeros": "zeros", "Ones": "ones"}
+    ns.update({k: _BY_CLASS[v] for k, v in class_names.items()})
+    ns["xavier_initializer"] = _xavier_initializer
+    ns["random_uniform_abs_initializer"] = lambda limit, **kw: tf1.random_uniform_initializer(-limit, limit, **kw)
+    return ns
+
+
 def _normalize(name):
     name = name.strip()
     for suffix in ("_initializer", "initializer"):
@@ -72,15 +94,15 @@ def get_initializer(spec, seed=None):
             return tf1.constant_initializer(float(s))
         except ValueError:
             pass
-        name = _normalize(s.split("(")[0])
+        if "(" in s:  # an expression, evaluated as the original does (initializer names, math, numpy in scope)
+            res = eval(s, {"__builtins__": {}}, _eval_namespace())  # noqa: S307 (config code)
+            if isinstance(res, (int, float, np.number, np.ndarray)):
+                return tf1.constant_initializer(res)
+            return res
+        name = _normalize(s)
         if name not in _BY_NAME:
             raise ValueError("unknown initializer %r; known: %s" % (spec, sorted(_BY_NAME)))
         factory = _BY_NAME[name]
-        if "(" in s:
-            ns = {n: f for n, f in _BY_NAME.items()}
-            ns.update({n + "_initializer": f for n, f in _BY_NAME.items()})
-            ns["tf"] = tf
-            return eval(name + s[s.index("("):], {"__builtins__": {}}, {name: factory, **ns})  # noqa: S307
         if name in ("zeros", "zero", "ones"):
             return factory()
         return factory(seed=seed)

@@ -745,7 +745,7 @@ class SeqLenMaskLayer(ConcatInputLayer):
         mask = self.build_mask(
             x, axis=axis, seq_len_source=seq_len_source.output if seq_len_source is not None else None,
             start=start.output if start is not None else None,
-            window_start=window_start.output if window_start is not None else None,
+            window_start=window_start.output if isinstance(window_start, LayerBase) else window_start,
             window_size=window_size.output if isinstance(window_size, LayerBase) else window_size)
         if mask is None:
             self.output.placeholder = x.placeholder
@@ -780,7 +780,7 @@ class SeqLenMaskLayer(ConcatInputLayer):
             if window_start is not None:
                 if window_size is None:
                     raise ValueError("window_start needs window_size")
-                ws = compat(window_start)
+                ws = compat(window_start) if isinstance(window_start, Data) else window_start
                 size = compat(window_size) if isinstance(window_size, Data) else window_size
                 m = tf.logical_and(tf.greater_equal(idxs, ws), tf.less(idxs, ws + size))
                 mask = m if mask is None else tf.logical_and(mask, m)

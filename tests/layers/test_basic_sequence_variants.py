@@ -413,3 +413,22 @@ def test_rand_int_bounds_from_layers():
                         "output": {"class": "rand_int", "shape": (3, 50), "minval": "lo", "maxval": "hi"}})
     v = res["output"][0]
     assert v.shape == (3, 50) and v.min() >= 3 and v.max() <= 5
+
+
+def test_seq_len_mask_const_window():
+    _, inp, res = _run({"output": {"class": "seq_len_mask", "from": "data", "mask_value": -5.0, "window_start": 1,
+                                   "window_size": 2}}, extern={"data": TIME_MAJOR})
+    x, y = inp["data"], res["output"][0]
+    np.testing.assert_allclose(y[1:3], x[1:3])
+    np.testing.assert_allclose(y[0], -5.0)
+    np.testing.assert_allclose(y[3:], -5.0)
+
+
+@pytest.mark.parametrize("init", [
+    "random_normal_initializer(mean=0.0, stddev=math.sqrt(0.1))", "xavier_initializer(uniform=False)",
+    "VarianceScaling(scale=1.0)", "numpy.sqrt(2)", {"class": "VarianceScaling", "scale": 0.5, "mode": "fan_out"},
+    "variance_scaling_initializer(scale=2.0, mode='fan_in')", "orthogonal", 0.5])
+def test_linear_forward_weights_init_variants_build(init):
+    net, _, res = _run({"output": {"class": "linear", "from": "data", "n_out": 4, "forward_weights_init": init,
+                                   "bias_init": "constant_initializer(0.25)"}})
+    assert res["output"][0].shape == (3, 7, 4)
