@@ -417,8 +417,7 @@ class SqueezeLayer(ConcatInputLayer):
             axes = data.get_axes_from_description(axis)
             if isinstance(axis, str) and len(axes) > 1:  # e.g. "spatial": the size-1 ones among them
                 axes = [i for i in axes if data.dims[i].dimension == 1]
-        if not axes and not allow_no_op:
-            raise ValueError("squeeze: axis %r matches no axis of size 1 in %s" % (axis, data.short_repr()))
+        # no matching axis: a no-op (as the original, also without allow_no_op)
         bad = [i for i in axes if data.dims[i].dimension != 1]
         if bad:
             raise ValueError("squeeze: axis %r of %s has size %s, not 1" % (
@@ -626,7 +625,7 @@ class RemoveLayer(LayerBase):
 
     layer_class = "remove"
 
-    def __init__(self, symbol, **kwargs):
+    def __init__(self, symbol, axis="T", **kwargs):
         super().__init__(**kwargs)
         src = self.sources[0].output.copy_as_batch_major()
         x = src.placeholder
@@ -645,10 +644,12 @@ class RemoveLayer(LayerBase):
         self.output.dims[1].dyn_size = lens
 
     @classmethod
-    def get_out_data_from_opts(cls, name, sources=(), **kwargs):
+    def get_out_data_from_opts(cls, name, sources=(), axis="T", **kwargs):
         src = sources[0].output.copy_as_batch_major()
         if not src.sparse or src.batch_ndim != 2 or src.batch_dim_axis != 0:
             raise ValueError("remove: expects sparse [B,T] input, got %s" % src.short_repr())
+        if src.get_axis_from_description(axis) != 1:
+            raise ValueError("remove: axis=%r must be the time axis of %s" % (axis, src.short_repr()))
         tag = Dim(None, kind=Dim.Types.Spatial, description="%s:removed" % name)
         return make_data("%s_output" % name, [src.dims[0], tag], like=src, time_tag=tag)
 

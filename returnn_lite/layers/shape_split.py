@@ -144,9 +144,18 @@ class MergeDimsLayer(ConcatInputLayer):
 
 
 class CombineDimsLayer(MergeDimsLayer):
-    """Deprecated variant of merge_dims (sorted axes)."""
+    """Deprecated variant of merge_dims; always keeps the given order of the axes (keep_order=True)."""
 
     layer_class = "combine_dims"
+
+    def __init__(self, **kwargs):
+        kwargs.pop("keep_order", None)
+        super().__init__(keep_order=True, **kwargs)
+
+    @classmethod
+    def get_out_data_from_opts(cls, **kwargs):
+        kwargs.pop("keep_order", None)
+        return super().get_out_data_from_opts(keep_order=True, **kwargs)
 
 
 # ---------------------------------------------------------------------------------------------

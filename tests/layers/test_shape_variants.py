@@ -149,6 +149,14 @@ def test_merge_dims_keep_order_batch_not_first():
     np.testing.assert_array_equal(res["output"][1], x.reshape(-1, 7, 2))  # sorted, batch first: b * T + t
 
 
+def test_combine_dims_keeps_given_order():
+    extern = {"data": {"shape": (None, 3, 4)}}
+    res, inputs = _run(extern, {"output": {"class": "combine_dims", "from": "data", "axes": ["dim:4", "dim:3"]}})
+    out, value = res["output"]
+    assert out.shape == (None, 12)
+    np.testing.assert_array_equal(value, inputs["data"].transpose(0, 1, 3, 2).reshape(3, 7, 12))
+
+
 def test_merge_dims_time_major_values():
     res, inputs = _run(TM, {"output": {"class": "merge_dims", "from": "data", "axes": ["T", "F"]}})
     np.testing.assert_array_equal(res["output"][1], inputs["data"].transpose(1, 0, 2).reshape(3, -1))
@@ -181,6 +189,12 @@ def test_reinterpret_data_set_axes_int_needs_enforced_layout():
     res, _ = _run(TM, {"output": {"class": "reinterpret_data", "from": "data", "set_axes": {"T": 2},
                                   "enforce_batch_major": True}})
     assert _kinds(res["output"][0]) == "BFT"
+
+
+def test_squeeze_without_matching_axis_is_no_op():
+    res, inputs = _run(BM, {"output": {"class": "squeeze", "from": "data", "axis": "auto"}})
+    assert _kinds(res["output"][0]) == "BTF"
+    np.testing.assert_array_equal(res["output"][1], inputs["data"])
 
 
 def test_squeeze_time_major_int_axis():
