@@ -240,7 +240,7 @@ class SplitDimsLayer(ConcatInputLayer):
             kind = Dim.Types.Feature if is_f and i == len(dims) - 1 else (
                 Dim.Types.Spatial if tag.kind == Dim.Types.Feature else tag.kind)
             if d == -1:
-                if tag.is_dynamic() and const == 1:
+                if const == 1:  # the remaining axis is the split axis itself (its tag kept)
                     new_tags.append(tag)
                     continue
                 size = None if tag.dimension is None else ceildiv(tag.dimension, const)

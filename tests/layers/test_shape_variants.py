@@ -162,6 +162,14 @@ def test_merge_dims_time_major_values():
     np.testing.assert_array_equal(res["output"][1], inputs["data"].transpose(1, 0, 2).reshape(3, -1))
 
 
+def test_split_dims_remaining_one_keeps_tag():
+    with tf.Graph().as_default():
+        net = TFNetwork(extern_data=ExternData(BM), train_flag=False)
+        net.construct_from_dict({"output": {"class": "split_dims", "from": "data", "axis": "F", "dims": (-1, 1)}})
+        out, data = net.get_layer("output").output, net.extern_data.get_data("data")
+        assert out.dims[2] is data.dims[2] and out.feature_dim_axis == 3 and out.dim == 1
+
+
 def test_split_dims_time_major_time():
     res, inputs = _run({"data": {"dim": 6, "time_dim_axis": 0, "batch_dim_axis": 1}},
                        {"output": {"class": "split_dims", "from": "data", "axis": "T", "dims": (-1, 2)}})
