@@ -45,6 +45,15 @@ class CellBase:
     def state_dims(self):
         return {k: self.n_out for k in self.state_names}
 
+    @classmethod
+    def get_output_dim(cls, n_out, unit_opts=None):
+        """Feature dim of the output, for n_out units (e.g. num_proj of LSTMCell)."""
+        return n_out
+
+    @property
+    def out_dim(self):
+        return self.get_output_dim(self.n_out, self.opts)
+
     def create_params(self):
         raise NotImplementedError
 
@@ -132,6 +141,10 @@ class LSTMCell(_KernelCell):
     @property
     def n_rec(self):
         return self.opts["num_proj"] or self.n_out
+
+    @classmethod
+    def get_output_dim(cls, n_out, unit_opts=None):
+        return (unit_opts or {}).get("num_proj") or n_out
 
     @property
     def state_dims(self):
@@ -313,17 +326,50 @@ def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations
         control_flow_util_v2._EXPERIMENTAL_OUTPUT_ALL_INTERMEDIATES_OVERRIDE = old
 
 
+class _ControlFlowV1:
+    """
+    Context: tf.while_loop / tf.TensorArray built with TF's v1 control flow (Enter/Exit frames, TensorArrayV3).
+    With v2 (a While op whose body is a function), gradients built after the graph has already run once fail
+    ("Connecting to invalid output N of source node .../while"): building the gradient adds outputs to the existing
+    While op (accumulators of ops the gradient creates in the forward body, e.g. for TensorArray reads), which the
+    session, holding the old node, cannot see. v1 gradients only add new nodes, which the session picks up.
+    """
+
+    def __enter__(self):
+        from tensorflow.python.ops import control_flow_util
+
+        self._old = control_flow_util.ENABLE_CONTROL_FLOW_V2
+        control_flow_util.ENABLE_CONTROL_FLOW_V2 = False
+        return self
+
+    def __exit__(self, *exc):
+        from tensorflow.python.ops import control_flow_util
+
+        control_flow_util.ENABLE_CONTROL_FLOW_V2 = self._old
+        return False
+
+
+def control_flow_v1():
+    return _ControlFlowV1()
+
+
 def run_cell_loop(cell, z, seq_len, initial_state, reverse=False):
     """
     Runs cell.step over time-major projected inputs z [T, B, D]; frames at t >= seq_len keep the state (output 0).
     :return: (outputs [T, B, n_out], final state dict)
     """
+    with control_flow_v1():
+        return _run_cell_loop(cell, z, seq_len, initial_state, reverse=reverse)
+
+
+def _run_cell_loop(cell, z, seq_len, initial_state, reverse=False):
+    _patch_tensor_array_grad()
     if reverse:
         z = tf.reverse_sequence(z, seq_len, seq_axis=0, batch_axis=1)
     names = list(cell.state_names)
     n_time = tf.shape(z)[0]
     z_ta = tf.TensorArray(z.dtype, size=n_time, element_shape=z.shape[1:]).unstack(z)
-    out_ta = tf.TensorArray(z.dtype, size=n_time, element_shape=tf.TensorShape([z.shape[1], cell.n_out]))
+    out_ta = tf.TensorArray(z.dtype, size=n_time, element_shape=tf.TensorShape([z.shape[1], cell.out_dim]))
 
     def body(t, out_ta, *states):
         state = dict(zip(names, states))
@@ -337,3 +383,34 @@ def run_cell_loop(cell, z, seq_len, initial_state, reverse=False):
     if reverse:
         y = tf.reverse_sequence(y, seq_len, seq_axis=0, batch_axis=1)
     return y, dict(zip(names, res[2:]))
+
+
+_tensor_array_patched = False
+_TA_V1_OPS = ("TensorArrayReadV3", "TensorArrayWriteV3", "TensorArrayGatherV3", "TensorArrayScatterV3",
+              "TensorArrayConcatV3", "TensorArraySplitV3")
+
+
+def _patch_tensor_array_grad():
+    """
+    TF's gradient functions of v1 TensorArray ops (TensorArray*V3: only built by v1 control flow) re-wrap the handle
+    as ``tf.TensorArray(handle=, flow=)``, which with control flow v2 enabled globally fails (the v2 TensorArray
+    cannot wrap a v1 handle). Run exactly these gradient functions with v1 control flow.
+    """
+    global _tensor_array_patched
+    if _tensor_array_patched:
+        return
+    from tensorflow.python.framework import ops
+
+    registry = ops._gradient_registry._registry  # noqa (TF internal: op type -> {"type": grad fn, ...})
+    for op_type in _TA_V1_OPS:
+        entry = registry.get(op_type)
+        if not entry or getattr(entry["type"], "_returnn_lite_v1", False):
+            continue
+
+        def grad_fn(*args, _orig=entry["type"], **kwargs):
+            with control_flow_v1():
+                return _orig(*args, **kwargs)
+
+        grad_fn._returnn_lite_v1 = True
+        entry["type"] = grad_fn
+    _tensor_array_patched = True

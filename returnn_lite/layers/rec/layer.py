@@ -59,7 +59,8 @@ class _CellMixin:
     def _build_cell(self, cell_class, unit_opts, initial_state, direction, var_prefix, step_only):
         inp = self.input_data
         n_in = inp.dim
-        cell = cell_class(self, n_in, self.output.dim, **(unit_opts or {}))
+        n_units = self.n_out if isinstance(self.n_out, int) else self.output.dim
+        cell = cell_class(self, n_in, n_units, **(unit_opts or {}))
         self.cell = cell
         batch_dim = self.network.get_data_batch_dim()
         if inp.have_time_axis() and not self._is_per_step(inp):
@@ -153,8 +154,9 @@ class RnnCellLayer(_CellMixin, ConcatInputLayer):
 
     @classmethod
     def get_out_data_from_opts(cls, name, sources=(), n_out=NotSpecified, network=None, **kwargs):
-        _cells.get_cell_class(kwargs["unit"], step_only=True)
-        return _cell_out_template(name, sources, n_out, network.get_inside_rec_time_dim() if network else None)
+        cell_class = _cells.get_cell_class(kwargs["unit"], step_only=True)
+        return _cell_out_template(name, sources, cell_class.get_output_dim(n_out, kwargs.get("unit_opts")),
+                                  network.get_inside_rec_time_dim() if network else None)
 
     @classmethod
     def get_rec_initial_extra_outputs(cls, batch_dim, rec_layer, n_out=None, unit=None, unit_opts=None,
@@ -209,9 +211,17 @@ class RecLayer(_CellMixin, ConcatInputLayer):
         self._extra_params = []
         self.final_state = None
         self.subnet = None
+        for opt, value, default in (("input_projection", input_projection, True), ("include_eos", include_eos, False),
+                                    ("use_global_rec_step_offset", use_global_rec_step_offset, False),
+                                    ("cheating", cheating, False)):
+            if value != default:
+                raise NotImplementedError("rec layer %r: option %s=%r is not supported" % (self.name, opt, value))
         if isinstance(unit, dict):
             from .subnet import RecSubnetLoop
 
+            if direction not in (None, 1):
+                raise NotImplementedError("rec layer %r: option direction=%r is not supported with a subnetwork unit" %
+                                          (self.name, direction))
             self.subnet = RecSubnetLoop(self, unit, max_seq_len=max_seq_len,
                                         optimize_move_layers_out=optimize_move_layers_out,
                                         template=_subnet_template)
@@ -247,11 +257,11 @@ class RecLayer(_CellMixin, ConcatInputLayer):
                                **kwargs):
         if isinstance(unit, dict):
             return _subnet_template.get_output_template(name)
-        _cells.get_cell_class(unit)
+        cell_class = _cells.get_cell_class(unit)
         if n_out is NotSpecified or n_out is None:
             raise ValueError("n_out must be given for a rec layer with a cell unit")
         inside = network.get_inside_rec_time_dim() if network.is_inside_rec_layer() else None
-        return _cell_out_template(name, sources, n_out, inside)
+        return _cell_out_template(name, sources, cell_class.get_output_dim(n_out, kwargs.get("unit_opts")), inside)
 
     @classmethod
     def get_rec_initial_extra_outputs(cls, batch_dim, rec_layer, unit="lstm", n_out=None, unit_opts=None,
@@ -325,17 +335,39 @@ class RecLastOutputLayer(LayerBase):
 
 
 class RecUnstackLayer(LayerBase):
-    """Inside a rec loop: the current frame of a source with the loop's time axis (outside: identity)."""
+    """
+    Inside a rec loop: the current frame of a source with the loop's time axis (e.g. of ``base:X``, which is the
+    outer layer as a whole). Outside the loop (moved out, or not in a rec layer): identity.
+    """
 
     layer_class = "rec_unstack"
 
     def __init__(self, axis="T", declare_rec_time=NotSpecified, **kwargs):
         super().__init__(**kwargs)
-        self.output.placeholder = self.sources[0].output.placeholder
+        src = self.sources[0].output
+        a = self._loop_axis(self.network, src, axis)
+        if a is None:
+            self.output.placeholder = src.placeholder
+        else:
+            self.output.placeholder = tf.gather(src.placeholder, self.network.rec_step_info.step, axis=a)
+
+    @staticmethod
+    def _loop_axis(network, src, axis):
+        if network is None or not network.is_inside_rec_layer():
+            return None
+        time_dim = network.get_inside_rec_time_dim()
+        if time_dim in src.dims:
+            return src.dims.index(time_dim)
+        raise NotImplementedError("rec_unstack: %s does not have the rec loop's time axis %s (axis=%r)" % (
+            src, time_dim, axis))
 
     @classmethod
-    def get_out_data_from_opts(cls, name, sources=(), **kwargs):
-        return sources[0].output.copy_template(name="%s_output" % name)
+    def get_out_data_from_opts(cls, name, sources=(), network=None, axis="T", **kwargs):
+        src = sources[0].output
+        a = cls._loop_axis(network, src, axis)
+        if a is None:
+            return src.copy_template(name="%s_output" % name)
+        return src.copy_template_excluding_axis(a).copy_template(name="%s_output" % name)
 
 
 class ChoiceLayer(LayerBase):

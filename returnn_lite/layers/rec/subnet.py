@@ -282,10 +282,19 @@ class RecSubnetLoop:
                                     or input_data.copy_template())
             elif ref.startswith("data:"):
                 res = outer_layer(ref)
-            elif ref.startswith("base:"):
-                res = outer_layer(ref[len("base:"):])
+            elif ref.startswith("base:"):  # the outer layer as a whole (e.g. the encoder, with its time axis)
+                res = get_layer(ref[len("base:"):])
             elif ref in unit:
                 return build(ref)
+            elif "/" in ref and ref.split("/", 1)[0] in unit:  # a sub-layer of a layer of the unit, e.g. split/0
+                base_name, sub_name = ref.split("/", 1)
+                parent = get_tpl(base_name)
+                sub = parent.cls.get_sub_layer_out_data_from_opts(
+                    sub_name, dict(parent.kwargs, name=base_name, network=net))
+                if sub is None:
+                    raise LayerNotFound("rec layer %r: layer %r has no sub-layer %r" % (name, base_name, sub_name),
+                                        ref, net)
+                return InternalLayer(name=ref, network=net, output=sub[0].copy_template(name="%s_output" % ref))
             else:
                 raise LayerNotFound("rec layer %r: sub-layer %r not found in its unit (sub-layers: %s)" % (
                     name, ref, sorted(unit)), ref, net)
@@ -436,6 +445,8 @@ class RecSubnetLoop:
         def get_outside(ref):
             if ref in tpl.templates:
                 return outside.construct_layer(self.unit, ref, get_layer=get_outside)
+            if "/" in ref and ref.split("/", 1)[0] in tpl.templates:  # e.g. split/0
+                return self._get_sub_layer(get_outside, ref)
             return outer(ref)
 
         full = {}  # name -> time-major full Data of moved-out layers (and accumulated in-loop ones)
@@ -522,13 +533,19 @@ class RecSubnetLoop:
                                                                               placeholder=i))
                 elif ref in unit:
                     return loop.construct_layer(unit, ref, get_layer=get_loop)
+                elif "/" in ref and ref.split("/", 1)[0] in full:  # sub-layer of a moved-out layer: its frame
+                    sub = self._get_sub_layer(lambda r: full[r], ref)
+                    res = self._frame_layer(ref, sub.output, frame_source, i, loop) if _frame_template(
+                        sub.output, time_dim) is not None else sub
+                elif "/" in ref and ref.split("/", 1)[0] in unit:  # e.g. split/0
+                    res = self._get_sub_layer(get_loop, ref)
                 elif ref in full:  # moved out: its frame (or itself, if it does not have the loop's time axis)
                     res = self._frame_layer(ref, full[ref].output, frame_source, i, loop) if _frame_template(
                         full[ref].output, time_dim) is not None else full[ref]
                 else:
                     layer = outer(ref)
                     res = self._frame_layer(ref, layer.output, frame_source, i, loop) if _frame_template(
-                        layer.output, time_dim) is not None else layer
+                        layer.output, time_dim) is not None and not ref.startswith("base:") else layer
                 cache[ref] = res
                 return res
 
@@ -605,6 +622,14 @@ class RecSubnetLoop:
                     net.get_root_network().losses_dict[key] = LossHolder(
                         name=key, loss=layer.loss, layer_output=layer.output, layer=layer, network=net)
 
+    def _get_sub_layer(self, get_layer, ref):
+        base_name, sub_name = ref.split("/", 1)
+        sub = get_layer(base_name).get_sub_layer(sub_name)
+        if sub is None:
+            raise LayerNotFound("rec layer %r: layer %r has no sub-layer %r" % (
+                self.rec_layer.name, base_name, sub_name), ref, self.rec_layer.network)
+        return sub
+
     def _max_seq_len(self, net):
         """max_seq_len option: an int or an expression such as "max_len_from('base:encoder')"."""
         v = self.max_seq_len
@@ -636,7 +661,22 @@ class RecSubnetLoop:
         init = self.unit[x].get("initial_output", 0)
         if isinstance(init, LayerBase):
             init = init.name
+        if isinstance(init, str) and init == "var":  # trainable, zero-initialized [dim] (as the original)
+            if out.sparse or out.batch_ndim != 2 or out.dim is None:
+                raise ValueError("rec layer %r: initial_output='var' of %r needs a dense [B, dim] output, got %s" % (
+                    self.rec_layer.name, x, out))
+            rec = self.rec_layer
+            with rec.var_creation_scope():
+                var = tf1.get_variable("init_%s" % x, shape=(out.dim,), dtype=out.dtype,
+                                       initializer=tf1.zeros_initializer())
+            rec.add_extra_param(var)
+            return self._as_template_layout(Data(name="init_%s" % x, dims=(out.dims[out.batch_dim_axis],
+                                                                                out.dims[out.feature_dim_axis]),
+                                                 dtype=out.dtype, placeholder=tf.tile(var[None], [batch_dim, 1])), out)
         if isinstance(init, str) and init not in ("zeros", "ones"):
+            if init in ("apply(0)", "keep_over_epoch", "keep_over_epoch_no_init"):
+                raise NotImplementedError("rec layer %r: option initial_output=%r of %r is not supported" % (
+                    self.rec_layer.name, init, x))
             layer = self.rec_layer.network.get_layer(init[len("base:"):] if init.startswith("base:") else init)
             return self._as_template_layout(layer.output, out)
         value = {"zeros": 0, "ones": 1, None: 0}.get(init, init)

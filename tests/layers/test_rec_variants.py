@@ -1,0 +1,132 @@
+"""rec family variants: gradients after a run, num_proj, base:X as a whole, split sub-layers in a unit,
+initial_output variants, rec_unstack, clear errors for unsupported options."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from returnn_lite.extern_data import ExternData
+from returnn_lite.network import TFNetwork
+
+tf1 = tf.compat.v1
+LENS = np.array([7, 5, 4], "int32")
+MASK = (np.arange(7)[None] < LENS[:, None])[..., None]
+EXTERN = {"data": {"dim": 5}, "classes": {"dim": 3, "sparse": True}}
+
+
+def _build(net_dict, train_flag=False):
+    net = TFNetwork(extern_data=ExternData(EXTERN), train_flag=train_flag)
+    net.construct_from_dict(net_dict)
+    return net
+
+
+def _feed(net, seed=0):
+    rng = np.random.RandomState(seed)
+    data = net.extern_data.get_data("data")
+    classes = net.extern_data.get_data("classes")
+    return {data.placeholder: rng.randn(3, 7, 5).astype("float32"), data.size_placeholder[0]: LENS,
+            classes.placeholder: rng.randint(0, 3, (3, 7)).astype("int32"), classes.size_placeholder[0]: LENS}
+
+
+def _run(net, fetches):
+    with tf1.Session() as session:
+        net.initialize_params(session)
+        return session.run(fetches, _feed(net))
+
+
+def _params(net):
+    return sorted((p.op.name, tuple(p.shape.as_list())) for p in net.get_params_list())
+
+
+@pytest.mark.parametrize("unit", ["lstm", "standardlstm", "gru"])
+def test_cell_gradients_built_after_run(unit):
+    with tf.Graph().as_default():
+        net = _build({"l": {"class": "rec", "unit": unit, "n_out": 4, "from": "data", "direction": -1},
+                      "output": {"class": "softmax", "from": "l", "loss": "ce", "target": "classes"}},
+                     train_flag=True)
+        with tf1.Session() as session:
+            net.initialize_params(session)
+            session.run(net.get_layer("output").output.placeholder, _feed(net))
+            grads = tf.gradients(net.get_objective(), net.get_params_list())
+            assert all(g is not None for g in grads)
+            values = session.run(grads, _feed(net))
+            assert all(np.isfinite(v).all() and np.abs(v).sum() > 0 for v in values)
+
+
+def test_standardlstm_num_proj_output_dim():
+    with tf.Graph().as_default():
+        net = _build({"l": {"class": "rec", "unit": "standardlstm", "n_out": 6, "unit_opts": {"num_proj": 3},
+                            "from": "data"},
+                      "h": {"class": "get_last_hidden_state", "from": "l", "n_out": 9},
+                      "output": {"class": "rec", "from": "data", "unit": {
+                          "c": {"class": "rnn_cell", "unit": "standardlstm", "unit_opts": {"num_proj": 2}, "n_out": 5,
+                                "from": ["data:source", "prev:c"]},
+                          "output": {"class": "copy", "from": "c"}}}})
+        assert net.get_layer("l").output.batch_shape == (None, None, 3)
+        assert net.get_layer("output").output.batch_shape == (None, None, 2)
+        assert ("l/rec/lstm_cell/projection/kernel", (6, 3)) in _params(net)
+        y, h, z = _run(net, [net.get_layer(n).output.placeholder for n in ("l", "h", "output")])
+        assert y.shape == (7, 3, 3) and h.shape == (3, 9) and z.shape == (7, 3, 2)
+
+
+@pytest.mark.parametrize("move_out", [True, False])
+def test_base_layer_is_whole_in_unit(move_out):
+    with tf.Graph().as_default():
+        net = _build({"enc": {"class": "copy", "from": "data"},
+                      "output": {"class": "rec", "from": "data", "optimize_move_layers_out": move_out, "unit": {
+                          "s": {"class": "reduce", "mode": "sum", "axis": "T", "from": "base:enc"},
+                          "output": {"class": "combine", "kind": "add", "from": ["data", "s"]}}}})
+        y, x = _run(net, [net.get_layer("output").output.placeholder, net.extern_data.get_data("data").placeholder])
+        exp = (x + (x * MASK).sum(1, keepdims=True)) * MASK
+        np.testing.assert_allclose(y.transpose(1, 0, 2) * MASK, exp, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("move_out", [True, False])
+def test_rec_unstack_of_base_layer(move_out):
+    with tf.Graph().as_default():
+        net = _build({"output": {"class": "rec", "from": "data", "optimize_move_layers_out": move_out, "unit": {
+            "x": {"class": "rec_unstack", "from": "base:data"},
+            "output": {"class": "combine", "kind": "add", "from": ["prev:output", "x"]}}}})
+        out = net.get_layer("output").output
+        assert out.batch_shape == (None, None, 5) and out.time_dim_axis == 0
+        y, x = _run(net, [out.placeholder, net.extern_data.get_data("data").placeholder])
+        np.testing.assert_allclose(y.transpose(1, 0, 2) * MASK, np.cumsum(x * MASK, 1) * MASK, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("move_out", [True, False])
+def test_split_sub_layer_in_unit(move_out):
+    with tf.Graph().as_default():
+        net = _build({"output": {"class": "rec", "from": "data", "optimize_move_layers_out": move_out, "unit": {
+            "sp": {"class": "split", "from": "data:source", "size_splits": [2, 3]},
+            "a": {"class": "combine", "kind": "add", "from": ["sp/0", "prev:a"]},
+            "output": {"class": "copy", "from": ["a", "sp/1"]}}}})
+        assert net.get_layer("output").output.batch_shape == (None, None, 5)
+        y, x = _run(net, [net.get_layer("output").output.placeholder, net.extern_data.get_data("data").placeholder])
+        exp = np.concatenate([np.cumsum(x[..., :2] * MASK, 1), x[..., 2:]], -1) * MASK
+        np.testing.assert_allclose(y.transpose(1, 0, 2) * MASK, exp, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("init,value", [("var", 0.), (2.5, 2.5), ("ones", 1.), ("zeros", 0.), ("base:x0", 1.5)])
+def test_initial_output_variants(init, value):
+    with tf.Graph().as_default():
+        net = _build({"x0": {"class": "constant", "value": 1.5, "shape": (5,), "with_batch_dim": True},
+                      "output": {"class": "rec", "from": "data", "unit": {
+                          "output": {"class": "combine", "kind": "add", "from": ["prev:output", "data:source"],
+                                     "initial_output": init}}}})
+        assert _params(net) == ([("output/init_output", (5,))] if init == "var" else [])
+        y, x = _run(net, [net.get_layer("output").output.placeholder, net.extern_data.get_data("data").placeholder])
+        np.testing.assert_allclose(y.transpose(1, 0, 2) * MASK, (value + np.cumsum(x * MASK, 1)) * MASK,
+                                   rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("opts,word", [
+    ({"unit": {"output": {"class": "copy", "from": "data:source"}}, "direction": -1}, "direction"),
+    ({"unit": "lstm", "n_out": 3, "input_projection": False}, "input_projection"),
+    ({"unit": {"output": {"class": "copy", "from": "data:source", "initial_output": "apply(0)"},
+               "x": {"class": "copy", "from": "prev:output"}}}, "initial_output"),
+])
+def test_unsupported_options_raise(opts, word):
+    with tf.Graph().as_default():
+        with pytest.raises(Exception, match=word):
+            _build({"output": dict({"class": "rec", "from": "data"}, **opts),
+                    **({"y": {"class": "copy", "from": "output/x"}} if "x" in opts.get("unit", {}) else {})})
