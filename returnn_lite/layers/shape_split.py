@@ -367,6 +367,9 @@ class SplitBatchTimeLayer(ConcatInputLayer):
             raise ValueError("split_batch_time: needs an input with batch axis (%s) and a base with batch and time "
                              "axes (%s)" % (x.short_repr(), b.short_repr()))
         t_tag = b.dims[b.time_dim_axis]
+        if any(d is t_tag for d in x.dims) or x.dims[0] is b.dims[0]:
+            raise ValueError("split_batch_time: input %s is not merged (batch*time) from base %s" % (
+                x.short_repr(), b.short_repr()))
         dims = [b.dims[0], t_tag] + list(x.dims[1:])
         return make_data("%s_output" % name, dims, like=x, time_tag=t_tag)
 
