@@ -130,3 +130,75 @@ def test_unsupported_options_raise(opts, word):
         with pytest.raises(Exception, match=word):
             _build({"output": dict({"class": "rec", "from": "data"}, **opts),
                     **({"y": {"class": "copy", "from": "output/x"}} if "x" in opts.get("unit", {}) else {})})
+
+
+def _sig(x):
+    return 1 / (1 + np.exp(-x))
+
+
+def _np_lstm(x, W, Wr, b, lens, rev=False):
+    B, T, _ = x.shape
+    n = Wr.shape[0]
+    out, c, h = np.zeros((B, T, n)), np.zeros((B, n)), np.zeros((B, n))
+    for bi in range(B):
+        cc, hh = np.zeros(n), np.zeros(n)
+        for t in (reversed(range(lens[bi])) if rev else range(lens[bi])):
+            j, i, f, o = np.split(x[bi, t] @ W + b + hh @ Wr, 4)
+            cc = _sig(f) * cc + _sig(i) * np.tanh(j)
+            hh = _sig(o) * np.tanh(cc)
+            out[bi, t] = hh
+        c[bi], h[bi] = cc, hh
+    return out, c, h
+
+
+@pytest.mark.parametrize("variant", ["time_major", "sparse", "two_sources", "backward"])
+def test_lstm_input_variants_and_hidden_state_keys(variant):
+    with tf.Graph().as_default():
+        ext = dict(EXTERN)
+        if variant == "time_major":
+            ext["data"] = {"dim": 5, "time_dim_axis": 0, "batch_dim_axis": 1}
+        src = {"sparse": "data:classes", "two_sources": ["data", "data"]}.get(variant, "data")
+        net = TFNetwork(extern_data=ExternData(ext), train_flag=False)
+        net.construct_from_dict({
+            "output": {"class": "rec", "unit": "nativelstm2", "n_out": 4, "from": src, "dropout": 0.5,
+                       "direction": -1 if variant == "backward" else 1},
+            "h": {"class": "get_last_hidden_state", "from": "output", "n_out": 4, "key": "h"},
+            "c": {"class": "get_last_hidden_state", "from": "output", "n_out": 4, "key": "c"},
+            "all": {"class": "get_last_hidden_state", "from": "output", "n_out": 8}})
+        out = net.get_layer("output").output
+        assert (out.time_dim_axis, out.batch_dim_axis, out.batch_shape) == (0, 1, (None, None, 4))
+        rng = np.random.RandomState(0)
+        x, cl = rng.randn(3, 7, 5).astype("float32"), rng.randint(0, 3, (3, 7)).astype("int32")
+        d, c_ = net.extern_data.get_data("data"), net.extern_data.get_data("classes")
+        feed = {d.placeholder: x.transpose(1, 0, 2) if variant == "time_major" else x, d.size_placeholder[0]: LENS,
+                c_.placeholder: cl, c_.size_placeholder[0]: LENS}
+        with tf1.Session() as session:
+            net.initialize_params(session)
+            pv = {p.op.name: session.run(p) for p in net.get_params_list()}
+            y, h, c, a = session.run([net.get_layer(n).output.placeholder for n in ["output", "h", "c", "all"]], feed)
+        xin = {"sparse": np.eye(3)[cl], "two_sources": np.concatenate([x, x], -1)}.get(variant, x)
+        ry, rc, rh = _np_lstm(xin, pv["output/rec/W"], pv["output/rec/W_re"], pv["output/rec/b"], LENS,
+                              rev=variant == "backward")
+        np.testing.assert_allclose(y.transpose(1, 0, 2), ry, atol=1e-5)
+        np.testing.assert_allclose(h, rh, atol=1e-5)
+        np.testing.assert_allclose(c, rc, atol=1e-5)
+        np.testing.assert_allclose(a, np.concatenate([rc, rh], -1), atol=1e-5)
+
+
+def test_basicrnn_activation_unit_opt():
+    with tf.Graph().as_default():
+        net = _build({"output": {"class": "rec", "unit": "basicrnn", "n_out": 4, "from": "data",
+                                 "unit_opts": {"activation": "relu"}}})
+        with tf1.Session() as session:
+            net.initialize_params(session)
+            pv = {p.op.name: session.run(p) for p in net.get_params_list()}
+            feed = _feed(net)
+            y = session.run(net.get_layer("output").output.placeholder, feed)
+        x = feed[net.extern_data.get_data("data").placeholder]
+        K, b = pv["output/rec/basic_rnn_cell/kernel"], pv["output/rec/basic_rnn_cell/bias"]
+        h, ref = np.zeros((3, 4)), np.zeros((7, 3, 4))
+        for t in range(7):
+            hn = np.maximum(np.concatenate([x[:, t], h], -1) @ K + b, 0)
+            m = (t < LENS)[:, None]
+            h, ref[t] = np.where(m, hn, h), np.where(m, hn, 0)
+        np.testing.assert_allclose(y, ref, atol=1e-5)

@@ -65,6 +65,17 @@ class CellBase:
         """:return: (output [B, n_out], new state dict)"""
         raise NotImplementedError
 
+    def act(self, x):
+        """The cell's activation (unit_opts "activation": None -> tanh, a name or a callable)."""
+        a = self.opts.get("activation")
+        if a is None:
+            return tf.tanh(x)
+        if callable(a):
+            return a(x)
+        from ...activations import get_activation_function
+
+        return get_activation_function(a)(x)
+
     def _matmul_in(self, x, w):
         if x.dtype.is_integer:
             return tf.gather(w, x)
@@ -125,8 +136,8 @@ class BasicLSTMCell(_KernelCell):
 
     def step(self, z, state):
         i, j, f, o = tf.split(z + self.rec_part(state["h"]), 4, axis=-1)
-        c = state["c"] * tf.sigmoid(f + self.opts["forget_bias"]) + tf.sigmoid(i) * tf.tanh(j)
-        h = tf.tanh(c) * tf.sigmoid(o)
+        c = state["c"] * tf.sigmoid(f + self.opts["forget_bias"]) + tf.sigmoid(i) * self.act(j)
+        h = self.act(c) * tf.sigmoid(o)
         return h, {"c": c, "h": h}
 
 
@@ -166,15 +177,15 @@ class LSTMCell(_KernelCell):
         fb = self.opts["forget_bias"]
         if self.opts["use_peepholes"]:
             c = tf.sigmoid(f + fb + self.w_f_diag * c_prev) * c_prev + tf.sigmoid(
-                i + self.w_i_diag * c_prev) * tf.tanh(j)
+                i + self.w_i_diag * c_prev) * self.act(j)
         else:
-            c = tf.sigmoid(f + fb) * c_prev + tf.sigmoid(i) * tf.tanh(j)
+            c = tf.sigmoid(f + fb) * c_prev + tf.sigmoid(i) * self.act(j)
         if self.opts["cell_clip"] is not None:
             c = tf.clip_by_value(c, -self.opts["cell_clip"], self.opts["cell_clip"])
         if self.opts["use_peepholes"]:
-            h = tf.sigmoid(o + self.w_o_diag * c) * tf.tanh(c)
+            h = tf.sigmoid(o + self.w_o_diag * c) * self.act(c)
         else:
-            h = tf.sigmoid(o) * tf.tanh(c)
+            h = tf.sigmoid(o) * self.act(c)
         if self.opts["num_proj"]:
             h = tf.matmul(h, self.proj)
             if self.opts["proj_clip"] is not None:
@@ -204,7 +215,7 @@ class GRUCell(CellBase):
         h = state["h"]
         zg, zc = z[:, :2 * n], z[:, 2 * n:]
         r, u = tf.split(tf.sigmoid(zg + tf.matmul(h, self.gk[self.n_in:])), 2, axis=-1)
-        c = tf.tanh(zc + tf.matmul(r * h, self.ck[self.n_in:]))
+        c = self.act(zc + tf.matmul(r * h, self.ck[self.n_in:]))
         h = u * h + (1 - u) * c
         return h, {"h": h}
 
@@ -217,7 +228,7 @@ class BasicRNNCell(_KernelCell):
     default_opts = {"activation": None}
 
     def step(self, z, state):
-        h = tf.tanh(z + self.rec_part(state["h"]))
+        h = self.act(z + self.rec_part(state["h"]))
         return h, {"h": h}
 
 
@@ -262,8 +273,16 @@ class LayerNormVariantsLSTMCell(CellBase):
                     "per_gate_norm": False, "cell_norm": True, "cell_norm_in_output": True,
                     "hidden_norm": False, "variance_epsilon": 1e-12}
 
+    _supported = {"with_concat": False, "global_norm": True, "global_norm_joined": False, "per_gate_norm": False,
+                  "cell_norm": True, "hidden_norm": False}
+
     def create_params(self):
         n, o = self.n_out, self.opts
+        for k, v in self._supported.items():
+            if bool(o[k]) != v:
+                raise NotImplementedError("layernormvariantslstm: unit_opts %s=%r is not supported" % (k, o[k]))
+        if (o["dropout"] or o["dropout_h"]) and self.layer.network.train_flag is not False:
+            raise NotImplementedError("layernormvariantslstm: unit_opts dropout/dropout_h are not supported")
         self.W_ff = self.param("W_ff", (self.n_in, 4 * n))
         self.W_re = self.param("W_re", (n, 4 * n))
         self.gamma_in = self.param("gamma_input_below", (4 * n,), o["norm_gain"])
@@ -279,9 +298,9 @@ class LayerNormVariantsLSTMCell(CellBase):
         eps = self.opts["variance_epsilon"]
         r = _layer_norm(tf.matmul(state["h"], self.W_re), self.gamma_state, None, eps)
         i, j, f, o = tf.split(z + r, 4, axis=-1)
-        c = tf.sigmoid(f + self.opts["forget_bias"]) * state["c"] + tf.sigmoid(i) * tf.tanh(j)
+        c = tf.sigmoid(f + self.opts["forget_bias"]) * state["c"] + tf.sigmoid(i) * self.act(j)
         c_norm = _layer_norm(c, self.gamma_c, self.beta_c, eps)
-        h = tf.tanh(c_norm if self.opts["cell_norm_in_output"] else c) * tf.sigmoid(o)
+        h = self.act(c_norm if self.opts["cell_norm_in_output"] else c) * tf.sigmoid(o)
         return h, {"c": c_norm, "h": h}
 
 

@@ -173,6 +173,8 @@ class GetLastHiddenStateLayer(LayerBase):
 
     def __init__(self, n_out, combine="concat", key="*", **kwargs):
         super().__init__(n_out=n_out, **kwargs)
+        if combine != "concat":
+            raise NotImplementedError("get_last_hidden_state: option combine=%r is not supported" % (combine,))
         src = self.sources[0]
         h = src.get_last_hidden_state(key)
         if h is None:
@@ -384,6 +386,8 @@ class ChoiceLayer(LayerBase):
                  scheduled_sampling=False, cheating=False, explicit_search_sources=None, _target_layer=None,
                  **kwargs):
         super().__init__(**kwargs)
+        if scheduled_sampling and self.network.train_flag is not False:
+            raise NotImplementedError("choice layer %r: option scheduled_sampling is not supported" % self.name)
         if self._use_search(self.network, search):
             raise NotImplementedError("choice layer %r: beam search is not supported" % self.name)
         self.output.placeholder = _target_layer.output.placeholder
