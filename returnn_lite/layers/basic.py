@@ -283,9 +283,12 @@ def _apply_out_type(template, out_type, name):
 
 def _run_eval(code, layer, xs, eval_locals=None):
     """Evaluate an eval string with source(i), self, tf, np in scope."""
+    used = set()
+
     def source(i, auto_convert=True, enforce_batch_major=False, as_data=False):
         if not (0 <= i < len(xs)):
             raise IndexError("eval layer %r: source(%i) but there are %i sources" % (layer.name, i, len(xs)))
+        used.add(i)
         if auto_convert and not enforce_batch_major and not as_data:
             return xs[i]
         out = layer.sources[i].output
@@ -296,7 +299,16 @@ def _run_eval(code, layer, xs, eval_locals=None):
         return out if as_data else out.placeholder
 
     if callable(code):
-        return code(source=source, self=layer, **(eval_locals or {}))
+        res = code(source=source, self=layer, **(eval_locals or {}))
+    else:
+        res = _eval_str(code, layer, source, eval_locals)
+    if used != set(range(len(xs))):  # as the original: every source must be used
+        raise ValueError("eval layer %r: sources %s are not used by eval %r" % (
+            layer.name, sorted(set(range(len(xs))) - used), code))
+    return res
+
+
+def _eval_str(code, layer, source, eval_locals):
     ns = {"tf": tf, "np": np, "source": source, "self": layer, "layer": layer}
     try:
         from .. import tf_util  # optional helper namespace for configs

@@ -432,3 +432,8 @@ def test_linear_forward_weights_init_variants_build(init):
     net, _, res = _run({"output": {"class": "linear", "from": "data", "n_out": 4, "forward_weights_init": init,
                                    "bias_init": "constant_initializer(0.25)"}})
     assert res["output"][0].shape == (3, 7, 4)
+
+
+def test_eval_must_use_all_sources():
+    with pytest.raises(Exception, match="not used"):
+        _run({"output": {"class": "eval", "from": ["data", "data"], "eval": "source(0) * 2"}})
