@@ -484,11 +484,11 @@ class UnflattenNdLayer(ConcatInputLayer):
     layer_class = "unflatten_nd"
     recurrent = True
 
-    def __init__(self, sizes, num_axes, declare_same_sizes_as=None, **kwargs):
+    def __init__(self, sizes, num_axes, declare_same_sizes_as=None, in_dim="T", **kwargs):
         super().__init__(**kwargs)
         self.sizes = sizes
         self.declare_same_sizes_as = declare_same_sizes_as or {}
-        x = self._input(self.input_data)
+        x = self._input(self.input_data, in_dim)
         sz = tf.cast(sizes.output.copy_as_batch_major().placeholder, tf.int32)  # [B,N]
         max_sz = tf.reduce_max(sz, axis=0)
         strides = tf.math.cumprod(sz, axis=1, exclusive=True, reverse=True)  # [B,N]
@@ -509,11 +509,15 @@ class UnflattenNdLayer(ConcatInputLayer):
                 tag.dyn_size = sz[:, k]
 
     @staticmethod
-    def _input(data):
+    def _input(data, in_dim="T"):
+        """data as [B, flat axis (in_dim), rest...]"""
         data = data.copy_as_batch_major()
-        if data.time_dim_axis is None:
+        if in_dim in ("T", "t") and data.time_dim_axis is None:
             raise ValueError("unflatten_nd: input %s has no time axis" % data.short_repr())
-        return data.copy_move_axis(data.time_dim_axis, 1)
+        a = data.get_axis_from_description(in_dim)
+        if a == data.batch_dim_axis:
+            raise ValueError("unflatten_nd: in_dim %r is the batch axis of %s" % (in_dim, data.short_repr()))
+        return data.copy_move_axis(a, 1)
 
     @classmethod
     def transform_config_dict(cls, d, network, get_layer):
@@ -523,8 +527,9 @@ class UnflattenNdLayer(ConcatInputLayer):
             d["declare_same_sizes_as"] = {int(k): get_layer(v) for k, v in d["declare_same_sizes_as"].items()}
 
     @classmethod
-    def get_out_data_from_opts(cls, name, sources, num_axes, sizes=None, declare_same_sizes_as=None, **kwargs):
-        x = cls._input(concat_sources_template(sources, name="%s_output" % name))
+    def get_out_data_from_opts(cls, name, sources, num_axes, sizes=None, declare_same_sizes_as=None, in_dim="T",
+                               **kwargs):
+        x = cls._input(concat_sources_template(sources, name="%s_output" % name), in_dim)
         num_axes = _ints("num_axes", num_axes)
         if sizes is not None:
             s = sizes.output
