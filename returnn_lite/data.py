@@ -448,14 +448,17 @@ class Data:
             mask = tf.transpose(mask)
         return mask
 
-    def get_sequence_mask_broadcast(self, axis=None):
-        """Bool mask of a dynamic axis, shaped to broadcast against the placeholder."""
+    def get_sequence_mask_broadcast(self, axis=None, tag=None, max_len=None):
+        """
+        Bool mask of a dynamic axis, shaped to broadcast against the placeholder.
+        tag/max_len: use these lengths and padded length instead of the axis' own (e.g. for a new output axis).
+        """
         if axis is None:
             axis = self.time_dim_axis
-        tag = self.dims[axis]
+        tag = self.dims[axis] if tag is None else tag
         if tag.dyn_size is None:
             raise ValueError("%s: axis %i has no sequence lengths" % (self.short_repr(), axis))
-        mask = tag.get_mask(self.get_dim(axis))
+        mask = tag.get_mask(self.get_dim(axis) if max_len is None else max_len)
         b = self.batch_dim_axis
         if b is None or tag.dyn_size.shape.rank == 0:
             kept = [axis]

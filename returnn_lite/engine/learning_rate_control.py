@@ -238,6 +238,27 @@ class ConstantLearningRate(LearningRateControl):
         return self.get_most_recent_learning_rate(epoch)
 
 
+def _newbob_two_epochs(control, epoch, should_decay):
+    """Newbob on the errors of the last two epochs: decay when should_decay(old, new, lr) says so."""
+    last_epoch = control.get_last_epoch(epoch)
+    if last_epoch is None:
+        return control.default_learning_rate
+    learning_rate = control.epoch_data[last_epoch].learning_rate
+    if learning_rate is None:
+        return control.default_learning_rate
+    last2_epoch = control.get_last_epoch(last_epoch)
+    if last2_epoch is None:
+        return learning_rate
+    old_error, new_error = control.get_epoch_error_value(last2_epoch), control.get_epoch_error_value(last_epoch)
+    if old_error is None or new_error is None:
+        return learning_rate
+    if not control._lr_unchanged_for_min_epochs(epoch, learning_rate):
+        return learning_rate
+    if should_decay(old_error, new_error, learning_rate):
+        learning_rate = control.calc_learning_rate_decay_or_grow(learning_rate, decay=True)
+    return learning_rate
+
+
 class NewbobRelative(LearningRateControl):
     """Decay when the relative error change of the last two epochs is above ``newbob_relative_error_threshold``."""
 
@@ -252,26 +273,13 @@ class NewbobRelative(LearningRateControl):
         self.relative_error_threshold = relative_error_threshold
 
     def calc_learning_rate_for_epoch(self, epoch):
-        last_epoch = self.get_last_epoch(epoch)
-        if last_epoch is None:
-            return self.default_learning_rate
-        learning_rate = self.epoch_data[last_epoch].learning_rate
-        if learning_rate is None:
-            return self.default_learning_rate
-        last2_epoch = self.get_last_epoch(last_epoch)
-        if last2_epoch is None:
-            return learning_rate
-        old_error, new_error = self.get_epoch_error_value(last2_epoch), self.get_epoch_error_value(last_epoch)
-        if old_error is None or new_error is None:
-            return learning_rate
-        if not self._lr_unchanged_for_min_epochs(epoch, learning_rate):
-            return learning_rate
+        return _newbob_two_epochs(self, epoch, self._should_decay)
+
+    def _should_decay(self, old_error, new_error, learning_rate):
         relative_error = self._relative_error(old_error, new_error)
         if self.relative_error_also_relative_to_learning_rate:
             relative_error /= learning_rate / self.default_learning_rate
-        if relative_error > self.relative_error_threshold:
-            learning_rate = self.calc_learning_rate_decay_or_grow(learning_rate, decay=True)
-        return learning_rate
+        return relative_error > self.relative_error_threshold
 
 
 class NewbobAbs(LearningRateControl):
@@ -288,23 +296,10 @@ class NewbobAbs(LearningRateControl):
         self.error_threshold = error_threshold
 
     def calc_learning_rate_for_epoch(self, epoch):
-        last_epoch = self.get_last_epoch(epoch)
-        if last_epoch is None:
-            return self.default_learning_rate
-        learning_rate = self.epoch_data[last_epoch].learning_rate
-        if learning_rate is None:
-            return self.default_learning_rate
-        last2_epoch = self.get_last_epoch(last_epoch)
-        if last2_epoch is None:
-            return learning_rate
-        old_error, new_error = self.get_epoch_error_value(last2_epoch), self.get_epoch_error_value(last_epoch)
-        if old_error is None or new_error is None:
-            return learning_rate
-        if not self._lr_unchanged_for_min_epochs(epoch, learning_rate):
-            return learning_rate
-        if new_error - old_error > self.error_threshold:
-            learning_rate = self.calc_learning_rate_decay_or_grow(learning_rate, decay=True)
-        return learning_rate
+        return _newbob_two_epochs(self, epoch, self._should_decay)
+
+    def _should_decay(self, old_error, new_error, learning_rate):
+        return new_error - old_error > self.error_threshold
 
 
 class NewbobMultiEpoch(LearningRateControl):

@@ -96,19 +96,7 @@ def _static_shape_wo_batch(data, what):
 
 def _seq_mask(tag, max_len, data, axis):
     """Bool mask of tag's lengths at padded length max_len, shaped to broadcast against data's layout."""
-    mask = tag.get_mask(max_len)  # [B,T] (or [T] without batch)
-    b = data.batch_dim_axis
-    if b is None or tag.dyn_size.shape.rank == 0:
-        kept = [axis]
-    else:
-        kept = [b, axis]
-        if b > axis:
-            mask = tf.transpose(mask)
-            kept = [axis, b]
-    for i in range(data.batch_ndim):
-        if i not in kept:
-            mask = tf.expand_dims(mask, i)
-    return mask
+    return data.get_sequence_mask_broadcast(axis, tag=tag, max_len=max_len)
 
 
 # ---------------------------------------------------------------------------------------------------------------
