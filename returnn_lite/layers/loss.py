@@ -172,7 +172,21 @@ class EditDistanceLayer(LayerBase):
         return Data(name="%s_output" % name, dims=[batch], dtype="int32")
 
 
-class CtcLossLayer(LayerBase):
+class _LogitsTargetsLayer(LayerBase):
+    """Base of layers with ``logits`` and ``targets`` layer options (instead of ``from``)."""
+
+    def get_dep_layers(self):
+        return super().get_dep_layers() + [self.logits, self.targets]
+
+    @classmethod
+    def transform_config_dict(cls, d, network, get_layer):
+        d.setdefault("from", [])
+        super().transform_config_dict(d, network=network, get_layer=get_layer)
+        d["logits"] = get_layer(d["logits"])
+        d["targets"] = get_layer(d["targets"])
+
+
+class CtcLossLayer(_LogitsTargetsLayer):
     """CTC loss per sequence ([B] float32) of ``logits`` [B,T,N] (unnormalized) against sparse ``targets``."""
 
     layer_class = "ctc_loss"
@@ -198,16 +212,6 @@ class CtcLossLayer(LayerBase):
             label_length=tg.get_sequence_lengths(), logit_length=lg.get_sequence_lengths(),
             logits_time_major=False, blank_index=blank_index)
 
-    def get_dep_layers(self):
-        return super().get_dep_layers() + [self.logits, self.targets]
-
-    @classmethod
-    def transform_config_dict(cls, d, network, get_layer):
-        d.setdefault("from", [])
-        super().transform_config_dict(d, network=network, get_layer=get_layer)
-        d["logits"] = get_layer(d["logits"])
-        d["targets"] = get_layer(d["targets"])
-
     @classmethod
     def get_out_data_from_opts(cls, name, logits, targets, **kwargs):
         if not targets.output.sparse:
@@ -219,7 +223,7 @@ class CtcLossLayer(LayerBase):
         return Data(name="%s_output" % name, dims=[out.dims[out.batch_dim_axis]], dtype="float32")
 
 
-class SparseSoftmaxCrossEntropyWithLogitsLayer(LayerBase):
+class SparseSoftmaxCrossEntropyWithLogitsLayer(_LogitsTargetsLayer):
     """tf.nn.sparse_softmax_cross_entropy_with_logits of ``logits`` over the class axis against sparse ``targets``."""
 
     layer_class = "sparse_softmax_cross_entropy_with_logits"
@@ -251,16 +255,6 @@ class SparseSoftmaxCrossEntropyWithLogitsLayer(LayerBase):
         new = tg.copy_template_replace_dim_tag(tg.time_dim_axis, f_tag)
         new.placeholder = tg.placeholder
         return new
-
-    def get_dep_layers(self):
-        return super().get_dep_layers() + [self.logits, self.targets]
-
-    @classmethod
-    def transform_config_dict(cls, d, network, get_layer):
-        d.setdefault("from", [])
-        super().transform_config_dict(d, network=network, get_layer=get_layer)
-        d["logits"] = get_layer(d["logits"])
-        d["targets"] = get_layer(d["targets"])
 
     @classmethod
     def get_out_data_from_opts(cls, name, logits, targets, axis=None, **kwargs):
