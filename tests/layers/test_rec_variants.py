@@ -202,3 +202,30 @@ def test_basicrnn_activation_unit_opt():
             m = (t < LENS)[:, None]
             h, ref[t] = np.where(m, hn, h), np.where(m, hn, 0)
         np.testing.assert_allclose(y, ref, atol=1e-5)
+
+
+def _subnet_loss_and_grads(move_out):
+    unit = {"emb": {"class": "linear", "from": "data:source", "n_out": 4, "activation": None},
+            "lin": {"class": "linear", "from": ["emb", "prev:output"], "n_out": 4, "activation": "tanh"},
+            "lstm": {"class": "rnn_cell", "unit": "LSTMBlock", "from": "lin", "n_out": 4},
+            "output": {"class": "softmax", "from": ["lstm", "emb"], "n_out": 3, "loss": "ce", "target": "classes"}}
+    with tf.Graph().as_default():
+        net = _build({"output": {"class": "rec", "unit": unit, "from": "data", "target": "classes",
+                                 "optimize_move_layers_out": move_out}}, train_flag=True)
+        with tf1.Session() as session:
+            net.initialize_params(session)
+            params = sorted(net.get_params_list(), key=lambda p: p.op.name)
+            for p in params:
+                p.load(np.random.RandomState(len(p.op.name)).randn(*p.shape.as_list()).astype("float32") * .3,
+                       session)
+            session.run(net.get_layer("output").output.placeholder, _feed(net))  # run first, then gradients
+            obj = net.get_objective()
+            grads = [tf.convert_to_tensor(g) for g in tf.gradients(obj, params)]
+            return session.run([obj] + grads, _feed(net))
+
+
+def test_subnet_gradients_after_run_and_move_out_equality():
+    a, b = _subnet_loss_and_grads(True), _subnet_loss_and_grads(False)
+    assert len(a) == len(b) == 9
+    for x, y in zip(a, b):
+        np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6)

@@ -330,19 +330,17 @@ def get_cell_class(unit, step_only=False):
 
 def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations=10, name="while"):
     """
-    tf.while_loop that outputs all intermediates: gradients of a per-step subnetwork, built after the graph has run
-    once, would otherwise fail ("Connecting to invalid output" of the loop op). (Used for subnetwork units only:
-    for the lean cell loop it does not help and costs speed.)
+    tf.while_loop (control flow v2) for the subnetwork unit, robust against gradients built after the graph has run
+    once. Building a v2 gradient may otherwise add outputs to the existing While op (accumulators of intermediates,
+    and TF's optimisation that moves Shape/Size/Rank/TensorListElementShape/TensorListLength ops of the gradient
+    into the forward loop), which the session, holding the old node, cannot see ("Connecting to invalid output N of
+    source node ..."). With TF's ``output_all_intermediates`` on, every intermediate is an output from the start,
+    and that optimisation is off. The flag is read again when the gradient is built (possibly much later, outside
+    of this function), so it is switched on for good (it only affects v2 while loops, which only this uses).
     """
-    from tensorflow.python.ops import control_flow_util_v2
-
-    old = control_flow_util_v2._EXPERIMENTAL_OUTPUT_ALL_INTERMEDIATES_OVERRIDE
     tf1.experimental.output_all_intermediates(True)
-    try:
-        return tf.while_loop(cond, body, loop_vars, shape_invariants=shape_invariants,
-                             parallel_iterations=parallel_iterations, name=name)
-    finally:
-        control_flow_util_v2._EXPERIMENTAL_OUTPUT_ALL_INTERMEDIATES_OVERRIDE = old
+    return tf.while_loop(cond, body, loop_vars, shape_invariants=shape_invariants,
+                         parallel_iterations=parallel_iterations, name=name)
 
 
 class _ControlFlowV1:
