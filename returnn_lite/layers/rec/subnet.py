@@ -464,10 +464,12 @@ class RecSubnetLoop:
 
         def frame_source(key, data):
             if key not in frame_tas:
-                tm = _time_major(data, time_dim)
-                frame_tas[key] = (tm.copy_template_excluding_axis(0), tf.TensorArray(
-                    tm.dtype, size=tf.shape(tm.placeholder)[0], element_shape=tm.placeholder.shape[1:],
-                    infer_shape=True).unstack(tm.placeholder))
+                # built in the graph of the full sequence (outside the loop body), once, not in every step
+                with data.placeholder.graph.as_default(), tf.control_dependencies(None):
+                    tm = _time_major(data, time_dim)
+                    frame_tas[key] = (tm.copy_template_excluding_axis(0), tf.TensorArray(
+                        tm.dtype, size=tf.shape(tm.placeholder)[0], element_shape=tm.placeholder.shape[1:],
+                        infer_shape=True).unstack(tm.placeholder))
             return frame_tas[key]
 
         prev_names = sorted({r[len("prev:"):] for x in in_loop for r in tpl.deps.get(x, ()) if r.startswith("prev:")}
