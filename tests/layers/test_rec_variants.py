@@ -229,3 +229,13 @@ def test_subnet_gradients_after_run_and_move_out_equality():
     assert len(a) == len(b) == 9
     for x, y in zip(a, b):
         np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6)
+
+
+def test_cell_back_prop_false_stops_gradient():
+    with tf.Graph().as_default():
+        net = _build({"l": {"class": "rec", "unit": "lstm", "n_out": 4, "from": "data", "back_prop": False},
+                      "output": {"class": "softmax", "from": "l", "loss": "ce", "target": "classes"}},
+                     train_flag=True)
+        params = {p.op.name: p for p in net.get_params_list()}
+        grads = tf.gradients(net.get_objective(), [params["l/rec/W"], params["output/W"]])
+        assert grads[0] is None and grads[1] is not None

@@ -221,6 +221,9 @@ class RecLayer(_CellMixin, ConcatInputLayer):
         if isinstance(unit, dict):
             from .subnet import RecSubnetLoop
 
+            if back_prop is False:
+                raise NotImplementedError("rec layer %r: option back_prop=False is not supported with a subnetwork "
+                                          "unit" % self.name)
             if direction not in (None, 1):
                 raise NotImplementedError("rec layer %r: option direction=%r is not supported with a subnetwork unit" %
                                           (self.name, direction))
@@ -232,6 +235,9 @@ class RecLayer(_CellMixin, ConcatInputLayer):
             if direction not in (None, 1, -1):
                 raise ValueError("direction must be 1 or -1, got %r" % (direction,))
             self._build_cell(_cells.get_cell_class(unit), unit_opts, initial_state, direction or 1, "rec/", False)
+            if back_prop is False:  # no gradient through the loop (as tf.while_loop(back_prop=False))
+                self.output.placeholder = tf.stop_gradient(self.output.placeholder)
+                self.final_state = {k: tf.stop_gradient(v) for k, v in self.final_state.items()}
 
     def _is_per_step(self, inp):
         return self.network.is_inside_rec_layer() and inp.get_time_dim_tag() == self.network.get_inside_rec_time_dim()
