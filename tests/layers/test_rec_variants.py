@@ -239,3 +239,20 @@ def test_cell_back_prop_false_stops_gradient():
         params = {p.op.name: p for p in net.get_params_list()}
         grads = tf.gradients(net.get_objective(), [params["l/rec/W"], params["output/W"]])
         assert grads[0] is None and grads[1] is not None
+
+
+@pytest.mark.parametrize("move_out", [True, False])
+def test_extern_data_per_frame_in_unit(move_out):
+    """data:classes (another time tag than the loop over data) is seen per frame inside the unit."""
+    unit = {"e": {"class": "linear", "from": "data:classes", "n_out": 2, "activation": None, "with_bias": False},
+            "output": {"class": "combine", "kind": "add", "from": ["prev:output", "e"]}}
+    with tf.Graph().as_default():
+        net = _build({"output": {"class": "rec", "unit": unit, "from": "data", "optimize_move_layers_out": move_out}})
+        assert net.get_layer("output").output.batch_shape == (None, None, 2)
+        with tf1.Session() as session:
+            net.initialize_params(session)
+            W = session.run(net.get_params_list()[0])
+            feed = _feed(net)
+            y = session.run(net.get_layer("output").output.placeholder, feed)
+        cl = feed[net.extern_data.get_data("classes").placeholder]
+        np.testing.assert_allclose(y.transpose(1, 0, 2) * MASK, np.cumsum(W[cl] * MASK, 1) * MASK, atol=1e-5)

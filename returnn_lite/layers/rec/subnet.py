@@ -96,6 +96,20 @@ def _frame_template(data, time_dim):
     return None
 
 
+def _extern_data_on_loop_time(layer, time_dim, net):
+    """
+    Extern data (``data:X``) in a rec unit is seen per frame of the loop (as the original: the subnetwork's extern
+    data are the templates without time axis, unstacked along the loop), also where its time axis has another tag
+    than the loop (e.g. a target of the same length): its time axis is taken as the loop's.
+    """
+    data = layer.output
+    if not data.have_time_axis() or time_dim in data.dims:
+        return layer
+    out = data.copy_template_replace_dim_tag(data.time_dim_axis, time_dim, name=data.name)
+    out.placeholder = data.placeholder
+    return InternalLayer(name=layer.name, network=net, output=out)
+
+
 def _time_major(data, time_dim):
     return data.copy_move_axis(data.get_axis_by_tag(time_dim), 0)
 
@@ -236,6 +250,8 @@ class RecSubnetLoop:
 
         def outer_layer(ref):
             layer = get_layer(ref)
+            if ref.startswith("data:"):
+                layer = _extern_data_on_loop_time(layer, time_dim, net)
             frame = _frame_template(layer.output, time_dim)
             if frame is None:
                 return layer
@@ -430,9 +446,15 @@ class RecSubnetLoop:
             input_full = rec.input_data if rec.input_data is not None else None
 
         # outer layers / data, full sequence, by the names used in the unit
+        extern_cache = {}
+
         def outer(ref):
             if ref in ("data", "data:source"):
                 return InternalLayer(name="data:source", network=net, output=input_full)
+            if ref.startswith("data:"):
+                if ref not in extern_cache:
+                    extern_cache[ref] = _extern_data_on_loop_time(net.get_layer(ref), time_dim, net)
+                return extern_cache[ref]
             if ref.startswith("base:"):
                 return net.get_layer(ref[len("base:"):])
             return net.get_layer(ref)
