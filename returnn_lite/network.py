@@ -124,6 +124,7 @@ class TFNetwork:
         self.used_data_keys = set()
         self._net_dict = {}
         self._constructing = []
+        self._building_sources_first = False
         self._objective = None
         self._saver = None
         self._batch_dim = None
@@ -184,6 +185,11 @@ class TFNetwork:
         if name in self._constructing:
             raise NetworkConstructionDependencyLoopException(self, name, self._constructing)
         if get_layer is None:
+            if not self._constructing and not self._building_sources_first:
+                self._construct_sources_first(net_dict, name)
+                if name in self.layers:
+                    return self.layers[name]
+
             def get_layer(src_name):
                 return self.construct_layer(net_dict, src_name)
         desc = dict(net_dict[name])
@@ -208,6 +214,33 @@ class TFNetwork:
             raise NetworkLayerException(msg, name, class_name, network=self, net_dict=net_dict) from exc
         finally:
             self._constructing.remove(name)
+
+    def _construct_sources_first(self, net_dict, name):
+        """
+        Build the plain "from" sources of name bottom-up (iterative depth-first order), so that deep chains do
+        not recurse: TF records the Python stack for every op it creates, which gets slow with deep stacks.
+        """
+        order, seen, stack = [], set(), [(name, False)]
+        while stack:
+            layer_name, expanded = stack.pop()
+            if expanded:
+                order.append(layer_name)
+                continue
+            if layer_name in seen or layer_name in self.layers or not isinstance(net_dict.get(layer_name), dict):
+                continue
+            seen.add(layer_name)
+            stack.append((layer_name, True))
+            sources = net_dict[layer_name].get("from", "data")
+            for src in reversed(sources if isinstance(sources, (list, tuple)) else [sources]):
+                if isinstance(src, str):
+                    stack.append((src, False))
+        self._building_sources_first = True
+        try:
+            for layer_name in order[:-1]:
+                if layer_name not in self.layers:
+                    self.construct_layer(net_dict, layer_name)
+        finally:
+            self._building_sources_first = False
 
     def add_layer(self, name, layer_class, **layer_desc):
         """Template via get_out_data_from_opts, then the layer itself; registers losses."""

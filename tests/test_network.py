@@ -92,7 +92,7 @@ def test_missing_source_names_both_layers():
 
 def test_dependency_loop():
     with tf.Graph().as_default():
-        with pytest.raises(NetworkConstructionDependencyLoopException, match="'a' -> 'b' -> 'a'"):
+        with pytest.raises(NetworkConstructionDependencyLoopException, match="'a' -> 'b' -> 'a'|'b' -> 'a' -> 'b'"):
             _build({"output": {"class": "copy", "from": "a"}, "a": {"class": "copy", "from": "b"},
                     "b": {"class": "copy", "from": "a"}})
 
@@ -158,3 +158,15 @@ def test_session_methods_work_outside_the_graph_context(tmp_path):
     net.save_params_to_file(str(tmp_path / "m"), session)
     net.load_params_from_file(str(tmp_path / "m"), session)
     np.testing.assert_array_equal(net.get_param_values_dict(session)["output"]["b"], np.ones(4))
+
+
+def test_deep_chain_builds_without_deep_recursion():
+    import sys
+
+    n = 3 * sys.getrecursionlimit()  # would overflow the stack if sources were built recursively
+    net_dict = {"l%i" % i: {"class": "copy", "from": "l%i" % (i - 1) if i else "data"} for i in range(n)}
+    net_dict["output"] = {"class": "copy", "from": "l%i" % (n - 1)}
+    with tf.Graph().as_default():
+        net = TFNetwork(extern_data=ExternData({"data": {"dim": 2}}), train_flag=False)
+        net.construct_from_dict(net_dict)
+        assert len(net.layers) == n + 2
