@@ -6,9 +6,11 @@ For every (non-error, non-stateful, deterministic) case, build the network twice
 once with the case's extern_data as given, once with every extern data entry that is in the
 default batch-major form with a time axis turned time-major (classic kwargs
 ``batch_dim_axis=1, time_dim_axis=0``; inputs fed transposed), and every entry in the classic
-time-major form (``batch_dim_axis=1, time_dim_axis=0``) turned batch-major. Both runs load the case's
+time-major form (``batch_dim_axis=1, time_dim_axis=0``) turned batch-major; with several such entries
+also each one flipped alone (mixed layouts). All runs load the case's
 checkpoint and are fed the same inputs. The canonical outputs (``copy_as_batch_spatial_major``)
-of the expected layers, their sequence lengths and the losses/objective must agree,
+of the expected layers, their sequence lengths, the losses/objective and the gradients of the
+objective w.r.t. the params must agree,
 as they do in the original RETURNN.
 
 Usage::
@@ -110,7 +112,7 @@ def time_major_keys(extern_data):
     return [k for k, v in extern_data.items() if _convertible(v) or _convertible_back(v)]
 
 
-def time_major_extern_data(extern_data):
+def time_major_extern_data(extern_data, only_keys=None):
     """
     The extern data with every flippable entry flipped: default batch-major entries with a time axis get
     ``batch_dim_axis=1, time_dim_axis=0``; classic time-major entries lose these options (batch-major).
@@ -118,7 +120,9 @@ def time_major_extern_data(extern_data):
     out = {}
     for k, v in extern_data.items():
         v = dict(v)
-        if _convertible(v):
+        if only_keys is not None and k not in only_keys:
+            pass
+        elif _convertible(v):
             v["batch_dim_axis"] = 1
             v["time_dim_axis"] = 0
         elif _convertible_back(v):
@@ -179,6 +183,15 @@ def run_variant(case_dir, case, extern_data_kwargs, inputs, transpose_keys, chec
                     scalars[key] = v
                 else:
                     scalar_const[key] = None if v is None else float(v)
+        grads = {}
+        objective = scalars.get("objective")
+        if objective is not None:
+            params = [p for p in net.get_params_list() if p.dtype.base_dtype.is_floating]
+            gs = tf.gradients(objective, params, unconnected_gradients=tf.UnconnectedGradients.ZERO)
+            for p, g in zip(params, gs):
+                if isinstance(g, tf.IndexedSlices):
+                    g = tf.convert_to_tensor(g)
+                grads[p.op.name] = g
         with tf1.Session(graph=graph) as session:
             net.initialize_params(session)
             net.load_params_from_file(os.path.join(os.path.abspath(case_dir), "model"), session)
@@ -195,7 +208,7 @@ def run_variant(case_dir, case, extern_data_kwargs, inputs, transpose_keys, chec
                 feed[data.placeholder] = x
                 for axis, sz in (data.size_placeholder or {}).items():
                     feed[sz] = inputs["%s:size%i" % (key, axis)]
-            res = session.run({"out": fetches, "scalars": scalars}, feed_dict=feed)
+            res = session.run({"out": fetches, "scalars": scalars, "grads": grads}, feed_dict=feed)
     outs, sizes = {}, {}
     for lname in expected["layers"]:
         outs[lname] = res["out"][lname]
@@ -209,16 +222,64 @@ def run_variant(case_dir, case, extern_data_kwargs, inputs, transpose_keys, chec
     batch_axes = {k: d.batch_dim_axis for k, d in extern_data.data.items()}
     return {
         "out": outs, "sizes": sizes, "scalars": sc, "has_batch": has_batch, "templates": templates,
-        "batch_axes": batch_axes,
+        "batch_axes": batch_axes, "grads": res["grads"],
     }
+
+
+def _compare_runs(a, b, case, check, rtol, atol):
+    """:raises check.Mismatch: on the first difference of run b against run a"""
+    import numpy as np
+
+    for lname in case["expected"]["layers"]:
+        ta, tb = a["templates"][lname], b["templates"][lname]
+        for k in check.TEMPLATE_KEYS:
+            if k == "dims_kinds":
+                continue  # the non-canonical layout may legitimately differ
+            if check._norm_template_value(ta[k]) != check._norm_template_value(tb[k]):
+                raise check.Mismatch(
+                    "layer %r: template %s: original %r, flipped %r" % (lname, k, ta[k], tb[k])
+                )
+        sa, sb = a["sizes"][lname], b["sizes"][lname]
+        if sorted(sa) != sorted(sb):
+            raise check.Mismatch(
+                "layer %r: dynamic axes of canonical output: original %s, flipped %s"
+                % (lname, sorted(sa), sorted(sb))
+            )
+        for axis in sa:
+            if np.shape(sa[axis]) != np.shape(sb[axis]) or not np.array_equal(sa[axis], sb[axis]):
+                raise check.Mismatch(
+                    "layer %r: seq lens of axis %i: original %s, flipped %s"
+                    % (lname, axis, np.asarray(sa[axis]).tolist(), np.asarray(sb[axis]).tolist())
+                )
+        check._compare_values(
+            "layer %r output (flipped layout vs original)" % lname,
+            b["out"][lname],
+            a["out"][lname],
+            sa,
+            a["has_batch"][lname],
+            rtol,
+            atol,
+        )
+    if sorted(a["scalars"]) != sorted(b["scalars"]):
+        raise check.Mismatch("scalars differ: %s vs %s" % (sorted(a["scalars"]), sorted(b["scalars"])))
+    for k, va in a["scalars"].items():
+        check._close_scalar(k + " (flipped layout vs original)", b["scalars"][k], va, rtol, atol)
+    if sorted(a["grads"]) != sorted(b["grads"]):
+        raise check.Mismatch("gradient params differ: %s vs %s" % (sorted(a["grads"]), sorted(b["grads"])))
+    for n, ga in a["grads"].items():
+        gb = b["grads"][n]
+        scale = max(1.0, float(np.abs(ga).max()) if ga.size else 1.0)
+        if ga.shape != gb.shape or not np.allclose(gb, ga, rtol=check.GRAD_RTOL, atol=check.GRAD_ATOL * scale):
+            raise check.Mismatch(
+                "gradient of %r (flipped layout vs original): max abs diff %s"
+                % (n, float(np.abs(gb - ga).max()) if ga.shape == gb.shape else (ga.shape, gb.shape))
+            )
 
 
 def compare_case(case_dir, check=None):
     """
     :return: (status, message), status in "OK", "DIFF", "SKIP", "ERROR"
     """
-    import numpy as np
-
     check = check or _import_check()
     case = check.load_case(case_dir)
     reason = skip_reason(case)
@@ -232,49 +293,20 @@ def compare_case(case_dir, check=None):
         a = run_variant(case_dir, case, case["extern_data"], inputs, (), check)
     except Exception as exc:
         return "ERROR", "original-layout run failed: %s" % check._last_line_of_exc(exc)[:300]
-    try:
-        b = run_variant(case_dir, case, time_major_extern_data(case["extern_data"]), inputs, keys, check,
-                        ref_batch_axes=a["batch_axes"])
-    except Exception as exc:
-        return "DIFF", "flipped-layout run failed: %s" % check._last_line_of_exc(exc)[:300]
-    try:
-        for lname in case["expected"]["layers"]:
-            ta, tb = a["templates"][lname], b["templates"][lname]
-            for k in check.TEMPLATE_KEYS:
-                if k == "dims_kinds":
-                    continue  # the non-canonical layout may legitimately differ
-                if check._norm_template_value(ta[k]) != check._norm_template_value(tb[k]):
-                    raise check.Mismatch(
-                        "layer %r: template %s: original %r, flipped %r" % (lname, k, ta[k], tb[k])
-                    )
-            sa, sb = a["sizes"][lname], b["sizes"][lname]
-            if sorted(sa) != sorted(sb):
-                raise check.Mismatch(
-                    "layer %r: dynamic axes of canonical output: original %s, flipped %s"
-                    % (lname, sorted(sa), sorted(sb))
-                )
-            for axis in sa:
-                if np.shape(sa[axis]) != np.shape(sb[axis]) or not np.array_equal(sa[axis], sb[axis]):
-                    raise check.Mismatch(
-                        "layer %r: seq lens of axis %i: original %s, flipped %s"
-                        % (lname, axis, np.asarray(sa[axis]).tolist(), np.asarray(sb[axis]).tolist())
-                    )
-            check._compare_values(
-                "layer %r output (flipped layout vs original)" % lname,
-                b["out"][lname],
-                a["out"][lname],
-                sa,
-                a["has_batch"][lname],
-                rtol,
-                atol,
-            )
-        if sorted(a["scalars"]) != sorted(b["scalars"]):
-            raise check.Mismatch("scalars differ: %s vs %s" % (sorted(a["scalars"]), sorted(b["scalars"])))
-        for k, va in a["scalars"].items():
-            check._close_scalar(k + " (flipped layout vs original)", b["scalars"][k], va, rtol, atol)
-    except check.Mismatch as exc:
-        return "DIFF", str(exc)
-    return "OK", "%i layers, %i scalars, flipped keys %s" % (len(a["out"]), len(a["scalars"]), keys)
+    variants = [keys] + ([[k] for k in keys] if len(keys) > 1 else [])
+    for flip in variants:
+        what = "flipped %s" % ",".join(flip)
+        try:
+            b = run_variant(case_dir, case, time_major_extern_data(case["extern_data"], flip), inputs, flip, check,
+                            ref_batch_axes=a["batch_axes"])
+        except Exception as exc:
+            return "DIFF", "%s: run failed: %s" % (what, check._last_line_of_exc(exc)[:300])
+        try:
+            _compare_runs(a, b, case, check, rtol, atol)
+        except check.Mismatch as exc:
+            return "DIFF", "%s: %s" % (what, exc)
+    return "OK", "%i layers, %i scalars, %i grads, flipped %s" % (
+        len(a["out"]), len(a["scalars"]), len(a["grads"]), " / ".join(",".join(f) for f in variants))
 
 
 def main(argv=None):
