@@ -24,6 +24,7 @@ CASES = [
     "pad_time_reflect",
     "rec_lstm_bw_ce",
     "rec_enc_dec_demo_eval",  # register_as_extern_data + rec decoder with target
+    "reduce_sum_nchw_time",  # channels-first input turned feature-last
 ]
 
 
@@ -53,10 +54,13 @@ def test_flip_extern_data(lv):
         "classes": {"dim": 5, "sparse": True},
         "tm": {"dim": 2, "batch_dim_axis": 1, "time_dim_axis": 0},
         "static": {"shape": (4, 3), "time_dim_axis": None},
+        "nchw": {"shape": (4, None, 3), "time_dim_axis": 2, "feature_dim_axis": 1},
     }
     flipped = lv.time_major_extern_data(ed)
     assert flipped["data"] == {"dim": 3, "batch_dim_axis": 1, "time_dim_axis": 0}
     assert flipped["classes"] == {"dim": 5, "sparse": True, "batch_dim_axis": 1, "time_dim_axis": 0}
     assert flipped["tm"] == {"dim": 2}
     assert flipped["static"] == ed["static"]
-    assert lv.time_major_keys(ed) == ["data", "classes", "tm"]
+    assert flipped["nchw"] == {"shape": (None, 3, 4), "dim": 4}
+    assert lv.time_major_keys(ed) == ["data", "classes", "tm", "nchw"]
+    assert lv.time_major_extern_data(ed, ["tm"])["data"] == ed["data"]

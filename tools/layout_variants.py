@@ -7,7 +7,8 @@ once with the case's extern_data as given, once with every extern data entry tha
 default batch-major form with a time axis turned time-major (classic kwargs
 ``batch_dim_axis=1, time_dim_axis=0``; inputs fed transposed), and every entry in the classic
 time-major form (``batch_dim_axis=1, time_dim_axis=0``) turned batch-major; with several such entries
-also each one flipped alone (mixed layouts). All runs load the case's
+also each one flipped alone (mixed layouts); channels-first entries (``feature_dim_axis=1, time_dim_axis=2``)
+get their feature axis moved last (default form). All runs load the case's
 checkpoint and are fed the same inputs. The canonical outputs (``copy_as_batch_spatial_major``)
 of the expected layers, their sequence lengths, the losses/objective and the gradients of the
 objective w.r.t. the params must agree,
@@ -81,7 +82,7 @@ def skip_reason(case):
         if _has_dropout(net):
             return "dropout in training"
     if not time_major_keys(case["extern_data"]):
-        return "no extern data in default batch-major or classic time-major form with a time axis"
+        return "no extern data in default batch-major, classic time-major or channels-first form with a time axis"
     return None
 
 
@@ -107,9 +108,25 @@ def _convertible_back(kwargs):
     return shape is None or (len(shape) >= 1 and shape[0] is None)
 
 
+def _convertible_feature_major(kwargs):
+    """Classic channels-first form [B,F,T,...] (feature_dim_axis=1, time_dim_axis=2, dynamic time, dense)?"""
+    if any(k in kwargs for k in ("batch_dim_axis", "dims", "dim_tags", "same_dim_tags_as")) or kwargs.get("sparse"):
+        return False
+    if kwargs.get("feature_dim_axis") != 1 or kwargs.get("time_dim_axis") != 2:
+        return False
+    shape = kwargs.get("shape", None)
+    return shape is not None and len(shape) >= 2 and shape[0] is not None and shape[1] is None
+
+
 def time_major_keys(extern_data):
-    """Keys whose layout gets flipped (batch-major -> time-major, or time-major -> batch-major)."""
-    return [k for k, v in extern_data.items() if _convertible(v) or _convertible_back(v)]
+    """
+    Keys whose layout gets flipped (batch-major -> time-major, time-major -> batch-major,
+    feature-major -> feature last).
+    """
+    return [
+        k for k, v in extern_data.items()
+        if _convertible(v) or _convertible_back(v) or _convertible_feature_major(v)
+    ]
 
 
 def time_major_extern_data(extern_data, only_keys=None):
@@ -128,6 +145,12 @@ def time_major_extern_data(extern_data, only_keys=None):
         elif _convertible_back(v):
             del v["batch_dim_axis"]
             del v["time_dim_axis"]
+        elif _convertible_feature_major(v):
+            del v["feature_dim_axis"]
+            del v["time_dim_axis"]
+            shape = tuple(v["shape"])
+            v["shape"] = shape[1:] + shape[:1]
+            v["dim"] = shape[0]
         out[k] = v
     return out
 
@@ -154,8 +177,8 @@ def run_variant(case_dir, case, extern_data_kwargs, inputs, transpose_keys, chec
         templates = {}
         for lname in expected["layers"]:
             out = net.get_layer(lname).output
-            templates[lname] = check._template_of(out)
             canon = check.canonical(out)
+            templates[lname] = check._template_of(canon)  # canonical: the raw layout may legitimately differ
             has_batch[lname] = canon.batch_dim_axis is not None
             fetches[lname] = canon.placeholder
             for axis, sz in sorted((canon.size_placeholder or {}).items()):
@@ -198,7 +221,11 @@ def run_variant(case_dir, case, extern_data_kwargs, inputs, transpose_keys, chec
             feed = {}
             for key, data in extern_data.data.items():
                 x = inputs[key]
-                if key in transpose_keys:
+                size_axis_map = {}  # axis (without batch) here -> axis in the recorded inputs
+                if key in transpose_keys and _convertible_feature_major(case["extern_data"][key]):
+                    x = np.moveaxis(x, 1, -1)  # [B,F,T,...] -> [B,T,...,F]
+                    size_axis_map = {a: a + 1 for a in range(x.ndim - 2)}
+                elif key in transpose_keys:
                     x = np.swapaxes(x, 0, 1)
                 elif key not in case["extern_data"] and transpose_keys and data.batch_dim_axis != ref_batch_axes.get(key, 0):
                     # data registered by a layer (register_as_extern_data): recorded (and fed, as the checker
@@ -207,7 +234,7 @@ def run_variant(case_dir, case, extern_data_kwargs, inputs, transpose_keys, chec
                     x = np.swapaxes(x, 0, 1)
                 feed[data.placeholder] = x
                 for axis, sz in (data.size_placeholder or {}).items():
-                    feed[sz] = inputs["%s:size%i" % (key, axis)]
+                    feed[sz] = inputs["%s:size%i" % (key, size_axis_map.get(axis, axis))]
             res = session.run({"out": fetches, "scalars": scalars, "grads": grads}, feed_dict=feed)
     outs, sizes = {}, {}
     for lname in expected["layers"]:
@@ -233,11 +260,9 @@ def _compare_runs(a, b, case, check, rtol, atol):
     for lname in case["expected"]["layers"]:
         ta, tb = a["templates"][lname], b["templates"][lname]
         for k in check.TEMPLATE_KEYS:
-            if k == "dims_kinds":
-                continue  # the non-canonical layout may legitimately differ
             if check._norm_template_value(ta[k]) != check._norm_template_value(tb[k]):
                 raise check.Mismatch(
-                    "layer %r: template %s: original %r, flipped %r" % (lname, k, ta[k], tb[k])
+                    "layer %r: canonical template %s: original %r, flipped %r" % (lname, k, ta[k], tb[k])
                 )
         sa, sb = a["sizes"][lname], b["sizes"][lname]
         if sorted(sa) != sorted(sb):
