@@ -13,6 +13,7 @@ from returnn_lite.data import Data, Dim, batch_dim
 from returnn_lite.extern_data import ExternData
 from returnn_lite.layers.base import InternalLayer, get_layer_class
 from returnn_lite.network import TFNetwork
+from returnn_lite.testing import build_network
 
 tf1 = tf.compat.v1
 
@@ -21,9 +22,7 @@ RNG = np.random.RandomState(1)
 
 
 def _net(extern, net_dict, train_flag=False):
-    net = TFNetwork(extern_data=ExternData(extern), train_flag=train_flag)
-    net.construct_from_dict(net_dict)
-    return net
+    return build_network(net_dict, extern, train_flag)
 
 
 def _feed(net, **arrays):

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from returnn_lite.extern_data import ExternData
-from returnn_lite.network import NetworkLayerException, TFNetwork
+from returnn_lite.network import NetworkLayerException
+from returnn_lite.testing import build_network
 
 tf1 = tf.compat.v1
 
@@ -17,9 +17,7 @@ RNG = np.random.RandomState(3)
 
 
 def _net(extern, net_dict, train_flag=False):
-    net = TFNetwork(extern_data=ExternData(extern), train_flag=train_flag)
-    net.construct_from_dict(net_dict)
-    return net
+    return build_network(net_dict, extern, train_flag)
 
 
 def _run(net, fetch, **arrays):

@@ -4,8 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from returnn_lite.extern_data import ExternData
-from returnn_lite.network import TFNetwork
+from returnn_lite.testing import build_network, random_feed
 
 tf1 = tf.compat.v1
 LENS = np.array([7, 5, 4], "int32")
@@ -13,17 +12,11 @@ EXTERN = {"data": {"dim": 5}, "classes": {"dim": 3, "sparse": True}}
 
 
 def _build(net_dict, train_flag=False):
-    net = TFNetwork(extern_data=ExternData(EXTERN), train_flag=train_flag)
-    net.construct_from_dict(net_dict)
-    return net
+    return build_network(net_dict, EXTERN, train_flag)
 
 
 def _feed(net, seed=0):
-    rng = np.random.RandomState(seed)
-    data = net.extern_data.get_data("data")
-    classes = net.extern_data.get_data("classes")
-    return {data.placeholder: rng.randn(3, 7, 5).astype("float32"), data.size_placeholder[0]: LENS,
-            classes.placeholder: rng.randint(0, 3, (3, 7)).astype("int32"), classes.size_placeholder[0]: LENS}
+    return random_feed(net, LENS, seed)
 
 
 def _params(net):
