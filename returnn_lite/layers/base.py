@@ -47,6 +47,7 @@ class LayerBase:
 
     layer_class = None
     recurrent = False  # True if the layer depends on the order of frames (matters for rec loops)
+    layer_options = ()  # options that name another layer (a str is resolved to it; constants stay as they are)
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -144,6 +145,9 @@ class LayerBase:
             tdata = network.get_extern_data(target)
             if tdata.dim is not None:
                 d["n_out"] = tdata.dim
+        for key in cls.layer_options:
+            if isinstance(d.get(key), str):
+                d[key] = get_layer(d[key])
         for key in ("initial_output",):
             v = d.get(key)
             if isinstance(v, str) and v not in ("zeros", "ones", "var", "keep_over_epoch",
@@ -312,7 +316,12 @@ class LayerBase:
         return bool(self.is_output_layer_flag) or self.name == "output" or self.loss is not None
 
     def get_dep_layers(self):
-        return [s for s in self.sources if s is not None]
+        deps = [s for s in self.sources if s is not None]
+        for key in self.layer_options:
+            v = (self.kwargs or {}).get(key)
+            if isinstance(v, LayerBase) and v not in deps:
+                deps.append(v)
+        return deps
 
     def get_sub_layer(self, layer_name):
         return None

@@ -189,20 +189,7 @@ class _ConvBase(ConcatInputLayer):
     """Shared: input transform options and the filter/bias layer options."""
 
     recurrent = True
-
-    @classmethod
-    def transform_config_dict(cls, d, network, get_layer):
-        super().transform_config_dict(d, network=network, get_layer=get_layer)
-        for key in ("filter", "bias"):
-            if isinstance(d.get(key), str):
-                d[key] = get_layer(d[key])
-
-    def get_dep_layers(self):
-        deps = super().get_dep_layers()
-        for layer in (getattr(self, "_filter_layer", None), getattr(self, "_bias_layer", None)):
-            if layer is not None:
-                deps.append(layer)
-        return deps
+    layer_options = ("filter", "bias")
 
 
 class ConvLayer(_ConvBase):
@@ -217,7 +204,6 @@ class ConvLayer(_ConvBase):
                  in_dim=None, in_spatial_dims=None, out_dim=None, out_spatial_dims=None, use_time_mask=False,
                  **kwargs):
         super().__init__(**kwargs)
-        self._filter_layer, self._bias_layer = filter, bias
         opts = self._norm_opts(filter_size, strides, dilation_rate)
         filter_size, strides, dilation_rate = opts
         data, n_batch, _ = transform_input(
@@ -380,7 +366,6 @@ class TransposedConvLayer(_ConvBase):
                  filter=None, filter_perm=None, bias=None, in_dim=None, in_spatial_dims=None, out_dim=None,
                  out_spatial_dims=None, use_time_mask=False, **kwargs):
         super().__init__(**kwargs)
-        self._filter_layer, self._bias_layer = filter, bias
         filter_size, strides, remove_padding, output_padding = self._norm_opts(
             filter_size, strides, remove_padding, output_padding)
         inp = self.input_data.copy_masked(0.0) if use_time_mask else self.input_data

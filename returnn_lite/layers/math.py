@@ -545,6 +545,7 @@ class SoftmaxOverSpatialLayer(ConcatInputLayer):
     """Softmax over a spatial axis (the time axis by default), masking padded frames; the axis becomes last."""
 
     layer_class = "softmax_over_spatial"
+    layer_options = ("start", "window_start", "window_size")
 
     def __init__(self, axis=None, energy_factor=None, start=None, window_start=None, window_size=None,
                  use_time_mask=None, log_space=False, **kwargs):
@@ -567,13 +568,6 @@ class SoftmaxOverSpatialLayer(ConcatInputLayer):
         if energy_factor:
             x = x * energy_factor
         self.output.placeholder = tf.nn.log_softmax(x) if log_space else tf.nn.softmax(x)
-
-    @classmethod
-    def transform_config_dict(cls, d, network, get_layer):
-        super().transform_config_dict(d, network=network, get_layer=get_layer)
-        for key in ("start", "window_start", "window_size"):
-            if isinstance(d.get(key), str):
-                d[key] = get_layer(d[key])
 
     @classmethod
     def get_out_data_from_opts(cls, name, sources, axis=None, **kwargs):

@@ -350,6 +350,7 @@ class PrefixInTimeLayer(ConcatInputLayer):
     """Adds ``repeat`` frames of ``prefix`` (constant or layer) before each sequence."""
 
     layer_class = "prefix_in_time"
+    layer_options = ("prefix", "repeat", "size_base")
     recurrent = True
 
     def __init__(self, axis="T", out_dim=None, prefix=0.0, repeat=1, size_base=None, **kwargs):
@@ -398,13 +399,6 @@ class PrefixInTimeLayer(ConcatInputLayer):
         self.output.placeholder = tf.transpose(yt, out_perm) if out_perm != list(range(len(out_perm))) else yt
         if out_tag is not in_tag and out_tag.dyn_size is None:
             out_tag.dyn_size = in_tag.dyn_size + repeat
-
-    @classmethod
-    def transform_config_dict(cls, d, network, get_layer):
-        super().transform_config_dict(d, network=network, get_layer=get_layer)
-        for key in ("prefix", "repeat", "size_base"):
-            if isinstance(d.get(key), str):
-                d[key] = get_layer(d[key])
 
     @classmethod
     def get_out_data_from_opts(cls, name, sources=(), axis="T", out_dim=None, size_base=None, repeat=1, **kwargs):
@@ -725,6 +719,7 @@ class SeqLenMaskLayer(ConcatInputLayer):
     """Sets frames outside the sequence (or outside [start, ...) / the window) to mask_value."""
 
     layer_class = "seq_len_mask"
+    layer_options = ("seq_len_source", "start", "window_start", "window_size")
 
     def __init__(self, mask_value, axis="T", seq_len_source=None, start=None, window_start=None, window_size=None,
                  **kwargs):
@@ -773,13 +768,6 @@ class SeqLenMaskLayer(ConcatInputLayer):
                 m = tf.logical_and(tf.greater_equal(idxs, ws), tf.less(idxs, ws + size))
                 mask = m if mask is None else tf.logical_and(mask, m)
         return mask
-
-    @classmethod
-    def transform_config_dict(cls, d, network, get_layer):
-        super().transform_config_dict(d, network=network, get_layer=get_layer)
-        for key in ("seq_len_source", "start", "window_start", "window_size"):
-            if isinstance(d.get(key), str):
-                d[key] = get_layer(d[key])
 
     @classmethod
     def get_out_data_from_opts(cls, name, sources=(), axis="T", **kwargs):

@@ -510,6 +510,7 @@ class ReinterpretDataLayer(ConcatInputLayer):
     """Copy that reinterprets axes or sparsity (no data movement, except enforce_batch/time_major)."""
 
     layer_class = "reinterpret_data"
+    layer_options = ("size_base", "batch_dim_base")
 
     def __init__(self, switch_axes=None, size_base=None, set_axes=None, set_dim_tags=None, enforce_batch_major=False,
                  enforce_time_major=False, set_sparse=None, set_sparse_dim=NotSpecified, increase_sparse_dim=None,
@@ -522,13 +523,6 @@ class ReinterpretDataLayer(ConcatInputLayer):
         if enforce_time_major:
             data = data.copy_as_time_major()
         self.output.placeholder = data.placeholder
-
-    @classmethod
-    def transform_config_dict(cls, d, network, get_layer):
-        super().transform_config_dict(d, network=network, get_layer=get_layer)
-        for key in ("size_base", "batch_dim_base"):
-            if isinstance(d.get(key), str):
-                d[key] = get_layer(d[key])
 
     @classmethod
     def get_out_data_from_opts(cls, name, sources, switch_axes=None, size_base=None, set_axes=None,
