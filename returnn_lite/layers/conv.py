@@ -191,6 +191,15 @@ class _ConvBase(ConcatInputLayer):
     recurrent = True
     layer_options = ("filter", "bias")
 
+    def _add_bias_and_activation(self, y, with_bias, bias_layer, bias_init, n_out, activation):
+        """Bias (param "bias" or the ``bias`` layer's output) and activation on the feature-last result."""
+        if with_bias:
+            y = y + (bias_layer.output.placeholder if bias_layer is not None
+                     else self.create_param("bias", (n_out,), bias_init))
+        if activation:
+            y = get_activation_function(activation)(y)
+        return y
+
 
 class ConvLayer(_ConvBase):
     """N-D convolution over the spatial axes, filter layout [*filter_size, n_in // groups, n_out]."""
@@ -237,12 +246,7 @@ class ConvLayer(_ConvBase):
         y = restore(y)
         if with_bias is NotSpecified:
             with_bias = bias is not None
-        if with_bias:
-            b = bias.output.placeholder if bias is not None else self.create_param("bias", (n_out,), bias_init)
-            y = y + b
-        if activation:
-            y = get_activation_function(activation)(y)
-        self.output.placeholder = y
+        self.output.placeholder = self._add_bias_and_activation(y, with_bias, bias, bias_init, n_out, activation)
 
     @staticmethod
     def _norm_opts(filter_size, strides, dilation_rate):
@@ -404,12 +408,7 @@ class TransposedConvLayer(_ConvBase):
         if n_sp == 1:
             y = tf.squeeze(y, 2)
         y = restore(y)
-        if with_bias:
-            b = bias.output.placeholder if bias is not None else self.create_param("bias", (n_out,), bias_init)
-            y = y + b
-        if activation:
-            y = get_activation_function(activation)(y)
-        self.output.placeholder = y
+        self.output.placeholder = self._add_bias_and_activation(y, with_bias, bias, bias_init, n_out, activation)
 
     @staticmethod
     def _norm_opts(filter_size, strides, remove_padding, output_padding):
