@@ -88,3 +88,18 @@ def test_sentencepieces(tmp_path):
     assert ids == list(vocab.sp.encode("the cat sat", out_type=int))
     assert vocab.get_seq_labels(ids) == "the cat sat"
     assert vocab.unknown_label_id == vocab.sp.unk_id()
+
+
+def test_missing_extras_name_the_extra(monkeypatch, tmp_path):
+    for name in ("soundfile", "librosa", "sentencepiece"):
+        monkeypatch.setitem(__import__("sys").modules, name, None)
+    from returnn_lite.datasets import init_dataset
+    with pytest.raises(DatasetError, match=r"pip install 'returnn_lite\[sentencepiece\]'"):
+        create_vocab(**{"class": "SentencePieces", "model_file": "x.model"})
+    (tmp_path / "c.txt").write_text(repr([{"text": "a b", "duration": 1.0, "file": "a.ogg"}]))
+    (tmp_path / "c").mkdir()
+    with pytest.raises(DatasetError, match=r"pip install 'returnn_lite\[audio\]'"):
+        init_dataset({"class": "OggZipDataset", "path": str(tmp_path / "c"), "audio": {}, "targets": None})
+    ds = init_dataset({"class": "OggZipDataset", "path": str(tmp_path / "c"), "audio": None, "targets": None})
+    ds.init_seq_order(1)
+    assert str(ds.get_data(0, "raw")) == "a b"  # text only: no audio packages needed
