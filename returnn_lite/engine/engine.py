@@ -439,25 +439,32 @@ class Engine:
     def _preload_from_files(self, training, fresh_train):
         """As the original: ``init_for_train`` entries initialize a fresh training (first epoch, after
         ``import_model_train_epoch1``), the others (default) apply to eval/forward only."""
-        from ..network import CustomCheckpointLoader
+        from ..checkpoint_loader import CustomCheckpointLoader
 
         preload = self.config.typed_value("preload_from_files", None) or {}
+        known = {"filename", "prefix", "init_for_train", "ignore_missing", "ignore_params", "ignore_params_prefixes",
+                 "var_name_mapping"}
         for name, opts in sorted(preload.items()):
+            unknown = sorted(set(opts) - known)
+            if unknown:
+                raise EngineError("preload_from_files %r: unknown option(s) %s; known: %s" % (
+                    name, unknown, sorted(known)))
             if opts.get("init_for_train", False):
                 if not fresh_train:
                     continue
             elif training:
                 continue
             filename = normalize_checkpoint_name(opts["filename"])
-            prefix = opts.get("prefix", "")
-            params = [p for p in self.network.get_params_list() if p.op.name.startswith(prefix)]
-            self.log.v4("preload_from_files %r: %i params from %s" % (name, len(params), filename))
             try:
+                # prefix: our params named <prefix><name> are loaded from <name> in the file (as the original)
                 loader = CustomCheckpointLoader(
-                    filename, saveable_params=params, load_if_prefix=prefix,
+                    filename, saveable_params=self.network.get_params_list(), load_if_prefix=opts.get("prefix", ""),
                     ignore_missing=opts.get("ignore_missing", False), ignore_params=opts.get("ignore_params", ()),
                     ignore_params_prefixes=opts.get("ignore_params_prefixes", ()),
-                    var_name_mapping=opts.get("var_name_mapping"))
+                    var_name_mapping=opts.get("var_name_mapping"), network=self.network)
+                loader.load_global_step = False
+                n = len(loader.get_variable_value_map())
+                self.log.v4("preload_from_files %r: %i params from %s" % (name, n, filename))
                 loader.load_now(self.session)
             except (IOError, KeyError, ValueError) as exc:
                 raise EngineError("preload_from_files %r: %s" % (name, exc)) from None
