@@ -33,8 +33,27 @@ def normalize_checkpoint_filename(filename):
     return filename
 
 
+class DictCheckpoint:
+    """In-memory checkpoint (name -> numpy value) with the reader interface, e.g. for the conversion tool."""
+
+    def __init__(self, values, name="<in memory>"):
+        self.values = values
+        self.name = name
+
+    def get_variable_to_shape_map(self):
+        return {k: list(v.shape) for k, v in self.values.items()}
+
+    def get_variable_to_dtype_map(self):
+        return {k: tf.as_dtype(v.dtype) for k, v in self.values.items()}
+
+    def get_tensor(self, name):
+        return self.values[name]
+
+
 def open_checkpoint(filename):
     """:return: (prefix, tf CheckpointReader); CheckpointError naming the file if it cannot be read."""
+    if isinstance(filename, DictCheckpoint):
+        return filename.name, filename
     prefix = normalize_checkpoint_filename(filename)
     if not os.path.exists(prefix + ".index"):
         raise CheckpointError("checkpoint %r: no index file %r" % (prefix, prefix + ".index"))
@@ -129,6 +148,7 @@ class CustomCheckpointLoader:
         self.ignore_params_prefixes = tuple(ignore_params_prefixes or ())
         self.var_name_mapping = self._normalize_mapping(var_name_mapping or {})
         self.network = network
+        self.source_forget_bias = None  # run-time forget_bias of TF LSTM cells in the checkpoint (None: 1.0)
         self.load_global_step = network is not None  # load_now also sets the network's global step
         self.ckpt_shapes = self.reader.get_variable_to_shape_map()
         self._cache = {}
@@ -277,7 +297,7 @@ class CustomCheckpointLoader:
                 if not pc._shapes_ok(shapes, ckpt_names, layout.merged):
                     continue
                 try:
-                    return pc.lstm_to_canonical(layout, [self.read(c) for c in ckpt_names])
+                    return pc.lstm_to_canonical(layout, [self.read(c) for c in ckpt_names], self.source_forget_bias)
                 except ValueError as exc:
                     raise CheckpointError("checkpoint %r: %s (params %s)" % (self.filename, exc, ckpt_names)) from None
         return None
