@@ -210,6 +210,9 @@ class CustomCheckpointLoader:
         :return: var -> VariableValue, for all vars found (directly or by conversion)
         :rtype: dict[tf.Variable,CustomCheckpointLoader.VariableValue]
         """
+        if self.params and hasattr(self.params[0], "graph") and tf1.get_default_graph() is not self.params[0].graph:
+            with self.params[0].graph.as_default():  # variables are only hashable in their graph
+                return self.get_variable_value_map()
         result, missing, wanted = {}, [], 0
         importers = self._custom_importers()
         model_names = {}

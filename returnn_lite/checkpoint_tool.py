@@ -190,7 +190,8 @@ def cmd_inspect(args, out):
     params = ckpt.param_names()
     opt = [n for n in ckpt.names() if n not in params and n not in _GLOBAL_NAMES]
     size = sum(os.path.getsize(f) for f in ckpt.data_files())
-    print("checkpoint %s (%.1f MB)" % (ckpt.filename, size / 1e6), file=out)
+    print("checkpoint %s (%s)" % (ckpt.filename, "%.1f MB" % (size / 1e6) if size >= 1e5 else "%i bytes" % size),
+          file=out)
     step = ckpt.global_step()
     print("global step: %s" % (step if step is not None else "none"), file=out)
     shown = params if not args.all else ckpt.names()
