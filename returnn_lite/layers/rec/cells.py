@@ -370,11 +370,41 @@ def control_flow_v1():
     return _ControlFlowV1()
 
 
-def run_cell_loop(cell, z, seq_len, initial_state, reverse=False):
+def native_lstm_module(cell, z):
+    """The loaded NativeLstm2 op module if this cell runs as the fused op (see returnn_lite.native_op), else None."""
+    if type(cell) is not NativeLstm2Cell or z.dtype not in (tf.float32, tf.float64) or z.dtype != cell.W_re.dtype:
+        return None
+    from ... import native_op
+
+    net = getattr(cell.layer, "network", None)
+    config = net.get_root_network().config if net is not None else None
+    return native_op.lstm_module(config)
+
+
+def _check_initial_state(cell, initial_state):
+    for k in cell.state_names:
+        dim = initial_state[k].shape[-1]
+        if dim is not None and dim != cell.state_dims[k]:
+            raise ValueError("layer %r: initial state %r has dim %i, the cell needs %i" % (
+                getattr(cell.layer, "name", "?"), k, dim, cell.state_dims[k]))
+
+
+def run_cell_loop(cell, z, seq_len, initial_state, reverse=False, native=None):
     """
     Runs cell.step over time-major projected inputs z [T, B, D]; frames at t >= seq_len keep the state (output 0).
+    The NativeLstm2 cell runs as one fused op (returnn_lite.native_op) when that is available; native=False forces
+    the pure-TF loop, a module (from native_lstm_module) the op.
     :return: (outputs [T, B, n_out], final state dict)
     """
+    _check_initial_state(cell, initial_state)
+    if native is None:
+        native = native_lstm_module(cell, z)
+    if native:
+        from ... import native_op
+
+        y, c, h = native_op.native_lstm2(native, z, cell.W_re, initial_state["c"], initial_state["h"], seq_len,
+                                         reverse=reverse)
+        return y, {"c": c, "h": h}
     with control_flow_v1():
         return _run_cell_loop(cell, z, seq_len, initial_state, reverse=reverse)
 
