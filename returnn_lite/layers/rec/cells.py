@@ -115,16 +115,19 @@ class _KernelCell(CellBase):
     def create_params(self):
         self.kernel = self.param("kernel", (self.n_in + self.n_rec, self.n_gates * self.n_out))
         self.bias = self.param("bias", (self.n_gates * self.n_out,), 0.0)
+        # split once, outside the loop: a slice of the variable inside the loop body would be read and sliced per
+        # step, and its gradient would be a dense [n_in + n_rec, k] tensor per step
+        self.kernel_in, self.kernel_rec = self.kernel[:self.n_in], self.kernel[self.n_in:]
 
     @property
     def n_rec(self):
         return self.n_out
 
     def project(self, x):
-        return self._matmul_in(x, self.kernel[:self.n_in]) + self.bias
+        return self._matmul_in(x, self.kernel_in) + self.bias
 
     def rec_part(self, h):
-        return tf.matmul(h, self.kernel[self.n_in:])
+        return tf.matmul(h, self.kernel_rec)
 
 
 class BasicLSTMCell(_KernelCell):
@@ -205,17 +208,20 @@ class GRUCell(CellBase):
         self.gb = self.param("gates/bias", (2 * n,), 1.0)
         self.ck = self.param("candidate/kernel", (n_in + n, n))
         self.cb = self.param("candidate/bias", (n,), 0.0)
+        # input parts (projected once for all frames) and recurrent parts, split once outside the loop
+        self.w_in = tf.concat([self.gk[:n_in], self.ck[:n_in]], axis=1)
+        self.b_in = tf.concat([self.gb, self.cb], axis=0)
+        self.gk_rec, self.ck_rec = self.gk[n_in:], self.ck[n_in:]
 
     def project(self, x):
-        return tf.concat([self._matmul_in(x, self.gk[:self.n_in]) + self.gb,
-                          self._matmul_in(x, self.ck[:self.n_in]) + self.cb], axis=-1)
+        return self._matmul_in(x, self.w_in) + self.b_in
 
     def step(self, z, state):
         n = self.n_out
         h = state["h"]
         zg, zc = z[:, :2 * n], z[:, 2 * n:]
-        r, u = tf.split(tf.sigmoid(zg + tf.matmul(h, self.gk[self.n_in:])), 2, axis=-1)
-        c = self.act(zc + tf.matmul(r * h, self.ck[self.n_in:]))
+        r, u = tf.split(tf.sigmoid(zg + tf.matmul(h, self.gk_rec)), 2, axis=-1)
+        c = self.act(zc + tf.matmul(r * h, self.ck_rec))
         h = u * h + (1 - u) * c
         return h, {"h": h}
 
