@@ -22,7 +22,9 @@ import tensorflow as tf
 
 from ..compat import returnn_import_hook
 from ..config import global_config_ctx
-from ..datasets import DatasetError, SimpleHDFWriter, batch_to_arrays, generate_batches, init_dataset
+from ..datasets import (DatasetError, SimpleHDFWriter, batch_to_arrays, check_dataset_opts, generate_batches,
+                        init_dataset)
+from ..datasets.prefetch import prefetch
 from ..extern_data import ExternData
 from ..network import TFNetwork
 from .checkpoints import (CheckpointSaver, checkpoint_exists, epoch_model_filename, get_existing_models,
@@ -128,6 +130,11 @@ class Engine:
         tasks = {"train": self.train, "eval": self.eval_task, "forward": self.forward_task}
         if self.task not in tasks:
             raise EngineError("unknown task %r; supported: %s" % (self.task, ", ".join(sorted(tasks))))
+        for key in ("train", "dev", "eval", "eval_datasets"):  # e.g. Sprint datasets: refused before anything is built
+            if self.config.has(key):
+                opts = self.config.typed_value(key) if self.config.is_typed(key) else self.config.value(key)
+                for name, sub in (opts.items() if key == "eval_datasets" and isinstance(opts, dict) else [(key, opts)]):
+                    check_dataset_opts(sub, what="config option %r" % name)
         try:
             with global_config_ctx(self.config):
                 tasks[self.task]()
@@ -198,7 +205,7 @@ class Engine:
         extern_data.default_target = config.value("target", "classes")
         opts = {}
         for key in dataset.get_data_keys():  # what the config does not describe comes from the dataset
-            if extern_data.has_data(key):
+            if extern_data.has_data(key) or str(dataset.get_data_dtype(key)) == "string":  # e.g. OggZip "raw"
                 continue
             shape = list(dataset.get_data_shape(key))
             sparse = dataset.is_data_sparse(key)
@@ -316,6 +323,12 @@ class Engine:
             max_seq_length=self.max_seq_length if train else None,
             shuffle_batches=train and self.config.bool("shuffle_batches", False), used_data_keys=self.data_keys)
 
+    def _prefetched_batches(self, dataset, epoch, train):
+        """(batch, arrays) pairs, made by a background thread ``prefetch_batches`` batches ahead (0: inline)."""
+        batches = self._batches(dataset, epoch, train)
+        pairs = ((batch, batch_to_arrays(dataset, batch, self.data_keys)) for batch in batches)
+        return prefetch(pairs, size=self.config.int("prefetch_batches", 2))
+
     def _run_epoch(self, dataset, epoch, train, learning_rate=None, prefix=""):
         self._check_dataset_keys(dataset)
         acc = _Accumulator()
@@ -332,8 +345,7 @@ class Engine:
         progress = ProgressLine(self.log, prefix)
         start = time.time()
         step_start = start
-        for batch in self._batches(dataset, epoch, train):
-            arrays = batch_to_arrays(dataset, batch, self.data_keys)
+        for batch, arrays in self._prefetched_batches(dataset, epoch, train):
             feed = self._feed_dict(arrays)
             feed.update(feed_extra)
             results = self.session.run(fetches, feed_dict=feed)
