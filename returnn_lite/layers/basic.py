@@ -309,12 +309,10 @@ def _run_eval(code, layer, xs, eval_locals=None):
 
 
 def _eval_str(code, layer, source, eval_locals):
-    ns = {"tf": tf, "np": np, "source": source, "self": layer, "layer": layer}
-    try:
-        from .. import tf_util  # optional helper namespace for configs
-        ns["tf_util"] = tf_util
-    except ImportError:
-        pass
+    from ..compat.eval_namespace import get_eval_namespace
+
+    ns = get_eval_namespace()  # the original's TF util helpers, tf with TF1 names, np (see returnn_lite.tf_util)
+    ns.update({"source": source, "self": layer, "layer": layer})
     ns.update(eval_locals or {})
     try:
         compiled = compile(code, "<eval layer %r>" % layer.name, "eval")
