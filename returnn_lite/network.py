@@ -270,7 +270,8 @@ class TFNetwork(NetworkAPIMixin):
             name=key, loss=loss, layer_output=layer.output, layer=layer, network=self)
 
     def _layer_name_scope(self, name):
-        return self.get_absolute_name_prefix() + name.replace(":", "_") + "/"
+        name = name.replace(":", "_")
+        return self.get_absolute_name_prefix() + (name if name[:1].isalnum() else ".%i.%s" % (ord(name[0]), name[1:])) + "/"
 
     def _get_extern_data_layer(self, name):
         key = self.extern_data.default_input if name == "data" else name[len("data:"):]

@@ -147,15 +147,17 @@ class NetworkAPIMixin:
         """The global step (int64 variable of the root network); created on first use during construction."""
         root = self.get_root_network()
         var = root.__dict__.get("_global_train_step_var")
-        if var is None and _constructing(self):
+        if var is None and _constructing(self) and not root.__dict__.get("_creating_global_train_step"):
+            root.__dict__["_creating_global_train_step"] = True
             graph = tf1.get_default_graph()
             ctx = graph._get_control_flow_context()  # noqa: SLF001 (create it outside of loops/conds)
             graph._set_control_flow_context(None)  # noqa: SLF001
             try:
-                with tf.control_dependencies(None), tf.name_scope(None):
+                with tf.control_dependencies(None), graph.name_scope(None):
                     var = root.get_global_train_step_var()
             finally:
                 graph._set_control_flow_context(ctx)  # noqa: SLF001
+                root.__dict__["_creating_global_train_step"] = False
         return var
 
     @global_train_step.setter

@@ -4,7 +4,8 @@ The ``tf`` that config code sees (``import tensorflow as tf`` in a config file o
 ``tf.random_uniform``, ``tf.Print``, ``tf.variable_scope``, ...) filled in from ``tf.compat.v1``.
 
 Names TF 2 has keep their TF 2 meaning (so a config that runs with the original on TF 2 computes the same);
-only names TF 2 lacks come from ``tf.compat.v1``. ``tf.nn.dropout`` also takes TF1's ``keep_prob``.
+only names TF 2 lacks come from ``tf.compat.v1``. ``tf.nn.dropout`` also takes TF1's ``keep_prob``; ``tf.where``
+with a vector condition and higher-rank values selects rows as in TF1 (else it broadcasts as in TF 2).
 ``tf.contrib`` is gone in TF 2: using it fails with one line naming it.
 """
 
@@ -61,6 +62,26 @@ def _dropout(x, keep_prob=None, noise_shape=None, seed=None, name=None, rate=Non
     return tf.nn.dropout(x, rate=rate, noise_shape=noise_shape, seed=seed, name=name, **kwargs)
 
 
+def _where(condition, x=None, y=None, name=None):
+    """
+    ``tf.where`` broadcasting as in TF 2, plus TF1's row selection: a vector condition with a higher-rank x selects
+    whole rows (SpecAugment code written for TF1 does ``tf.where(tf.less(i, num), masked, x)`` with num (B,)).
+    """
+    if x is None and y is None:
+        return tf.where(condition, name=name)
+    condition = tf.convert_to_tensor(condition)
+    x = tf.convert_to_tensor(x)
+    y = tf.convert_to_tensor(y, dtype=x.dtype)
+    rank = x.shape.rank if x.shape.rank is not None else y.shape.rank
+    if condition.shape.rank == 1 and rank is not None and rank > 1:
+        n = condition.shape[0]
+        last = x.shape[-1] if x.shape.rank is not None else None
+        first = x.shape[0] if x.shape.rank is not None else None
+        if not (n is not None and n == last and n != first):
+            condition = tf.reshape(condition, [-1] + [1] * (rank - 1))
+    return tf.where(condition, x, y, name=name)
+
+
 def make_tf1_shim():
     nn = _FallbackModule("tensorflow.nn", tf.nn, tf1.nn, {"dropout": _dropout})
     sub = {"nn": nn}
@@ -70,6 +91,7 @@ def make_tf1_shim():
         fallback = getattr(tf1, name, None)
         if primary is not None and fallback is not None:
             sub[name] = _FallbackModule("tensorflow." + name, primary, fallback)
+    sub["where"] = _where
     return _FallbackModule("tensorflow", tf, tf1, sub)
 
 
