@@ -158,7 +158,7 @@ class TFNetwork(NetworkAPIMixin):
     # ---- construction ----
     def construct_from_dict(self, net_dict, get_layer=None):
         """Build every layer that is an output, has a loss, or is marked is_output_layer."""
-        net_dict = strip_net_dict_meta(net_dict)  # "#config", "#repetition"...: metadata, not layers
+        net_dict = strip_net_dict_meta(net_dict, check=self.parent_net is None)  # "#config"...: metadata
         self._net_dict = net_dict
         # layers registered as extern data first (others may use them as target), as the original
         for name, desc in sorted(net_dict.items(), key=lambda kv: (

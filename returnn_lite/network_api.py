@@ -31,10 +31,17 @@ _POST_CONTROL_DEPS_COLLECTION = "_RETURNN_post_control_dependencies"
 _NET_DICT_SUB_KEYS = ("unit", "subnetwork")
 
 
-def strip_net_dict_meta(net_dict):
-    """A copy of net_dict without ``#``-keys, also inside ``unit``/``subnetwork`` dicts (the dict itself if none)."""
+def strip_net_dict_meta(net_dict, check=False):
+    """
+    A copy of net_dict without ``#``-keys, also inside ``unit``/``subnetwork`` dicts (the dict itself if none).
+    With check: HyperParam placeholders (hyper-parameter tuning configs) fail with one line naming the option.
+    """
     if not isinstance(net_dict, dict):
         return net_dict
+    if check:
+        from .compat.hyper_param import check_no_hyper_params
+
+        check_no_hyper_params({k: v for k, v in net_dict.items() if not str(k).startswith("#")}, "network")
     changed = False
     out = {}
     for key, desc in net_dict.items():

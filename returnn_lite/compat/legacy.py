@@ -213,6 +213,8 @@ def get_standin_module(name):
 def config_import(name, globals=None, locals=None, fromlist=(), level=0):  # noqa: A002 (mirrors __import__)
     """``__import__`` for config code: the original's module names map to stand-ins, tensorflow to the shim."""
     if level == 0:
+        if name == "os" or (name.startswith("os.") and not fromlist):
+            return _get_os_proxy()
         if name == "tensorflow":
             from .tf1 import get_tf1_shim
 
@@ -230,6 +232,39 @@ def config_import(name, globals=None, locals=None, fromlist=(), level=0):  # noq
                 return mod
             return get_standin_module(name.split(".", 1)[0])
     return builtins.__import__(name, globals, locals, fromlist, level)
+
+
+class _OsProxy(types.ModuleType):
+    """``os`` for config code: ``os.getlogin()`` falls back to the user name where there is no login terminal
+    (containers, batch jobs), where configs use it for their model paths."""
+
+    def __getattr__(self, attr):
+        import os
+
+        return getattr(os, attr)
+
+    @staticmethod
+    def getlogin():
+        import getpass
+        import os
+
+        try:
+            return os.getlogin()
+        except OSError:
+            try:
+                return getpass.getuser()
+            except Exception:  # noqa: BLE001 (no passwd entry)
+                return os.environ.get("USER") or "unknown"
+
+
+_os_proxy = None
+
+
+def _get_os_proxy():
+    global _os_proxy
+    if _os_proxy is None:
+        _os_proxy = _OsProxy("os")
+    return _os_proxy
 
 
 _builtins = None

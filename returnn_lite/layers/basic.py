@@ -81,7 +81,10 @@ class LinearLayer(ConcatInputLayer):
         if use_transposed_weights:
             weights = tf.transpose(weights)
         if inp.sparse:
-            x = tf.nn.embedding_lookup(weights, inp.placeholder)
+            idx = inp.placeholder
+            if idx.dtype not in (tf.int32, tf.int64):  # e.g. uint8 byte inputs
+                idx = tf.cast(idx, tf.int32)
+            x = tf.nn.embedding_lookup(weights, idx)
             f = self.output.batch_ndim - 1
         else:
             f = inp.feature_dim_axis
