@@ -20,6 +20,7 @@ from .data import Data, Dim
 from .extern_data import DataNotFound, ExternData
 from .layers.base import InternalLayer, get_layer_class
 from .losses.holder import LossHolder  # noqa: F401 (part of this module's API, as in the original)
+from .network_api import NetworkAPIMixin, strip_net_dict_meta
 from .util import did_you_mean
 
 tf1 = tf.compat.v1
@@ -91,7 +92,7 @@ class TFNetworkParamsSerialized:
         self.global_train_step = global_train_step
 
 
-class TFNetwork:
+class TFNetwork(NetworkAPIMixin):
     """A collection of interconnected layers with trainable params, built from a layer dict."""
 
     def __init__(self, config=None, extern_data=None, rnd_seed=None, train_flag=None, eval_flag=None,
@@ -157,6 +158,7 @@ class TFNetwork:
     # ---- construction ----
     def construct_from_dict(self, net_dict, get_layer=None):
         """Build every layer that is an output, has a loss, or is marked is_output_layer."""
+        net_dict = strip_net_dict_meta(net_dict, check=self.parent_net is None)  # "#config"...: metadata
         self._net_dict = net_dict
         # layers registered as extern data first (others may use them as target), as the original
         for name, desc in sorted(net_dict.items(), key=lambda kv: (
@@ -268,7 +270,8 @@ class TFNetwork:
             name=key, loss=loss, layer_output=layer.output, layer=layer, network=self)
 
     def _layer_name_scope(self, name):
-        return self.get_absolute_name_prefix() + name.replace(":", "_") + "/"
+        name = name.replace(":", "_")
+        return self.get_absolute_name_prefix() + (name if name[:1].isalnum() else ".%i.%s" % (ord(name[0]), name[1:])) + "/"
 
     def _get_extern_data_layer(self, name):
         key = self.extern_data.default_input if name == "data" else name[len("data:"):]
@@ -585,12 +588,6 @@ class TFNetwork:
     def get_default_target(self):
         targets = self.get_used_targets()
         return targets[0] if targets else self.extern_data.default_target
-
-    def get_post_control_dependencies(self):
-        return list(self.get_root_network().update_ops)
-
-    def register_post_control_dependencies(self, deps):
-        self.get_root_network().update_ops.extend(deps)
 
     # ---- rec hooks ----
     def is_inside_rec_layer(self, inside_loop=True):

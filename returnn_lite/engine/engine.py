@@ -38,6 +38,9 @@ tf1 = tf.compat.v1
 __all__ = ["Engine", "EngineError"]
 
 
+_NOT_SET = object()
+
+
 class EngineError(Exception):
     """A problem with the setup (missing dataset/model/loss, non-finite loss, ...), with a clear message."""
 
@@ -215,20 +218,35 @@ class Engine:
         return extern_data
 
     def _get_net_dict(self, epoch):
+        """The epoch's net dict (pretraining, get_network, WrapEpochValue: see returnn_lite.pretrain)."""
+        from ..pretrain import PretrainError, get_net_dict_for_epoch, pretrain_from_config
+
         config = self.config
-        func = config.typed_value("get_network", None)
-        if callable(func):
+        try:
             with returnn_import_hook(), global_config_ctx(config):
-                try:
-                    net_dict = func(epoch=epoch)
-                except TypeError:
-                    net_dict = func(epoch)
-        else:
-            net_dict = config.typed_value("network", None)
+                if not hasattr(self, "_pretrain"):
+                    self._pretrain = pretrain_from_config(config)
+                net_dict = get_net_dict_for_epoch(config, epoch, pretrain=self._pretrain)
+        except PretrainError as exc:
+            raise EngineError(str(exc)) from None
         if not isinstance(net_dict, dict) or not net_dict:
             raise EngineError("the config needs a 'network' dict (or a function get_network(epoch)); got %r"
                               % (type(net_dict).__name__ if net_dict is not None else None,))
+        self._apply_net_dict_config(net_dict.get("#config"))
         return net_dict
+
+    def _apply_net_dict_config(self, overrides):
+        """A net dict's "#config" entries override config values while that network is used (as the original)."""
+        saved = self.__dict__.setdefault("_net_dict_config_saved", {})
+        for key, value in list(saved.items()):  # undo the previous network's overrides
+            if value is _NOT_SET:
+                self.config.typed_dict.pop(key, None)
+            else:
+                self.config.typed_dict[key] = value
+        saved.clear()
+        for key, value in (overrides or {}).items():
+            saved[key] = self.config.typed_dict.get(key, _NOT_SET)
+            self.config.set(key, value)
 
     def _build_graph(self, net_dict, dataset, train):
         """New graph + session: network, (train op), saver. Variables get initialized."""
@@ -513,7 +531,7 @@ class Engine:
         self.log.v3("Finished training in epoch %i." % final_epoch)
 
     def _maybe_update_network(self, epoch):
-        if not callable(self.config.typed_value("get_network", None)):
+        if not callable(self.config.typed_value("get_network", None)) and not getattr(self, "_pretrain", None):
             return
         net_dict = self._get_net_dict(epoch)
         if repr(net_dict) == repr(self.net_dict):
