@@ -17,6 +17,13 @@ import numpy as np
 import tensorflow as tf
 
 from .data import Data, Dim
+from .errors import (  # noqa: F401 (re-exported: part of this module's API, as in the original)
+    LayerNotFound,
+    LayerOptionError,
+    NetworkConstructionDependencyLoopException,
+    NetworkError,
+    NetworkLayerException,
+)
 from .extern_data import DataNotFound, ExternData
 from .layers.base import InternalLayer, get_layer_class
 from .losses.holder import LossHolder  # noqa: F401 (part of this module's API, as in the original)
@@ -29,43 +36,6 @@ __all__ = [
     "TFNetwork", "ExternData", "DataNotFound", "LossHolder", "CustomCheckpointLoader", "TFNetworkParamsSerialized",
     "NetworkError", "NetworkConstructionDependencyLoopException", "LayerNotFound", "NetworkLayerException",
 ]
-
-
-class NetworkError(Exception):
-    """Base of the network construction errors."""
-
-
-class NetworkConstructionDependencyLoopException(NetworkError):
-    """Layers that depend on each other without ``prev:``."""
-
-    def __init__(self, network, layer_name, constructing_layers, net_dict=None):
-        chain = list(constructing_layers[constructing_layers.index(layer_name):]) + [layer_name]
-        super().__init__("dependency loop in network %r: %s (break it with 'prev:' inside a rec unit)" % (
-            network.get_absolute_name_prefix() or "root", " -> ".join(repr(n) for n in chain)))
-        self.network = network
-        self.layer_name = layer_name
-        self.constructing_layers = constructing_layers
-
-
-class LayerNotFound(NetworkError):
-    """A layer name that cannot be resolved."""
-
-    def __init__(self, message, layer_name=None, network=None, net_dict=None):
-        super().__init__(message)
-        self.layer_name = layer_name
-        self.network = network
-
-
-class NetworkLayerException(NetworkError):
-    """An error while building one layer; names the layer, its class and the cause."""
-
-    def __init__(self, message, layer_name, layer_class=None, network=None, net_dict=None):
-        prefix = network.get_absolute_name_prefix() if network is not None else ""
-        text = "layer %r%s: %s" % (prefix + layer_name, " (class %r)" % layer_class if layer_class else "", message)
-        super().__init__(text)
-        self.layer_name = layer_name
-        self.layer_class = layer_class
-        self.net_dict = net_dict
 
 
 def _in_session_graph(method):
@@ -213,7 +183,7 @@ class TFNetwork(NetworkAPIMixin):
             raise
         except Exception as exc:
             msg = "%s: %s" % (type(exc).__name__, exc) if not isinstance(exc, NetworkError) else str(exc)
-            raise NetworkLayerException(msg, name, class_name, network=self, net_dict=net_dict) from exc
+            raise NetworkLayerException(msg, name, self, net_dict, layer_class=class_name) from exc
         finally:
             self._constructing.remove(name)
 
