@@ -210,6 +210,10 @@ class Engine:
     def _get_net_dict(self, epoch):
         config = self.config
         func = config.typed_value("get_network", None)
+        if callable(config.typed_value("get_model", None)) and not config.has("network") and not callable(func):
+            from ..frontend_layers.config_entry_points import get_net_dict_for_engine  # rf config (issue 16)
+
+            return get_net_dict_for_engine(config, epoch=epoch, task=self.task)
         if callable(func):
             with returnn_import_hook(), global_config_ctx(config):
                 try:

@@ -451,9 +451,6 @@ class ReturnnLayersBackend(Backend):
     @staticmethod
     def mark_as_loss(loss):
         builder = get_current_builder()
-        if loss.as_error:
-            raise FrontendError("mark_as_loss(%r) at %s: as_error=True is not supported by the layers backend" % (
-                loss.name, loss.call_site))
         if loss.name in builder.net_dict:
             raise FrontendError("mark_as_loss(%r) at %s: the name is already taken by a layer" % (
                 loss.name, loss.call_site))
@@ -468,7 +465,7 @@ class ReturnnLayersBackend(Backend):
 
                 f = array_.convert_to_tensor(f)
             opts["custom_inv_norm_factor"] = _raw_name(f)
-        extra = {"loss": "as_is", "loss_scale": loss.scale}
+        extra = {"loss": "as_is_error" if loss.as_error else "as_is", "loss_scale": loss.scale}
         if opts:
             extra["loss_opts"] = opts
         builder.add_layer(loss.name, {"class": "frontend_op", "op": "copy", "from": [_raw_name(x)],

@@ -12,6 +12,7 @@ import tensorflow as tf
 
 from ..data import Data
 from ..layers.base import LayerBase
+from ..losses.base import Loss
 
 tf1 = tf.compat.v1
 OPS = {}
@@ -58,6 +59,19 @@ class FrontendOpLayer(LayerBase):
     @classmethod
     def get_out_data_from_opts(cls, name, network, out, sources=(), **kwargs):
         return out.copy_template(name="%s_output" % name)
+
+
+class AsIsErrorLoss(Loss):
+    """``mark_as_loss(..., as_error=True)``: the output (summed over frames) is reported as error, not trained."""
+
+    class_name = "as_is_error"
+    need_target = False
+
+    def get_value(self):
+        return None
+
+    def get_error(self):
+        return self.reduce_func(self.output_flat)
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -29,13 +29,17 @@ def extern_data_tensors(extern_data_opts, builder):
     return td
 
 
-def get_net_dict(*, epoch, step, config=None):
+def get_net_dict(*, epoch, step, config=None, task=None):
     """(net_dict, model) from the config (default: the global config) on the RETURNN-layers backend."""
     from .. import frontend as rf
     from ..config import get_global_config
 
     if config is None:
         config = get_global_config()
+    backend = config.value("backend", "tensorflow")
+    if backend not in ("tensorflow", "tf", "returnn_layers_tf"):
+        raise ValueError("config backend=%r: returnn_lite runs rf configs (get_model/train_step) only on the "
+                         "RETURNN-layers backend (backend = \"tensorflow\")" % backend)
     rf.select_backend_returnn_layers_tf()
     extern_data_opts = config.typed_value("extern_data")
     if not extern_data_opts:
@@ -43,7 +47,8 @@ def get_net_dict(*, epoch, step, config=None):
     get_model = config.typed_value("get_model")
     if get_model is None:
         raise ValueError("get_net_dict: the config defines no get_model(*, epoch, step, **_)")
-    task = config.value("task", "train")
+    if task is None:
+        task = config.value("task", "train")
     builder = NetDictBuilder()
     with builder:
         extern_data = extern_data_tensors(extern_data_opts, builder)
@@ -77,3 +82,13 @@ def register_params(model, builder):
     for name, param in model.named_parameters():
         param.rf_name = name
         ReturnnLayersBackend.create_parameter_raw(param, name=name.replace(".", "/"))
+
+
+def get_net_dict_for_engine(config, *, epoch, task):
+    """The engine's hook: the layer dict of a config with get_model/train_step (forward_step) instead of network."""
+    from ..config import global_config_ctx
+
+    task = {"train": "train", "eval": "eval", "forward": "forward", "search": "forward"}.get(task, "train")
+    with global_config_ctx(config):
+        net_dict, _model = get_net_dict(epoch=epoch, step=0, config=config, task=task)
+    return net_dict

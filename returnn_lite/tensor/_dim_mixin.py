@@ -33,6 +33,16 @@ def _apply_arith(kind, a, b):
     raise ValueError(kind)
 
 
+def _is_stale_graph(graph):
+    try:
+        import tensorflow as tf
+    except ImportError:  # pragma: no cover
+        return False
+    if tf.executing_eagerly() and not tf.compat.v1.get_default_graph().get_operations():
+        return False
+    return graph is not tf.compat.v1.get_default_graph()
+
+
 class DimFrontendMixin:
     """Mixed into :class:`returnn_lite.data.Dim`."""
 
@@ -76,8 +86,14 @@ class DimFrontendMixin:
     def complete_dyn_size(self):
         """The lengths tensor; for a derived dim (``T + 2``) computed from the operands' lengths."""
         base = self.get_same_base()
-        if base._dyn_size is not None or base.dimension is not None:
+        if base.dimension is not None:
             return base._dyn_size
+        if base._dyn_size is not None:
+            graph = getattr(base._dyn_size, "graph", None)
+            if graph is None or not _is_stale_graph(graph):
+                return base._dyn_size
+            base._dyn_size = None  # lengths of a previous graph (e.g. the net was rebuilt)
+            base._mask_cache = {}
         derived = base.__dict__.get("_derived_from")
         if derived is None:
             return None
