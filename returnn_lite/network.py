@@ -478,8 +478,9 @@ class TFNetwork(NetworkAPIMixin):
     # ---- losses and objective ----
     def get_losses_initialized(self, reduce_func=None, with_total=False):
         """
-        Loss name -> LossHolder (losses register themselves when their layer is built). With reduce_func
-        (e.g. identity, for per-frame values), fresh holders of copies of the losses using it.
+        (loss name -> LossHolder, total loss, total constraints), as the original (the totals are None without
+        with_total). Losses register themselves when their layer is built. With reduce_func (e.g. identity, for
+        per-frame values), fresh holders of copies of the losses using it.
         """
         root = self.get_root_network()
         losses = root.losses_dict
@@ -487,7 +488,7 @@ class TFNetwork(NetworkAPIMixin):
             losses = {name: holder.copy_new_base(reduce_func=reduce_func) for name, holder in losses.items()}
         if with_total:
             return losses, root.get_total_loss(), root.get_total_constraints()
-        return losses
+        return losses, None, None
 
     def maybe_construct_objective(self):
         if self._objective is not None:

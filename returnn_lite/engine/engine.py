@@ -226,6 +226,11 @@ class Engine:
         from ..pretrain import PretrainError, get_net_dict_for_epoch, pretrain_from_config
 
         config = self.config
+        if callable(config.typed_value("get_model", None)) and not config.has("network") and \
+                not callable(config.typed_value("get_network", None)):
+            from ..frontend_layers.config_entry_points import get_net_dict_for_engine  # rf config (issue 16)
+
+            return get_net_dict_for_engine(config, epoch=epoch, task=self.task)
         try:
             with returnn_import_hook(), global_config_ctx(config):
                 if not hasattr(self, "_pretrain"):
