@@ -8,6 +8,7 @@ import ast
 import importlib
 import os
 import re
+import sys
 
 from ..registry import Registry
 from ..util import did_you_mean
@@ -86,9 +87,10 @@ def check_dataset_opts(opts, what="dataset"):
 
 def _from_config_expr(expr):
     """``"config:<expr>"``: evaluate in the global config's namespace (e.g. a name or a function call)."""
-    from returnn_lite.config import get_global_config
-
-    config = get_global_config(raise_exception=False)
+    # A global config exists only once returnn_lite.config is loaded; looking it up there (instead of importing
+    # it) keeps the datasets out of the config's import graph.
+    config_module = sys.modules.get("returnn_lite.config")
+    config = config_module.get_global_config(raise_exception=False) if config_module is not None else None
     if config is None:
         raise DatasetError("dataset %r refers to the config, but no global config is set" % ("config:" + expr))
     namespace = config.typed_dict
