@@ -295,8 +295,9 @@ def _beam_scores(layer, owner):
 
 
 def _decided_dims(src, name, removes_beam=True):
-    """src's dims, batch-major, with each dynamic axis replaced by a new tag (lengths set at runtime)."""
-    out = src.copy_as_batch_major()
+    """src's dims (batch-major where the beam is removed), each dynamic axis replaced by a new tag (lengths set at
+    runtime)."""
+    out = src.copy_as_batch_major() if removes_beam else src.copy_template()
     dims = [Dim(None, kind=d.kind, description="%s:%s" % (name, d.description)) if d.is_dynamic() else d
             for d in out.dims]
     out = out.copy_template_new_dim_tags(dims, name="%s_output" % name, keep_special_axes=True)
@@ -361,7 +362,7 @@ class DecideKeepBeamLayer(LayerBase):
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
         src_layer = self.sources[0]
-        src = src_layer.output.copy_as_batch_major()
+        src = src_layer.output
         if src.beam is None:
             raise ValueError("decide_keep_beam layer %r: source %r has no search beam" % (self.name, src_layer.name))
         beam = _beam_scores(src_layer, "decide_keep_beam layer %r" % self.name)
