@@ -661,7 +661,7 @@ class RecSubnetLoop:
             if track_end:  # a sequence ends with the first frame where 'end' is True
                 if beam is not None:
                     ended, lens = (select_beam_tensor(v, beam_in, beam_out) for v in (ended, lens))
-                if "end" in loop.layers:
+                if "end" in loop.layers and dynamic:  # (a loop over known lengths ignores it, as the original)
                     end = loop.layers["end"].output
                     if beam is not None and (end.beam is not None or end.have_batch_axis()):
                         end = end.copy_select_beam(beam_out)
