@@ -15,12 +15,14 @@ import re
 
 import tensorflow as tf
 
+from .tensor._dim_mixin import DimFrontendMixin
+from .tensor._tensor_mixin import TensorFrontendMixin
 from .util import NotSpecified, as_list
 
 tf1 = tf.compat.v1
 
 
-class Dim:
+class Dim(DimFrontendMixin):
     """One axis: batch, spatial (static or dynamic with per-sequence lengths) or feature."""
 
     class Types:
@@ -229,7 +231,7 @@ class SearchBeam:
 _IGNORED_KWARGS = {"control_flow_ctx", "same_dim_tags_as", "batch", "version", "vocab"}
 
 
-class Data:
+class Data(TensorFrontendMixin):
     """Template of a tensor (dims, dtype, sparsity) with an optional placeholder."""
 
     size_dtype = "int32"
@@ -237,7 +239,11 @@ class Data:
     def __init__(self, name, shape=None, dtype=None, placeholder=None, sparse=None, dim=NotSpecified,
                  size_placeholder=None, batch_dim_axis=NotSpecified, time_dim_axis=NotSpecified,
                  feature_dim_axis=NotSpecified, available_for_inference=True, auto_create_placeholders=False,
-                 dim_tags=None, dims=None, sparse_dim=NotSpecified, **kwargs):
+                 dim_tags=None, dims=None, sparse_dim=NotSpecified, raw_tensor=None, feature_dim=None, **kwargs):
+        if raw_tensor is not None:  # frontend (rf) name of the placeholder
+            placeholder = raw_tensor
+        if feature_dim is not None and dims is not None and feature_dim_axis is NotSpecified:
+            feature_dim_axis = list(dims).index(feature_dim)
         unknown = set(kwargs) - _IGNORED_KWARGS - {"beam"}
         if unknown:
             raise TypeError("Data %r: unknown option(s) %s" % (name, sorted(unknown)))
@@ -651,6 +657,10 @@ class Data:
         return data
 
     def copy_transpose(self, perm):
+        if perm and isinstance(perm[0], Dim):  # frontend: the dims in the new order
+            if self.placeholder is not None and not isinstance(self.placeholder, (tf.Tensor, tf.Variable)):
+                return self.copy_transpose_by_dims(perm)
+            perm = self._perm_from_dims(perm)
         perm = list(perm)
         if perm == list(range(self.batch_ndim)):
             return self.copy()
