@@ -720,6 +720,8 @@ class RecSubnetLoop:
                 res = res[:-2]
                 if dynamic:
                     tpl.out_time_dim.dyn_size = tf.where(ended, lens, tf.fill(tf.shape(lens), n_steps))
+                    if beam is not None:  # per sequence: its best hypothesis did not end (cut at max_seq_len)
+                        rec.search_unfinished = tf.logical_not(tf.reshape(ended, [-1, k_beam])[:, 0])
             if beam is not None and not dynamic:
                 tpl.out_time_dim.dyn_size = tile_batch(seq_len, k_beam)
             res = res[1 + len(prev_names) + len(extra_keys):]
