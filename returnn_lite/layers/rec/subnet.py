@@ -555,6 +555,20 @@ class RecSubnetLoop:
         extra_keys = [(x, k) for x in sorted(extra_init) for k in sorted(extra_init[x])]
         loss_layers = [x for x in in_loop if tpl.templates[x].kwargs.get("loss") is not None and net.eval_flag]
         track_end = dynamic or beam is not None
+        pretiled = {}  # base: layers used only by layers on the beam: repeated per hypothesis once, outside the loop
+        if beam is not None:
+            root_beam = SearchBeam(k_beam, name="%s/repeated" % rec.get_absolute_name(), invariant=True)
+            users = {}
+            for x in in_loop:
+                for ref in tpl.deps.get(x, ()):
+                    if ref.startswith("base:"):
+                        users.setdefault(ref, set()).add(x)
+            for ref, xs in sorted(users.items()):
+                layer = outer(ref)
+                if xs <= has_beam and layer.output.beam is None and layer.output.have_batch_axis():
+                    pretiled[ref] = InternalLayer(name=ref, network=net,
+                                                  output=layer.output.copy_as_batch_major().copy_extend_with_beam(
+                                                      root_beam))
         n_state = 2 if track_end else 0  # ended flags, lengths
         n_search = 2 if beam is not None else 0  # beam scores, src_beams TensorArray
 
@@ -616,6 +630,8 @@ class RecSubnetLoop:
                 elif ref in full:  # moved out: its frame (or itself, if it does not have the loop's time axis)
                     res = self._frame_layer(ref, full[ref].output, frame_source, i, loop) if _frame_template(
                         full[ref].output, time_dim) is not None else full[ref]
+                elif ref in pretiled:
+                    res = pretiled[ref]
                 else:
                     layer = outer(ref)
                     res = self._frame_layer(ref, layer.output, frame_source, i, loop) if _frame_template(
