@@ -134,7 +134,8 @@ class Engine:
     # ---- entry
 
     def run(self):
-        tasks = {"train": self.train, "eval": self.eval_task, "forward": self.forward_task}
+        tasks = {"train": self.train, "eval": self.eval_task, "forward": self.forward_task,
+                 "search": self.search_task}
         if self.task not in tasks:
             raise EngineError("unknown task %r; supported: %s" % (self.task, ", ".join(sorted(tasks))))
         for key in ("train", "dev", "eval", "eval_datasets"):  # e.g. Sprint datasets: refused before anything is built
@@ -265,7 +266,7 @@ class Engine:
         with self.graph.as_default():
             tf1.set_random_seed(config.int("random_seed", 42))
             extern_data = self._extern_data(dataset)
-            if self.task == "forward":
+            if self.task in ("forward", "search"):
                 self.train_flag, eval_flag = False, False
             elif train:
                 with tf.name_scope("globals/"):
@@ -275,7 +276,8 @@ class Engine:
             else:
                 self.train_flag, eval_flag = False, True
             self.network = TFNetwork(config=config, extern_data=extern_data, train_flag=self.train_flag,
-                                     eval_flag=eval_flag, rnd_seed=config.int("random_seed", 42))
+                                     eval_flag=eval_flag, rnd_seed=config.int("random_seed", 42),
+                                     search_flag=self.task == "search")
             with returnn_import_hook(), global_config_ctx(config):
                 self.network.construct_from_dict(net_dict)
             self.network.get_global_train_step_var()
@@ -713,6 +715,11 @@ class Engine:
             raise EngineError("task forward needs 'output_file' (the HDF file to write)")
         self._init_for_inference(dataset)
         self.forward_to_hdf(dataset, output_file)
+
+    def search_task(self):
+        from .search import search_task
+
+        return search_task(self)
 
     def forward_to_hdf(self, dataset, output_file):
         layer_name = self.config.value("forward_output_layer", None)
