@@ -37,6 +37,7 @@ INTERNAL_MARKERS = (
     "Negative dimension", "division by zero", "bad operand type", "must be real number", "must be str",
     "an integer is required", "object cannot be interpreted", "missing 1 required", "required positional",
     "unexpected keyword argument", "Failed to convert", "truth value of", "got multiple values",
+    "Invalid value in tensor", "Requires start <= limit", "{{node ", "Op has type", "Tensor conversion requested",
 )
 
 
@@ -83,8 +84,9 @@ def _is_internal(exc, text):
         return True
     if module != "builtins":  # returnn_lite's own exception classes carry our messages
         return False
-    return any(marker in text for marker in INTERNAL_MARKERS) or isinstance(exc, (KeyError, IndexError,
-                                                                                 AttributeError, ZeroDivisionError))
+    if any(marker in text for marker in INTERNAL_MARKERS):
+        return True
+    return isinstance(exc, (KeyError, IndexError, AttributeError, ZeroDivisionError)) and "layer" not in text
 
 
 def guess_options(message, desc):

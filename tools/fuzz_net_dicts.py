@@ -4,7 +4,7 @@ Mutation fuzzer over the networks of the conformance cases (a test tool): each m
 one user error (an option key with a typo, a misspelled ``is_output_layer``/``loss`` key, an option of the wrong
 type, a size <= 0, a removed option, a dependency loop, a wrong target, a source that does not exist, an
 ``n_out`` that contradicts the output). Each mutant is built (``construct_from_dict`` + ``get_objective``) and, if
-that succeeds, run once on the case's inputs, in a worker subprocess (a crash of TF only loses that mutant).
+that succeeds, run once (outputs, objective and its gradients) on the case's inputs, in a worker subprocess (a crash of TF only loses that mutant).
 
 Classes of results:
 
@@ -51,6 +51,7 @@ RAW_MARKERS = (
     "index out of range", "KeyError", "is out of bounds", "object of type", "can't multiply", "can only concatenate",
     "not supported between instances", "Attempt to convert a value", "Expected int32", "Expected float32",
     "Value for attr", "Negative dimension", "division by zero", "bad operand type", "ZeroDivisionError",
+    "Invalid value in tensor", "Requires start <= limit", "{{node ", "Op has type", "Tensor conversion requested",
 )
 
 
@@ -283,6 +284,10 @@ def run_mutant(spec):
                        if getattr(layer.output, "placeholder", None) is not None}
             if isinstance(objective, (tf.Tensor, tf.Variable)):
                 fetches["_objective"] = objective
+                params = net.get_trainable_params() if hasattr(net, "get_trainable_params") else net.get_params_list()
+                grads = [g for g in tf.gradients(objective, params) if g is not None] if params else []
+                if grads:
+                    fetches["_grads"] = grads
             with tf1.Session() as session:
                 net.initialize_params(session)
                 session.run(fetches, feed_dict=feed)
