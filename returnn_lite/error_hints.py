@@ -142,7 +142,7 @@ def _missing_args(text):
 
 def describe_build_error(exc, desc):
     """The message for an exception while building a layer (the caller adds the layer name and class)."""
-    from .network import NetworkError
+    from .errors import NetworkError
 
     if isinstance(exc, NetworkError):
         return str(exc)
@@ -198,7 +198,7 @@ def _known_options(class_name):
 def check_unreached_layers(network, net_dict):
     """After ``construct_from_dict``: layers of ``net_dict`` that were not built. A key resembling one of
     :data:`BUILD_KEYS` -> error naming the layer and key; otherwise one warning listing the layers."""
-    from .network import NetworkLayerException
+    from .errors import NetworkLayerException
 
     unreached = []
     for name, desc in net_dict.items():

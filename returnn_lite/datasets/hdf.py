@@ -132,8 +132,9 @@ class _HDFFile:
 
     def labels(self):
         labels = {}
-        if "labels" in self.h5 and self.h5["labels"].shape and self.h5["labels"].shape[0] > 0:
-            labels["data"] = _read_strings(self.h5["labels"])
+        if "labels" in self.h5:  # an empty list where the file has an empty "labels", as in the original
+            has_any = self.h5["labels"].shape and self.h5["labels"].shape[0] > 0
+            labels["data"] = _read_strings(self.h5["labels"]) if has_any else []
         if "targets/labels" in self.h5:
             for key in self.h5["targets/labels"]:
                 names = _read_strings(self.h5["targets/labels/" + key])

@@ -22,7 +22,9 @@ import tensorflow as tf
 
 from ..compat import returnn_import_hook
 from ..config import global_config_ctx
-from ..datasets import DatasetError, SimpleHDFWriter, batch_to_arrays, generate_batches, init_dataset
+from ..datasets import (DatasetError, SimpleHDFWriter, batch_to_arrays, check_dataset_opts, generate_batches,
+                        init_dataset)
+from ..datasets.prefetch import prefetch
 from ..extern_data import ExternData
 from ..network import TFNetwork
 from .checks import (check_dataset_matches_extern_data, check_feed_value, check_writable_dir,
@@ -38,6 +40,9 @@ from .updater import Updater
 tf1 = tf.compat.v1
 
 __all__ = ["Engine", "EngineError"]
+
+
+_NOT_SET = object()
 
 
 class EngineError(Exception):
@@ -132,6 +137,11 @@ class Engine:
         tasks = {"train": self.train, "eval": self.eval_task, "forward": self.forward_task}
         if self.task not in tasks:
             raise EngineError("unknown task %r; supported: %s" % (self.task, ", ".join(sorted(tasks))))
+        for key in ("train", "dev", "eval", "eval_datasets"):  # e.g. Sprint datasets: refused before anything is built
+            if self.config.has(key):
+                opts = self.config.typed_value(key) if self.config.is_typed(key) else self.config.value(key)
+                for name, sub in (opts.items() if key == "eval_datasets" and isinstance(opts, dict) else [(key, opts)]):
+                    check_dataset_opts(sub, what="config option %r" % name)
         try:
             with global_config_ctx(self.config):
                 tasks[self.task]()
@@ -202,7 +212,7 @@ class Engine:
         extern_data.default_target = config.value("target", "classes")
         opts = {}
         for key in dataset.get_data_keys():  # what the config does not describe comes from the dataset
-            if extern_data.has_data(key):
+            if extern_data.has_data(key) or str(dataset.get_data_dtype(key)) == "string":  # e.g. OggZip "raw"
                 continue
             shape = list(dataset.get_data_shape(key))
             sparse = dataset.is_data_sparse(key)
@@ -212,20 +222,40 @@ class Engine:
         return extern_data
 
     def _get_net_dict(self, epoch):
+        """The epoch's net dict (pretraining, get_network, WrapEpochValue: see returnn_lite.pretrain)."""
+        from ..pretrain import PretrainError, get_net_dict_for_epoch, pretrain_from_config
+
         config = self.config
-        func = config.typed_value("get_network", None)
-        if callable(func):
+        if callable(config.typed_value("get_model", None)) and not config.has("network") and \
+                not callable(config.typed_value("get_network", None)):
+            from ..frontend_layers.config_entry_points import get_net_dict_for_engine  # rf config (issue 16)
+
+            return get_net_dict_for_engine(config, epoch=epoch, task=self.task)
+        try:
             with returnn_import_hook(), global_config_ctx(config):
-                try:
-                    net_dict = func(epoch=epoch)
-                except TypeError:
-                    net_dict = func(epoch)
-        else:
-            net_dict = config.typed_value("network", None)
+                if not hasattr(self, "_pretrain"):
+                    self._pretrain = pretrain_from_config(config)
+                net_dict = get_net_dict_for_epoch(config, epoch, pretrain=self._pretrain)
+        except PretrainError as exc:
+            raise EngineError(str(exc)) from None
         if not isinstance(net_dict, dict) or not net_dict:
             raise EngineError("the config needs a 'network' dict (or a function get_network(epoch)); got %r"
                               % (type(net_dict).__name__ if net_dict is not None else None,))
+        self._apply_net_dict_config(net_dict.get("#config"))
         return net_dict
+
+    def _apply_net_dict_config(self, overrides):
+        """A net dict's "#config" entries override config values while that network is used (as the original)."""
+        saved = self.__dict__.setdefault("_net_dict_config_saved", {})
+        for key, value in list(saved.items()):  # undo the previous network's overrides
+            if value is _NOT_SET:
+                self.config.typed_dict.pop(key, None)
+            else:
+                self.config.typed_dict[key] = value
+        saved.clear()
+        for key, value in (overrides or {}).items():
+            saved[key] = self.config.typed_dict.get(key, _NOT_SET)
+            self.config.set(key, value)
 
     def _build_graph(self, net_dict, dataset, train):
         """New graph + session: network, (train op), saver. Variables get initialized."""
@@ -324,6 +354,12 @@ class Engine:
             max_seq_length=self.max_seq_length if train else None,
             shuffle_batches=train and self.config.bool("shuffle_batches", False), used_data_keys=self.data_keys)
 
+    def _prefetched_batches(self, dataset, epoch, train):
+        """(batch, arrays) pairs, made by a background thread ``prefetch_batches`` batches ahead (0: inline)."""
+        batches = self._batches(dataset, epoch, train)
+        pairs = ((batch, batch_to_arrays(dataset, batch, self.data_keys)) for batch in batches)
+        return prefetch(pairs, size=self.config.int("prefetch_batches", 2))
+
     def _run_epoch(self, dataset, epoch, train, learning_rate=None, prefix=""):
         self._check_dataset_keys(dataset)
         acc = _Accumulator()
@@ -340,8 +376,7 @@ class Engine:
         progress = ProgressLine(self.log, prefix)
         start = time.time()
         step_start = start
-        for batch in self._batches(dataset, epoch, train):
-            arrays = batch_to_arrays(dataset, batch, self.data_keys)
+        for batch, arrays in self._prefetched_batches(dataset, epoch, train):
             feed = self._feed_dict(arrays, dataset.name)
             feed.update(feed_extra)
             results = self._session_run(fetches, feed, dataset.name, acc.num_steps)
@@ -459,25 +494,32 @@ class Engine:
     def _preload_from_files(self, training, fresh_train):
         """As the original: ``init_for_train`` entries initialize a fresh training (first epoch, after
         ``import_model_train_epoch1``), the others (default) apply to eval/forward only."""
-        from ..network import CustomCheckpointLoader
+        from ..checkpoint_loader import CustomCheckpointLoader
 
         preload = self.config.typed_value("preload_from_files", None) or {}
+        known = {"filename", "prefix", "init_for_train", "ignore_missing", "ignore_params", "ignore_params_prefixes",
+                 "var_name_mapping"}
         for name, opts in sorted(preload.items()):
+            unknown = sorted(set(opts) - known)
+            if unknown:
+                raise EngineError("preload_from_files %r: unknown option(s) %s; known: %s" % (
+                    name, unknown, sorted(known)))
             if opts.get("init_for_train", False):
                 if not fresh_train:
                     continue
             elif training:
                 continue
             filename = normalize_checkpoint_name(opts["filename"])
-            prefix = opts.get("prefix", "")
-            params = [p for p in self.network.get_params_list() if p.op.name.startswith(prefix)]
-            self.log.v4("preload_from_files %r: %i params from %s" % (name, len(params), filename))
             try:
+                # prefix: our params named <prefix><name> are loaded from <name> in the file (as the original)
                 loader = CustomCheckpointLoader(
-                    filename, saveable_params=params, load_if_prefix=prefix,
+                    filename, saveable_params=self.network.get_params_list(), load_if_prefix=opts.get("prefix", ""),
                     ignore_missing=opts.get("ignore_missing", False), ignore_params=opts.get("ignore_params", ()),
                     ignore_params_prefixes=opts.get("ignore_params_prefixes", ()),
-                    var_name_mapping=opts.get("var_name_mapping"))
+                    var_name_mapping=opts.get("var_name_mapping"), network=self.network)
+                loader.load_global_step = False
+                n = len(loader.get_variable_value_map())
+                self.log.v4("preload_from_files %r: %i params from %s" % (name, n, filename))
                 loader.load_now(self.session)
             except (IOError, KeyError, ValueError) as exc:
                 raise EngineError("preload_from_files %r: %s" % (name, exc)) from None
@@ -549,7 +591,7 @@ class Engine:
                         "file to change it)" % (key, given, start_epoch - 1, lrc.filename, used, start_epoch))
 
     def _maybe_update_network(self, epoch):
-        if not callable(self.config.typed_value("get_network", None)):
+        if not callable(self.config.typed_value("get_network", None)) and not getattr(self, "_pretrain", None):
             return
         net_dict = self._get_net_dict(epoch)
         if repr(net_dict) == repr(self.net_dict):
