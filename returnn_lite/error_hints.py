@@ -202,7 +202,7 @@ def check_unreached_layers(network, net_dict):
 
     unreached = []
     for name, desc in net_dict.items():
-        if not isinstance(desc, dict) or name in network.layers or name.startswith("#"):
+        if not isinstance(desc, dict) or name in network.layers or name.startswith("#") or "/" in name:
             continue
         unreached.append(name)
         known = _known_options(desc.get("class"))
