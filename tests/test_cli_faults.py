@@ -268,6 +268,10 @@ def test_learning_rate_override_on_resume_notice(setup, capsys):
     assert len(notices) == 1, stdout
     assert "++learning_rate 0.05 is not used" in notices[0] and "0.01" in notices[0], notices
     assert re.search(r"start epoch 2 with learning rate 0.01\b", stdout)
-    # no notice without the override
+    # no notice without the override, or where the override agrees with the saved state
     stdout = _train_once(capsys, config, "++num_epochs", "3")
     assert "notice:" not in stdout
+    stdout = _train_once(capsys, config, "++num_epochs", "4", "++learning_rate", "0.01")
+    assert "notice:" not in stdout
+    stdout = _train_once(capsys, config, "++num_epochs", "5", "++learning_rates", "[0.01, 0.01, 0.01, 0.01, 0.3]")
+    assert "notice:" not in stdout and "start epoch 5 with learning rate 0.3 " in stdout  # an epoch the file lacks
