@@ -28,6 +28,10 @@ SIZE_OPTIONS = ("filter_size", "strides", "pool_size", "dilation_rate", "window_
                 "num_heads", "total_key_dim", "fft_size", "nr_of_filters", "nr_of_channels", "num_pieces",
                 "num_splits")
 
+# common numeric options of every layer (LayerBase)
+NUMBER_OPTIONS = ("L2", "darc1", "spatial_smoothing", "dropout", "loss_scale", "param_dropout",
+                  "param_variational_noise")
+
 INTERNAL_MARKERS = (
     "Dimension ", "Dimensions must be", "Shape must be", "Shapes must be", "unhashable type", "has no attribute",
     "object is not", "not subscriptable", "unsupported operand", "Cannot convert", "index out of range",
@@ -72,6 +76,15 @@ def precheck_layer_desc(desc):
         values = value if isinstance(value, (list, tuple)) else [value]
         if any(isinstance(v, int) and not isinstance(v, bool) and v <= 0 for v in values):
             raise ValueError("option %r must be positive, got %r" % (key, value))
+    for key in NUMBER_OPTIONS:
+        value = desc.get(key, None)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise TypeError("option %r must be a number, got %r" % (key, value))
+    if isinstance(desc.get("dropout", None), (int, float)) and not 0 <= desc["dropout"] < 1:
+        raise ValueError("option 'dropout' must be in [0, 1), got %r" % (desc["dropout"],))
+    for key, value in desc.items():
+        if isinstance(value, str) and value in ("True", "False", "true", "false") and key != "eval":
+            raise TypeError("option %r: got the string %r; use %s (no quotes)" % (key, value, value.capitalize()))
     for key in ("is_output_layer",):
         if key in desc and desc[key] is not None and not isinstance(desc[key], bool):
             raise TypeError("option %r must be True or False, got %r" % (key, desc[key]))
