@@ -586,7 +586,8 @@ class Engine:
                 continue
             used = lrc.get_learning_rate_for_epoch(start_epoch)
             given = self.config.typed_value(key)
-            if key == "learning_rate" and used == self.config.float(key, 0.0):
+            wanted = _rate_for_epoch(given, start_epoch) if key == "learning_rates" else self.config.float(key, 0.0)
+            if wanted is None or used == wanted:
                 continue
             self.log.v1("notice: ++%s %s is not used: resuming after epoch %i, the learning-rate file %r continues "
                         "with learning rate %s for epoch %i (delete the file or set learning_rates per epoch in the "
@@ -758,6 +759,18 @@ class Engine:
             raise
         writer.close()
         self.log.v1("forward: wrote %i seqs of layer %r to %s" % (n, layer.name, output_file))
+
+
+def _rate_for_epoch(rates, epoch):
+    """``learning_rates`` (list: first epochs, then the last one; dict: epoch -> rate) for one epoch, or None."""
+    try:
+        if isinstance(rates, dict):
+            return float(rates[epoch]) if epoch in rates else None
+        if isinstance(rates, (list, tuple)) and rates:
+            return float(rates[min(epoch, len(rates)) - 1])
+    except (TypeError, ValueError):
+        return None
+    return None
 
 
 def _scalar(score):
