@@ -373,6 +373,8 @@ def cmd_average(args, out):
 def cmd_diff(args, out):
     a, b = Checkpoint(args.a), Checkpoint(args.b)
     names_a, names_b = set(a.names()), set(b.names())
+    if args.params_only:
+        names_a, names_b = set(a.param_names()), set(b.param_names())
     differ = 0
     for name in sorted(names_a - names_b):
         print("only in A: %s %s" % (name, list(a.shapes[name])), file=out)
@@ -457,6 +459,7 @@ def make_parser():
     s.add_argument("a")
     s.add_argument("b")
     s.add_argument("--atol", type=float, default=0.0, help="ignore differences up to this (default 0: exact)")
+    s.add_argument("--params-only", action="store_true", help="ignore optimizer state and the global step")
     s.set_defaults(func=cmd_diff)
     return p
 
