@@ -110,11 +110,28 @@ def write_checkpoint(filename, values):
 
 # ---- network from a config ----
 
-def network_from_config(config_file, overrides=()):
+def network_from_config(config_file, overrides=(), native_ops=False):
     """
     Builds the config's network (no training: train_flag False) in a new graph with a session.
+    :param bool native_ops: False: TF's own ops only (same params; no compiling, the graph runs anywhere)
     :return: Engine with .network, .session, .graph
     """
+    from . import native_op
+
+    old = os.environ.get(native_op.ENV_MODE)
+    if not native_ops:
+        os.environ[native_op.ENV_MODE] = "0"
+        overrides = list(overrides) + [(native_op.CONFIG_KEY, False)]
+    try:
+        return _network_from_config(config_file, overrides)
+    finally:
+        if old is None:
+            os.environ.pop(native_op.ENV_MODE, None)
+        else:
+            os.environ[native_op.ENV_MODE] = old
+
+
+def _network_from_config(config_file, overrides):
     from .config import Config
     from .engine.engine import Engine
     from .engine.progress import Log

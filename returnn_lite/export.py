@@ -63,15 +63,17 @@ def _describe(t):
             "dtype": t.dtype.base_dtype.name}
 
 
-def build_frozen_graph(config_file, checkpoint, output_layer=None, search=False):
+def build_frozen_graph(config_file, checkpoint, output_layer=None, search=False, native_ops=False):
     """
+    :param bool native_ops: allow returnn_lite's native (C++) ops in the graph; the default builds the graph from
+        TF's own ops only, so that it runs where the op libraries are not available
     :return: (frozen GraphDef, names dict: {"inputs": {...}, "outputs": {...}})
     """
     from .checkpoint_tool import network_from_config
 
     if search:
         raise ExportError("--search: beam search export is not available (no search support in returnn_lite yet)")
-    engine = network_from_config(config_file)
+    engine = network_from_config(config_file, native_ops=native_ops)
     try:
         network = engine.network
         layer_name = output_layer or engine.config.value("forward_output_layer", None) or \
@@ -89,7 +91,10 @@ def build_frozen_graph(config_file, checkpoint, output_layer=None, search=False)
             names["inputs"]["data_seq_lens"] = _describe(x_lens)
         if y_lens is not None:
             names["outputs"]["output_seq_lens"] = _describe(y_lens)
-        names["outputs"] = {k: v for k, v in names["outputs"].items()}
+        registered = set(tf.raw_ops.__dict__)
+        custom = sorted({n.op for n in graph_def.node if n.op not in registered})
+        if custom:
+            names["custom_ops"] = custom  # only with native_ops: the graph needs returnn_lite's op libraries
     finally:
         engine.close_session()
     return graph_def, names
@@ -151,6 +156,9 @@ def make_parser():
     p.add_argument("--graph", help="write the frozen graph here (.pb binary, .pbtxt text) and <graph>.json")
     p.add_argument("--saved-model", help="write a SavedModel into this directory")
     p.add_argument("--output-layer", help="default: forward_output_layer of the config, else 'output'")
+    p.add_argument("--native-ops", action="store_true",
+                   help="keep returnn_lite's native (C++) ops in the graph (then it needs their libraries to run); "
+                        "default: TF's own ops only")
     p.add_argument("--search", action="store_true", help="export the search graph (not available yet: refused)")
     return p
 
@@ -165,7 +173,8 @@ def main(argv=None, out=None):
     from .engine.engine import EngineError
 
     try:
-        graph_def, names = build_frozen_graph(args.config, args.checkpoint, args.output_layer, args.search)
+        graph_def, names = build_frozen_graph(args.config, args.checkpoint, args.output_layer, args.search,
+                                              args.native_ops)
         if args.graph:
             write_graph(graph_def, names, args.graph)
             print("wrote %s (%i nodes) and %s" % (args.graph, len(graph_def.node),

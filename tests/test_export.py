@@ -56,6 +56,7 @@ def test_frozen_graph(model, ext):
     assert names["inputs"]["data_seq_lens"]["name"] == "extern_data/placeholders/data/data_dim0_size:0"
     assert names["outputs"]["output"]["name"] == "output/output_batch_major:0"
     assert names["outputs"]["output_seq_lens"]["name"] == "output/output_seq_lens:0"
+    assert "custom_ops" not in names  # TF's own ops only (not returnn_lite's native LSTM op)
     graph_def = tf1.GraphDef()
     if ext == ".pb":
         graph_def.ParseFromString(open(path, "rb").read())
