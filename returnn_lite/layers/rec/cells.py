@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from ...registry import Registry
+
 tf1 = tf.compat.v1
 
 
@@ -324,14 +326,21 @@ CELLS = {
 CELLS_STEP_ONLY = dict(CELLS, **{k: LSTMCell for k in ("lstm", "lstmp", "lstmblock", "lstmblockfused")})
 
 
-def get_cell_class(unit, step_only=False):
+def _cell_key(unit):
     name = unit.lower().replace("_", "")
-    if name.endswith("cell"):
-        name = name[:-len("cell")]
-    table = CELLS_STEP_ONLY if step_only else CELLS
-    if name not in table:
-        raise ValueError("unknown cell unit %r; known: %s" % (unit, sorted(table)))
-    return table[name]
+    return name[:-len("cell")] if name.endswith("cell") else name
+
+
+cell_registry = Registry("cell unit", normalize=_cell_key)
+cell_registry_step_only = Registry("cell unit (rnn_cell)", normalize=_cell_key)
+for _name, _cls in CELLS.items():
+    cell_registry.register(_name, _cls)
+for _name, _cls in CELLS_STEP_ONLY.items():
+    cell_registry_step_only.register(_name, _cls)
+
+
+def get_cell_class(unit, step_only=False):
+    return (cell_registry_step_only if step_only else cell_registry).get(unit)
 
 
 def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations=10, name="while"):
