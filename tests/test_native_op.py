@@ -217,3 +217,14 @@ def test_no_compiler_falls_back(monkeypatch, capsys):
     monkeypatch.setenv(native_op.ENV_MODE, "1")
     with pytest.raises(native_op.NativeOpError, match="no C\\+\\+ compiler"):
         native_op.lstm_module()
+
+
+def test_initial_state_dim_mismatch_names_layer():
+    from returnn_lite.testing import build_network
+
+    with tf.Graph().as_default():
+        with pytest.raises(Exception, match="'lstm'.*initial state 'h' has dim 3, the cell needs 4"):
+            build_network({"init": {"class": "linear", "activation": None, "n_out": 3, "from": "data"},
+                           "lstm": {"class": "rec", "unit": "nativelstm2", "n_out": 4, "from": "data",
+                                    "initial_state": {"c": "zeros", "h": "init"}},
+                           "output": {"class": "copy", "from": "lstm"}}, {"data": {"dim": 3}})
