@@ -20,6 +20,8 @@ def _static_value(x):
 
 
 def _apply_arith(kind, a, b):
+    if kind in ("add", "sub") and isinstance(b, int) and b == 0:
+        return a
     if kind == "add":
         return a + b
     if kind == "sub":
