@@ -53,6 +53,28 @@ for _m in BACKEND_METHODS:
     setattr(Backend, _m, _stub(_m))
 
 
+def _default_linear(source, *, weight, bias, in_dim):
+    """x . weight (+ bias) from the primitives (a backend may fuse it)."""
+    from . import math_
+
+    out = math_.matmul(source, weight, reduce=in_dim)
+    return out + bias if bias is not None else out
+
+
+def _default_layer_norm(x, *, in_dim, scale, bias, eps):
+    """(x - mean) / sqrt(var + eps) * scale + bias over in_dim from the primitives (a backend may fuse it)."""
+    from . import math_
+
+    mean = math_.reduce_mean(x, axis=in_dim)
+    variance = math_.reduce_mean(math_.squared_difference(x, mean), axis=in_dim)
+    out = (x - mean) * math_.rsqrt(variance + eps) * scale
+    return out + bias if bias is not None else out
+
+
+Backend.linear = staticmethod(_default_linear)
+Backend.layer_norm = staticmethod(_default_layer_norm)
+
+
 def select_backend_returnn_layers_tf():
     """rf calls build a RETURNN layer dict (see :func:`returnn_lite.frontend_layers.get_net_dict`)."""
     from ..frontend_layers import ReturnnLayersBackend

@@ -33,10 +33,8 @@ class Linear(Module):
         if self.in_dim not in source.dims:
             raise error("Linear", "in_dim %s is not a dim of the input %s" % (
                 self.in_dim.short_repr(), dims_str(source.dims)))
-        out = math_.matmul(source, self.weight, reduce=self.in_dim)
-        if self.with_bias:
-            out = out + self.bias
-        return out
+        return get_backend_for_tensor(source).linear(
+            source, weight=self.weight, bias=self.bias if self.with_bias else None, in_dim=self.in_dim)
 
 
 class Embedding(Module):
@@ -210,13 +208,8 @@ class LayerNorm(Module):
 
     def __call__(self, x):
         check_dims_in("LayerNorm", x, [self.in_dim], what="in_dim")
-        mean = math_.reduce_mean(x, axis=self.in_dim)
-        variance = math_.reduce_mean(math_.squared_difference(x, mean), axis=self.in_dim)
-        norm_x = (x - mean) * math_.rsqrt(variance + self.eps)
-        out = norm_x * self.scale
-        if self.with_bias:
-            out = out + self.bias
-        return out
+        return get_backend_for_tensor(x).layer_norm(
+            x, in_dim=self.in_dim, scale=self.scale, bias=self.bias if self.with_bias else None, eps=self.eps)
 
 
 class BatchNorm(Module):

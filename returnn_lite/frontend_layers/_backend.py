@@ -233,6 +233,19 @@ class ReturnnLayersBackend(Backend):
         dims = [d for d in a.dims if d not in reduce] + [d for d in b.dims if d not in reduce and d not in a.dims]
         return _make("matmul", [a, b], dims, a.dtype, opts={"reduce": reduce, "use_mask": use_mask}, name="dot")
 
+    @staticmethod
+    def linear(source, *, weight, bias, in_dim):
+        """Fused x . weight + bias (one layer)."""
+        dims = [d for d in source.dims if d != in_dim] + [d for d in weight.dims if d != in_dim]
+        return _make("matmul", [source, weight] + ([bias] if bias is not None else []), dims, source.dtype,
+                     opts={"reduce": [in_dim], "use_mask": False}, name="linear")
+
+    @staticmethod
+    def layer_norm(x, *, in_dim, scale, bias, eps):
+        """Fused layer norm over in_dim (one layer)."""
+        return _make("layer_norm", [x, scale] + ([bias] if bias is not None else []), x.dims, x.dtype,
+                     opts={"in_dim": in_dim, "eps": eps})
+
     # ---- shapes ----
     @staticmethod
     def concat(*sources, allow_broadcast=False, out_dim):

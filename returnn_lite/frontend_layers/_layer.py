@@ -326,7 +326,8 @@ _LETTERS = "abcdefghijklmnopqrstuvwxyz"
 
 @op("matmul")
 def _matmul(layer, inputs, out, reduce, use_mask):
-    a, b = inputs
+    """a . b over the dims reduce; with a third input: + bias (the fused rf.Linear)."""
+    a, b = inputs[:2]
     all_dims = []
     for d in list(a.dims) + list(b.dims):
         if d not in all_dims:
@@ -339,7 +340,22 @@ def _matmul(layer, inputs, out, reduce, use_mask):
     if use_mask:
         xa = masked(xa, list(a.dims), [d for d in reduce if d.dimension is None and not d.is_batch_dim()], 0.0)
     eq = "%s,%s->%s" % (letters(a.dims), letters(b.dims), letters(out.dims))
-    return tf.einsum(eq, xa, b.placeholder)
+    y = tf.einsum(eq, xa, b.placeholder)
+    if len(inputs) > 2:
+        y = y + align(inputs[2], out.dims)
+    return y
+
+
+@op("layer_norm")
+def _layer_norm(layer, inputs, out, in_dim, eps):
+    x = inputs[0]
+    dims = list(x.dims)
+    axis = dims.index(in_dim)
+    mean, variance = tf.nn.moments(x.placeholder, axes=[axis], keepdims=True)
+    y = (x.placeholder - mean) * tf.math.rsqrt(variance + eps) * align(inputs[1], dims)
+    if len(inputs) > 2:
+        y = y + align(inputs[2], dims)
+    return y
 
 
 @op("transpose")
