@@ -255,10 +255,13 @@ class ReturnnLayersBackend(Backend):
             for d in x.dims:
                 if d not in dims and all(d != a for _, a in sources):
                     dims.append(d)
-        for x, a in sources:
-            if a.dimension is None:
-                raise FrontendError("rf.concat at %s: concatenating dynamic dims (%s) is not supported" % (
-                    call_site(), a.short_repr()))
+        if any(a.dimension is None for _, a in sources):
+            if out_dim.dimension is None and out_dim.complete_dyn_size() is None and \
+                    out_dim.__dict__.get("_derived_from") is None:
+                total = sources[0][1]
+                for _, a in sources[1:]:
+                    total = total + a
+                out_dim.__dict__["_derived_from"] = ("add", (total, 0))
         return _make("concat", [x for x, _ in sources], dims, first.dtype,
                      opts={"axes": [a for _, a in sources], "out_dim": out_dim})
 

@@ -365,6 +365,8 @@ def _transpose(layer, inputs, out):
 
 @op("concat")
 def _concat(layer, inputs, out, axes, out_dim):
+    if any(a.dimension is None for a in axes):
+        return _concat_dynamic(layer, inputs, out, axes, out_dim)
     parts = []
     oidx = list(out.dims).index(out_dim)
     shape = _shape(layer, out)
@@ -375,6 +377,53 @@ def _concat(layer, inputs, out, axes, out_dim):
         s[oidx] = dim_value(layer, axis)
         parts.append(tf.broadcast_to(x, s))
     return tf.concat(parts, axis=oidx)
+
+
+def _take_along_axis(x, idx, axis):
+    """x[..., idx[...], ...] along axis with idx of the full output shape (the other axes index themselves)."""
+    perm = [axis] + [k for k in range(x.shape.rank) if k != axis]
+    xt = tf.transpose(x, perm)  # [T, rest...]
+    it = tf.transpose(idx, perm)  # [T', rest...]
+    rest_shape = tf.shape(it)[1:]
+    n_rest = tf.reduce_prod(rest_shape)
+    xf = tf.reshape(xt, [tf.shape(xt)[0], n_rest])  # [T, R]
+    itf = tf.reshape(it, [tf.shape(it)[0], n_rest])  # [T', R]
+    cols = tf.broadcast_to(tf.range(n_rest)[None, :], tf.shape(itf))
+    yf = tf.gather_nd(xf, tf.stack([itf, cols], axis=-1))  # [T', R]
+    y = tf.reshape(yf, tf.concat([tf.shape(it)[:1], rest_shape], 0))
+    inv = [perm.index(k) for k in range(len(perm))]
+    return tf.transpose(y, inv)
+
+
+def _concat_dynamic(layer, inputs, out, axes, out_dim):
+    """Concat along dynamic dims: per sequence, the frames of each source within its length, one after the other."""
+    from ..data import batch_dim
+
+    oidx = list(out.dims).index(out_dim)
+    shape = _shape(layer, out)
+    n_out = shape[oidx]
+    pos = tf.range(n_out)[None, :]  # [1, T']
+    y = None
+    offset = tf.zeros([1, 1], tf.int32)
+    for src, axis in zip(inputs, axes):
+        dims = [axis if d == out_dim else d for d in out.dims]
+        s = list(shape)
+        s[oidx] = dim_value(layer, axis)
+        x = tf.broadcast_to(align(src, dims), s)
+        if axis.dimension is None:
+            size = axis.complete_dyn_size()[:, None]  # [B, 1]
+        else:
+            size = tf.fill([dim_value(layer, batch_dim), 1], axis.dimension)
+        idx = pos - offset  # [B, T'] position within this source
+        inside = tf.logical_and(idx >= 0, idx < size)
+        idx_c = tf.clip_by_value(idx, 0, tf.maximum(s[oidx] - 1, 0))
+        m = align(Data("m", dims=[batch_dim, out_dim], dtype="bool", placeholder=inside), out.dims)
+        i = align(Data("i", dims=[batch_dim, out_dim], dtype="int32", placeholder=idx_c), out.dims)
+        i = tf.broadcast_to(i, [shape[k] if k != oidx else n_out for k in range(len(shape))])
+        part = _take_along_axis(x, i, oidx)
+        y = tf.where(m, part, tf.zeros_like(part)) if y is None else tf.where(m, part, y)
+        offset = offset + size
+    return y
 
 
 @op("pad")
