@@ -42,6 +42,9 @@ class Backend:
     name = None
     RawTensorType = None
     is_tensorflow = False
+    # optional fused implementations (None: rf composes them from the primitives)
+    linear = None  # linear(source, *, weight, bias, in_dim)
+    layer_norm = None  # layer_norm(x, *, in_dim, scale, bias, eps)
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -53,33 +56,16 @@ for _m in BACKEND_METHODS:
     setattr(Backend, _m, _stub(_m))
 
 
-def _default_linear(source, *, weight, bias, in_dim):
-    """x . weight (+ bias) from the primitives (a backend may fuse it)."""
-    from . import math_
-
-    out = math_.matmul(source, weight, reduce=in_dim)
-    return out + bias if bias is not None else out
-
-
-def _default_layer_norm(x, *, in_dim, scale, bias, eps):
-    """(x - mean) / sqrt(var + eps) * scale + bias over in_dim from the primitives (a backend may fuse it)."""
-    from . import math_
-
-    mean = math_.reduce_mean(x, axis=in_dim)
-    variance = math_.reduce_mean(math_.squared_difference(x, mean), axis=in_dim)
-    out = (x - mean) * math_.rsqrt(variance + eps) * scale
-    return out + bias if bias is not None else out
-
-
-Backend.linear = staticmethod(_default_linear)
-Backend.layer_norm = staticmethod(_default_layer_norm)
-
-
 def select_backend_returnn_layers_tf():
     """rf calls build a RETURNN layer dict (see :func:`returnn_lite.frontend_layers.get_net_dict`)."""
-    from ..frontend_layers import ReturnnLayersBackend
+    _global_backend[0] = _load_backend("returnn_lite.frontend_layers", "ReturnnLayersBackend")
 
-    _global_backend[0] = ReturnnLayersBackend
+
+def _load_backend(module_name, class_name):
+    """Backends are plugins: loaded by module name (they import the frontend, not the other way round)."""
+    import importlib
+
+    return getattr(importlib.import_module(module_name), class_name)
 
 
 def select_backend_torch():
