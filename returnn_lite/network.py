@@ -38,6 +38,14 @@ __all__ = [
 ]
 
 
+def assign_output_beam(layer_class, output, layer_desc):
+    """A layer's output is on the search beam of its sources (unless the layer class sets or removes it)."""
+    if output.beam is None and not getattr(layer_class, "removes_beam", False):
+        from .layers.search import beam_of_options
+
+        output.beam = beam_of_options(layer_desc)
+
+
 def _in_session_graph(method):
     """Run a method that takes a session inside the session's graph (variables are only hashable there)."""
 
@@ -176,6 +184,7 @@ class TFNetwork(NetworkAPIMixin):
             layer_class.transform_config_dict(desc, network=self, get_layer=get_layer)
             desc.pop("_name", None)
             desc.pop("_network", None)
+            self._adapt_source_beams(name, desc)
             return (add_layer or self.add_layer)(name=name, layer_class=layer_class, **desc)
         except NetworkLayerException:
             raise
@@ -220,6 +229,7 @@ class TFNetwork(NetworkAPIMixin):
             output = layer_class.get_out_data_from_opts(name=name, network=self, **layer_desc)
             if output is None:
                 raise ValueError("%s.get_out_data_from_opts returned no template" % layer_class.__name__)
+            assign_output_beam(layer_class, output, layer_desc)
             layer = layer_class(name=name, network=self, output=output, **layer_desc)
         layer.kwargs = layer_desc
         _check_output_matches_template(layer)
@@ -230,6 +240,37 @@ class TFNetwork(NetworkAPIMixin):
             self.get_root_network().extern_data.register_data(layer.output.copy(name=layer.register_as_extern_data))
         layer.post_init(layer_desc)
         return layer
+
+    def _adapt_source_beams(self, name, desc):
+        """
+        Sources (all layers named in the options) on different search beams are brought to the newest beam, here,
+        once for all layers: data without beam is repeated per hypothesis, data of an earlier search step is
+        selected by the source beams of the later choice (see SearchBeam, Data.copy_select_beam).
+        """
+        from .data import SearchBeam
+        from .layers.search import beam_adapted_layer, layers_in_options
+
+        layers = layers_in_options(desc)
+        beams = {id(layer.output.beam): layer.output.beam for layer in layers if layer.output.beam is not None}
+        if not beams or (len(beams) == 1 and all(layer.output.beam is not None for layer in layers)):
+            return
+        beam = SearchBeam.get_combined_beam(*beams.values(), owner="layer %r" % name)
+        cache = self.__dict__.setdefault("_beam_adapted", {})
+
+        def adapt(value):
+            if isinstance(value, (list, tuple)):
+                return type(value)(adapt(v) for v in value)
+            if isinstance(value, dict):
+                return {k: adapt(v) for k, v in value.items()}
+            if hasattr(value, "output") and hasattr(value, "network") and value.output.beam is not beam:
+                key = (id(value), id(beam))
+                if key not in cache:
+                    cache[key] = (value, beam_adapted_layer(value, beam, self))
+                return cache[key][1]
+            return value
+
+        for key in list(desc):
+            desc[key] = adapt(desc[key])
 
     def _register_loss(self, name, layer):
         loss = layer.loss
