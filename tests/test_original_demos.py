@@ -76,3 +76,16 @@ def test_line_format_pretrain_demo_trains(tmp_path, capsys):
                  "++dev", "GeneratingDataset::Task12AXDataset(num_seqs=10)")
     assert out.count("Network changed in epoch") == 2  # the net grows by one hidden layer per pretrain epoch
     assert len(re.findall(r"epoch \d+ score:", out)) == 3
+
+
+def test_engine_init_network_from_config():
+    from returnn_lite.engine.engine import Engine
+
+    config = Config()
+    config.load_file(os.path.join(DEMOS, "demo-tf-rec-explicit-lstm.config"))
+    engine = Engine(config)
+    try:
+        net = engine.init_network_from_config(config)
+        assert net.get_num_params() == 822 and net.losses_dict
+    finally:
+        engine.close()
