@@ -17,6 +17,13 @@ import numpy as np
 import tensorflow as tf
 
 from .data import Data, Dim
+from .errors import (  # noqa: F401 (re-exported: part of this module's API, as in the original)
+    LayerNotFound,
+    LayerOptionError,
+    NetworkConstructionDependencyLoopException,
+    NetworkError,
+    NetworkLayerException,
+)
 from .extern_data import DataNotFound, ExternData
 from .layers.base import InternalLayer, get_layer_class
 from .losses.holder import LossHolder  # noqa: F401 (part of this module's API, as in the original)
@@ -31,41 +38,12 @@ __all__ = [
 ]
 
 
-class NetworkError(Exception):
-    """Base of the network construction errors."""
+def assign_output_beam(layer_class, output, layer_desc):
+    """A layer's output is on the search beam of its sources (unless the layer class sets or removes it)."""
+    if output.beam is None and not getattr(layer_class, "removes_beam", False):
+        from .layers.search import beam_of_options
 
-
-class NetworkConstructionDependencyLoopException(NetworkError):
-    """Layers that depend on each other without ``prev:``."""
-
-    def __init__(self, network, layer_name, constructing_layers, net_dict=None):
-        chain = list(constructing_layers[constructing_layers.index(layer_name):]) + [layer_name]
-        super().__init__("dependency loop in network %r: %s (break it with 'prev:' inside a rec unit)" % (
-            network.get_absolute_name_prefix() or "root", " -> ".join(repr(n) for n in chain)))
-        self.network = network
-        self.layer_name = layer_name
-        self.constructing_layers = constructing_layers
-
-
-class LayerNotFound(NetworkError):
-    """A layer name that cannot be resolved."""
-
-    def __init__(self, message, layer_name=None, network=None, net_dict=None):
-        super().__init__(message)
-        self.layer_name = layer_name
-        self.network = network
-
-
-class NetworkLayerException(NetworkError):
-    """An error while building one layer; names the layer, its class and the cause."""
-
-    def __init__(self, message, layer_name, layer_class=None, network=None, net_dict=None):
-        prefix = network.get_absolute_name_prefix() if network is not None else ""
-        text = "layer %r%s: %s" % (prefix + layer_name, " (class %r)" % layer_class if layer_class else "", message)
-        super().__init__(text)
-        self.layer_name = layer_name
-        self.layer_class = layer_class
-        self.net_dict = net_dict
+        output.beam = beam_of_options(layer_desc)
 
 
 def _in_session_graph(method):
@@ -206,6 +184,7 @@ class TFNetwork(NetworkAPIMixin):
             layer_class.transform_config_dict(desc, network=self, get_layer=get_layer)
             desc.pop("_name", None)
             desc.pop("_network", None)
+            self._adapt_source_beams(name, desc)
             return (add_layer or self.add_layer)(name=name, layer_class=layer_class, **desc)
         except NetworkLayerException:
             raise
@@ -213,7 +192,7 @@ class TFNetwork(NetworkAPIMixin):
             raise
         except Exception as exc:
             msg = "%s: %s" % (type(exc).__name__, exc) if not isinstance(exc, NetworkError) else str(exc)
-            raise NetworkLayerException(msg, name, class_name, network=self, net_dict=net_dict) from exc
+            raise NetworkLayerException(msg, name, self, net_dict, layer_class=class_name) from exc
         finally:
             self._constructing.remove(name)
 
@@ -250,6 +229,7 @@ class TFNetwork(NetworkAPIMixin):
             output = layer_class.get_out_data_from_opts(name=name, network=self, **layer_desc)
             if output is None:
                 raise ValueError("%s.get_out_data_from_opts returned no template" % layer_class.__name__)
+            assign_output_beam(layer_class, output, layer_desc)
             layer = layer_class(name=name, network=self, output=output, **layer_desc)
         layer.kwargs = layer_desc
         _check_output_matches_template(layer)
@@ -260,6 +240,37 @@ class TFNetwork(NetworkAPIMixin):
             self.get_root_network().extern_data.register_data(layer.output.copy(name=layer.register_as_extern_data))
         layer.post_init(layer_desc)
         return layer
+
+    def _adapt_source_beams(self, name, desc):
+        """
+        Sources (all layers named in the options) on different search beams are brought to the newest beam, here,
+        once for all layers: data without beam is repeated per hypothesis, data of an earlier search step is
+        selected by the source beams of the later choice (see SearchBeam, Data.copy_select_beam).
+        """
+        from .data import SearchBeam
+        from .layers.search import beam_adapted_layer, layers_in_options
+
+        layers = layers_in_options(desc)
+        beams = {id(layer.output.beam): layer.output.beam for layer in layers if layer.output.beam is not None}
+        if not beams or (len(beams) == 1 and all(layer.output.beam is not None for layer in layers)):
+            return
+        beam = SearchBeam.get_combined_beam(*beams.values(), owner="layer %r" % name)
+        cache = self.__dict__.setdefault("_beam_adapted", {})
+
+        def adapt(value):
+            if isinstance(value, (list, tuple)):
+                return type(value)(adapt(v) for v in value)
+            if isinstance(value, dict):
+                return {k: adapt(v) for k, v in value.items()}
+            if hasattr(value, "output") and hasattr(value, "network") and value.output.beam is not beam:
+                key = (id(value), id(beam))
+                if key not in cache:
+                    cache[key] = (value, beam_adapted_layer(value, beam, self))
+                return cache[key][1]
+            return value
+
+        for key in list(desc):
+            desc[key] = adapt(desc[key])
 
     def _register_loss(self, name, layer):
         loss = layer.loss
@@ -508,8 +519,9 @@ class TFNetwork(NetworkAPIMixin):
     # ---- losses and objective ----
     def get_losses_initialized(self, reduce_func=None, with_total=False):
         """
-        Loss name -> LossHolder (losses register themselves when their layer is built). With reduce_func
-        (e.g. identity, for per-frame values), fresh holders of copies of the losses using it.
+        (loss name -> LossHolder, total loss, total constraints), as the original (the totals are None without
+        with_total). Losses register themselves when their layer is built. With reduce_func (e.g. identity, for
+        per-frame values), fresh holders of copies of the losses using it.
         """
         root = self.get_root_network()
         losses = root.losses_dict
@@ -517,7 +529,7 @@ class TFNetwork(NetworkAPIMixin):
             losses = {name: holder.copy_new_base(reduce_func=reduce_func) for name, holder in losses.items()}
         if with_total:
             return losses, root.get_total_loss(), root.get_total_constraints()
-        return losses
+        return losses, None, None
 
     def maybe_construct_objective(self):
         if self._objective is not None:
@@ -681,69 +693,4 @@ def _check_output_matches_template(layer):
                     layer.name, x.shape, out.short_repr(), i))
 
 
-class CustomCheckpointLoader:
-    """
-    Loads a TF checkpoint into the network's params, by name, with optional renames
-    (``var_name_mapping``: param name -> checkpoint name) and param conversions.
-    """
-
-    def __init__(self, filename, saveable_params, params_prefix="", load_if_prefix="", ignore_missing=False,
-                 ignore_params=(), ignore_params_prefixes=(), var_name_mapping=None, network=None):
-        self.filename = filename
-        self.params = list(saveable_params)
-        self.params_prefix = params_prefix
-        self.load_if_prefix = load_if_prefix
-        self.ignore_missing = ignore_missing
-        self.ignore_params = set(ignore_params)
-        self.ignore_params_prefixes = tuple(ignore_params_prefixes)
-        self.var_name_mapping = dict(var_name_mapping or {})
-        self.network = network
-        try:
-            self.reader = tf.train.load_checkpoint(filename)
-        except Exception as exc:
-            raise IOError("cannot read checkpoint %r: %s" % (filename, exc)) from exc
-        self.ckpt_shapes = self.reader.get_variable_to_shape_map()
-
-    def get_variable_value_map(self):
-        """:return: dict var -> numpy value"""
-        values, missing = {}, []
-        for var in self.params:
-            name = var.op.name
-            if name in self.ignore_params or (self.ignore_params_prefixes and name.startswith(self.ignore_params_prefixes)):
-                continue
-            if self.load_if_prefix and not name.startswith(self.load_if_prefix):
-                continue
-            ckpt_name = self.var_name_mapping.get(name, self.params_prefix + name[len(self.load_if_prefix):])
-            if ckpt_name not in self.ckpt_shapes:
-                converted = _convert_param(name, var, self.reader, self.ckpt_shapes)
-                if converted is None:
-                    missing.append(name)
-                    continue
-                values[var] = converted
-                continue
-            value = self.reader.get_tensor(ckpt_name)
-            if tuple(value.shape) != tuple(var.shape.as_list()):
-                raise ValueError("checkpoint %r: param %r has shape %s, the network expects %s" % (
-                    self.filename, name, value.shape, tuple(var.shape.as_list())))
-            values[var] = value
-        if missing and not self.ignore_missing:
-            raise KeyError("checkpoint %r lacks params %s (it has: %s)" % (
-                self.filename, missing, sorted(self.ckpt_shapes)[:50]))
-        return values
-
-    @_in_session_graph
-    def load_now(self, session):
-        values = self.get_variable_value_map()
-        if self.network is not None and "global_step" in self.ckpt_shapes:
-            step_var = self.network.get_root_network().global_train_step
-            if step_var is not None:
-                values[step_var] = self.reader.get_tensor("global_step")
-        assign_values(session, values)
-        return True
-
-
-def _convert_param(name, var, reader, ckpt_shapes):
-    """Hook for param layout conversions (e.g. other LSTM implementations); None if not convertible."""
-    from .param_conversion import convert_param
-
-    return convert_param(name, var, reader, ckpt_shapes)
+from .checkpoint_loader import CustomCheckpointLoader  # noqa: E402,F401 (re-export; lives in its own module)

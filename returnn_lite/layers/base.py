@@ -11,17 +11,20 @@ import tensorflow as tf
 
 from ..data import Data, Dim
 from ..initializers import get_initializer
-from ..util import NotSpecified, as_list, did_you_mean, get_valid_scope_name_from_str
+from ..registry import Registry
+from ..util import NotSpecified, as_list, get_valid_scope_name_from_str
 
 tf1 = tf.compat.v1
 
-_layer_registry = {}
+def _load_all_layers():
+    from . import _load_all  # noqa: F401 (registers every family on first use)
+
+
+layer_registry = Registry("layer class", lazy_load=_load_all_layers, list_known=False)
 
 
 def register_layer_class(cls, name=None):
-    name = name or cls.layer_class
-    _layer_registry[name] = cls
-    return cls
+    return layer_registry.register(name or cls.layer_class, cls)
 
 
 def get_layer_class(name):
@@ -29,17 +32,11 @@ def get_layer_class(name):
     :param str name: layer_class, e.g. "linear"
     :rtype: type[LayerBase]
     """
-    from . import _load_all  # noqa: F401 (registers every family on first use)
-
-    if name not in _layer_registry:
-        raise ValueError("unknown layer class %r.%s" % (name, did_you_mean(name, _layer_registry)))
-    return _layer_registry[name]
+    return layer_registry.get(name)
 
 
 def get_layer_class_names():
-    from . import _load_all  # noqa: F401
-
-    return sorted(_layer_registry)
+    return layer_registry.names()
 
 
 class LayerBase:
@@ -335,9 +332,8 @@ class LayerBase:
 
     def post_init(self, layer_desc):
         if self.use_batch_norm:  # the ``batch_norm`` option of every layer (see layers/norm.py)
-            from .norm import apply_batch_norm
-
             opts = self.use_batch_norm if isinstance(self.use_batch_norm, dict) else {}
+            apply_batch_norm = get_layer_class("batch_norm").apply_batch_norm  # via the registry: no import cycle
             self.output.placeholder = apply_batch_norm(self, self.output, **opts)
 
     @classmethod

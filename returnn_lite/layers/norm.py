@@ -163,6 +163,7 @@ class BatchNormLayer(CopyLayer):
     """Batch normalization of the input (see :func:`apply_batch_norm`)."""
 
     layer_class = "batch_norm"
+    apply_batch_norm = staticmethod(apply_batch_norm)  # also used by LayerBase for the ``batch_norm`` option
 
     def __init__(self, use_shift=NotSpecified, use_std=NotSpecified, use_sample=NotSpecified,
                  force_sample=NotSpecified, momentum=NotSpecified, epsilon=NotSpecified,

@@ -10,24 +10,22 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from ..util import did_you_mean
+from ..registry import Registry
 
-_loss_registry = {}
+def _load_all_losses():
+    from . import _load_all  # noqa: F401 (registers every family on first use)
+
+
+loss_registry = Registry("loss", lazy_load=_load_all_losses)
 
 
 def get_loss_class(name):
-    from . import _load_all  # noqa: F401
-
-    if name not in _loss_registry:
-        raise ValueError("unknown loss %r.%s Known losses: %s" % (
-            name, did_you_mean(name, _loss_registry), ", ".join(sorted(_loss_registry))))
-    return _loss_registry[name]
+    """:rtype: type[Loss]"""
+    return loss_registry.get(name)
 
 
 def get_loss_class_names():
-    from . import _load_all  # noqa: F401
-
-    return sorted(_loss_registry)
+    return loss_registry.names()
 
 
 def _seq_lens(data):
@@ -48,7 +46,7 @@ class Loss:
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
         if cls.__dict__.get("class_name"):
-            _loss_registry[cls.class_name] = cls
+            loss_registry.register(cls.class_name, cls)
 
     def __init__(self, base_network, use_flatten_frames=True, use_normalized_loss=False, custom_norm_factor=None,
                  custom_inv_norm_factor=None, scale=1.0, _check_output_before_softmax=None):

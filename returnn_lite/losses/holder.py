@@ -6,6 +6,8 @@ import re
 
 import tensorflow as tf
 
+from ..errors import NetworkError, NetworkLayerException
+
 
 class LossHolder:
     """
@@ -58,13 +60,11 @@ class LossHolder:
         try:
             self._prepare_ops()
         except Exception as exc:
-            from ..network import NetworkError, NetworkLayerException
-
             if isinstance(exc, NetworkError) or self._layer is None:
                 raise
             raise NetworkLayerException(
                 "loss %r: %s: %s" % (self.loss.class_name, type(exc).__name__, exc), self._layer.name,
-                getattr(self._layer, "layer_class", None), network=self._layer.network) from exc
+                self._layer.network, layer_class=getattr(self._layer, "layer_class", None)) from exc
 
     def _prepare_ops(self):
         loss = self.loss
