@@ -57,3 +57,52 @@ def test_conv_strides_and_dilation(padding):
     xp = np.pad(x, [(0, 0), (pad, pad), (0, 0)])
     full = np.stack([sum(xp[:, t + 2 * k] @ w[k] for k in range(3)) for t in range(xp.shape[1] - 4)], axis=1)
     np.testing.assert_allclose(out, full[:, ::2], rtol=1e-5, atol=1e-5)
+
+
+def _lstm(unit_opts, params=None, train_flag=False):
+    with tf.Graph().as_default():
+        net = build_network({"output": {"class": "rec", "unit": "nativelstm2", "n_out": 4, "from": "data",
+                                        "unit_opts": unit_opts}}, {"data": {"dim": 3}}, train_flag=train_flag)
+        with tf1.Session() as session:
+            session.run(tf1.global_variables_initializer())
+            if params is not None:
+                for p in net.get_params_list():
+                    p.load(params[p.op.name], session)
+            feed = random_feed(net, [5, 3])
+            out = session.run(net.get_default_output_layer().output.placeholder, feed_dict=feed)
+            return out, {p.op.name: v for p, v in zip(net.get_params_list(), session.run(net.get_params_list()))}
+
+
+def test_nativelstm2_forget_bias_and_rec_weight_dropout():
+    out, params = _lstm({"forget_bias": 1.0, "rec_weight_dropout": 0.3, "rec_weight_dropout_shape": (None, 1)})
+    shifted = dict(params)
+    shifted["output/rec/b"] = params["output/rec/b"].copy()
+    shifted["output/rec/b"][8:12] += 1.0  # gates j, i, f, o: the forget part
+    ref, _ = _lstm({}, params=shifted)  # not training: no recurrent weight dropout
+    np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-6)
+    train_out, _ = _lstm({"rec_weight_dropout": 0.5}, params=params, train_flag=True)
+    assert np.all(np.isfinite(train_out)) and not np.allclose(train_out, _lstm({}, params=params)[0])
+
+
+def test_layernormvariantslstm_variants():
+    with tf.Graph().as_default():
+        net = build_network({"output": {"class": "rec", "unit": "layernormvariantslstm", "n_out": 4, "from": "data",
+                                        "unit_opts": {"global_norm": False, "cell_norm": False, "hidden_norm": True,
+                                                      "per_gate_norm": True, "dropout": 0.1, "dropout_h": 0.1}}},
+                            {"data": {"dim": 3}}, train_flag=True)
+        names = sorted(p.op.name.split("/")[-1] for p in net.get_params_list())
+        assert names == ["W_ff", "W_re"] + sorted("%s_%s" % (k, g) for k in ("beta", "gamma")
+                                                  for g in ("f", "i", "j", "new_h", "o"))
+        with tf1.Session() as session:
+            session.run(tf1.global_variables_initializer())
+            out = session.run(net.get_default_output_layer().output.placeholder, feed_dict=random_feed(net, [5, 3]))
+        assert np.all(np.isfinite(out))
+        # hidden_norm: each frame's output is normalized (gamma 1, beta 0)
+        np.testing.assert_allclose(out[:3, 0].mean(-1), 0, atol=1e-5)
+
+
+@pytest.mark.parametrize("layer_class, what", [("kenlm", "KenLM"), ("twod_lstm", "MDLSTM"),
+                                               ("neural_transducer", "neural transducer")])
+def test_unavailable_layers_fail_naming_what_is_missing(layer_class, what):
+    with pytest.raises(Exception, match=r"layer 'output'.*%s.*not available in returnn_lite.*%s" % (layer_class, what)):
+        _run({"output": {"class": layer_class, "from": "data"}}, {"data": {"dim": 3}})
