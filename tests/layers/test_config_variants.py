@@ -106,3 +106,20 @@ def test_layernormvariantslstm_variants():
 def test_unavailable_layers_fail_naming_what_is_missing(layer_class, what):
     with pytest.raises(Exception, match=r"layer 'output'.*%s.*not available in returnn_lite.*%s" % (layer_class, what)):
         _run({"output": {"class": layer_class, "from": "data"}}, {"data": {"dim": 3}})
+
+
+def test_squeeze_dynamic_axis():
+    net, (out, x), _, _ = _run({"output": {"class": "squeeze", "axis": "T", "from": "data"}}, {"data": {"dim": 3}},
+                               fetch=("output", "data"), seq_lens=(1, 1))
+    assert net.get_layer("output").output.batch_shape == (None, 3)
+    np.testing.assert_allclose(out, x[:, 0])
+
+
+def test_merge_dims_n_out_is_the_feature_dim():
+    net, (out, x), _, _ = _run({"output": {"class": "merge_dims", "axes": "spatial", "n_out": 3, "from": "data"}},
+                               {"data": {"shape": (None, 4, 3)}}, fetch=("output", "data"))
+    assert net.get_layer("output").output.dim == 3
+    np.testing.assert_allclose(out, x.reshape((x.shape[0], -1, 3)))
+    with pytest.raises(Exception, match="n_out=5 does not match the output feature dim 3"):
+        _run({"output": {"class": "merge_dims", "axes": "spatial", "n_out": 5, "from": "data"}},
+             {"data": {"shape": (None, 4, 3)}})
