@@ -245,6 +245,23 @@ class Engine:
         self._apply_net_dict_config(net_dict.get("#config"))
         return net_dict
 
+    def init_network_from_config(self, config=None, epoch=None):
+        """
+        As the original's: build the config's network for ``epoch`` (default 1; pretraining and ``get_network``
+        apply) in the mode of the task (train: with losses and the update op). The data description comes from
+        ``extern_data``/``num_outputs``, else from the ``train`` dataset. Returns the network.
+        """
+        if config is not None:
+            self.config = config
+        config = self.config
+        dataset = None
+        if not (config.has("extern_data") or config.has("num_outputs") or config.has("num_inputs")):
+            dataset = self._load_dataset("train")
+        self.epoch = epoch or 1
+        with global_config_ctx(config):
+            self._build_graph(self._get_net_dict(self.epoch), dataset, train=self.task == "train")
+        return self.network
+
     def _apply_net_dict_config(self, overrides):
         """A net dict's "#config" entries override config values while that network is used (as the original)."""
         saved = self.__dict__.setdefault("_net_dict_config_saved", {})
