@@ -112,6 +112,16 @@ def _opts_from_string(text):
             return ast.literal_eval(text)
         except (ValueError, SyntaxError) as exc:
             raise DatasetError("dataset string %r is not a valid dict literal: %s" % (text, exc)) from None
+    m = re.match(r"^(?:[A-Za-z_]\w*::)?([A-Za-z_]\w*)\((.*)\)$", text, re.DOTALL)
+    if m:  # the old form "GeneratingDataset::Task12AXDataset(num_seqs=1000)" (module:: optional)
+        try:
+            call = ast.parse("f(%s)" % m.group(2), mode="eval").body
+            kwargs = {kw.arg: ast.literal_eval(kw.value) for kw in call.keywords}
+            if call.args or None in kwargs:
+                raise ValueError("only keyword arguments are supported")
+        except (ValueError, SyntaxError) as exc:
+            raise DatasetError("dataset string %r: cannot parse the arguments: %s" % (text, exc)) from None
+        return dict(kwargs, **{"class": get_dataset_class(m.group(1))})
     if text in dataset_class_names() or text in SPRINT_DATASETS or re.match(r"^[A-Za-z_]\w*$", text):
         return {"class": get_dataset_class(text)}  # unknown names: error with suggestions
     files = [f for f in text.split(",") if f]
