@@ -204,9 +204,11 @@ def test_error_param_of_module_outside_model():
     _expect_error(step, "not part of the model returned by get_model", extern_data=extern_data)
 
 
-def test_torch_backend_not_implemented():
-    with pytest.raises(NotImplementedError, match="not implemented yet"):
-        rf.select_backend_torch()
+def test_select_backend_torch():
+    pytest.importorskip("torch")
+    rf.select_backend_torch()
+    assert rf.get_selected_backend().name == "torch"
+    rf.select_backend_returnn_layers_tf()
 
 
 def test_concat_dynamic_dims():

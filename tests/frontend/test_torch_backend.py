@@ -206,3 +206,21 @@ def test_random_state_is_seedable():
     rf.set_random_seed(3)
     torch.testing.assert_close(rf.random_normal([d]).raw_tensor, v1)
     torch.testing.assert_close(v2, v3)
+
+
+def test_concat_dynamic_dims():
+    rf.select_backend_torch()
+    t1, t2, f = Dim(None, name="t1"), Dim(None, name="t2"), Dim(2, name="f")
+    batch_dim.dyn_size_ext = Tensor("b", dims=[], dtype="int32", raw_tensor=torch.tensor(2, dtype=torch.int32))
+    t1.dyn_size_ext = Tensor("s1", dims=[batch_dim], dtype="int32", raw_tensor=torch.tensor([3, 1], dtype=torch.int32))
+    t2.dyn_size_ext = Tensor("s2", dims=[batch_dim], dtype="int32", raw_tensor=torch.tensor([2, 1], dtype=torch.int32))
+    a = np.arange(12).reshape(2, 3, 2).astype("float32")
+    b = -np.arange(1, 9).reshape(2, 2, 2).astype("float32")
+    y, d = rf.concat((Tensor("a", dims=[batch_dim, t1, f], dtype="float32", raw_tensor=torch.tensor(a)), t1),
+                     (Tensor("b", dims=[batch_dim, t2, f], dtype="float32", raw_tensor=torch.tensor(b)), t2))
+    assert d.dyn_size_ext.raw_tensor.tolist() == [5, 2]
+    res = y.raw_tensor.numpy()
+    np.testing.assert_array_equal(res[0], np.concatenate([a[0], b[0]]))
+    np.testing.assert_array_equal(res[1, :2], np.concatenate([a[1, :1], b[1, :1]]))
+    for dim in (t1, t2, batch_dim):
+        dim.reset_eager()

@@ -55,7 +55,7 @@ def _align(t, out_dims):
     """t's raw tensor permuted/unsqueezed to broadcast against out_dims (which contain all of t's dims)."""
     dims = t.dims
     x = t.placeholder
-    if len(dims) == len(out_dims) and all(a is b for a, b in zip(dims, out_dims)):
+    if dims is out_dims or (len(dims) == len(out_dims) and dims == tuple(out_dims)):
         return x
     own = list(dims)
     perm = []
@@ -86,7 +86,7 @@ def _operand(v, out_dims):
 def _union_dims(values):
     """Output dims of a broadcasting op: the dims of the operand with most dims, then the others (as rf)."""
     tensors = [v for v in values if is_tensor(v)]
-    if len(tensors) == 1:
+    if len(tensors) == 1 or (len(tensors) == 2 and tensors[0].dims == tensors[1].dims):
         return tensors[0].dims
     big = max(tensors, key=lambda t: len(t.dims))
     out = list(big.dims)
@@ -533,10 +533,8 @@ class TorchBackend(Backend):
             for d in x.dims:
                 if d not in dims and all(d != a for _, a in sources):
                     dims.append(d)
-        for _, a in sources:
-            if a.dimension is None:
-                raise FrontendError("rf.concat at %s: concatenating dynamic dims (%s) is not supported" % (
-                    call_site(), a.short_repr()))
+        if any(_is_dyn(a) for _, a in sources):
+            return _concat_dynamic(sources, dims, out_dim, allow_broadcast)
         oidx = dims.index(out_dim)
         shape = [_dim_len(d) if d != out_dim else -1 for d in dims]
         parts = []
@@ -927,6 +925,37 @@ class TorchBackend(Backend):
 
 
 _LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+def _concat_dynamic(sources, dims, out_dim, allow_broadcast):
+    """Concat of dynamic dims: per sequence the frames within the lengths, one source after the other."""
+    sizes = []
+    for _, a in sources:
+        sizes.append(_sizes(a) if _is_dyn(a) else (torch.tensor(a.dimension, dtype=torch.int32), []))
+    total = None
+    for raw, _ in sizes:
+        total = raw if total is None else total + raw
+    size_dims = max((sd for _, sd in sizes), key=len)
+    _set_sizes(out_dim, total, size_dims)
+    oidx = dims.index(out_dim)
+    shape = [_dim_len(d) for d in dims]
+    pos = _align(_new("pos", [out_dim], torch.arange(shape[oidx])), dims)
+    out = None
+    offset = torch.zeros_like(total)  # dims size_dims
+    for (x, a), (size, sdims) in zip(sources, sizes):
+        part_dims = [a if d == out_dim else d for d in dims]
+        xr = _align(x, part_dims)
+        s = list(shape)
+        s[oidx] = _dim_len(a)
+        xr = xr.expand(s)
+        off = _align(_new("off", size_dims, offset), dims) if size_dims else offset
+        local = pos - off
+        valid = (local >= 0) & (local < (_align(_new("s", sdims, size), dims) if sdims else size))
+        idx = local.clamp(0, max(s[oidx] - 1, 0)).expand([shape[i] if i == oidx else s[i] for i in range(len(s))])
+        gathered = torch.gather(xr, oidx, idx.long()) if s[oidx] > 0 else torch.zeros(idx.shape, dtype=xr.dtype)
+        out = torch.where(valid, gathered, out if out is not None else torch.zeros((), dtype=xr.dtype))
+        offset = offset + size
+    return _new("concat", dims, out.expand(shape), sparse_dim=sources[0][0].sparse_dim)
 
 
 def _pad_nonconst(x, dims, axes, padding, mode):
