@@ -58,7 +58,7 @@ class LayerBase:
                  param_dropout=None, updater_opts=None, initial_output=None, state=None, need_last=False,
                  rec_previous_layer=None, encapsulate=False, collocate_with=None, trainable=None,
                  custom_param_importer=None, register_as_extern_data=None, control_dependencies_on_output=None,
-                 debug_print_layer_output=None, _target_layers=None, **kwargs):
+                 debug_print_layer_output=None, **kwargs):
         if kwargs:
             bad = sorted(kwargs)
             raise TypeError("%s layer %r: unknown option%s %s" % (
@@ -117,8 +117,9 @@ class LayerBase:
             if default_target:
                 d["target"] = default_target
         target = d.get("target")
+        target_layers = None
         if target and isinstance(target, str) and target.startswith("layer:"):
-            d["_target_layers"] = {target: get_layer(target[len("layer:"):])}
+            target_layers = {target: get_layer(target[len("layer:"):])}  # built before this layer (its loss needs it)
         elif target and loss_name:
             for t in as_list(target):
                 network.get_extern_data(t, mark_data_key_as_used=True)
@@ -132,7 +133,7 @@ class LayerBase:
             loss.scale = loss_scale
             d["loss"] = loss
             if d.get("n_out", NotSpecified) is NotSpecified and "out_type" not in d and target:
-                tdata = cls._static_get_target_data(target, network, d.get("_target_layers"))
+                tdata = cls._static_get_target_data(target, network, target_layers)
                 if tdata is not None and tdata.dim is not None:
                     d["n_out"] = loss_class.get_auto_output_layer_dim(tdata.feature_dim).dimension
         elif (target and isinstance(target, str) and not target.startswith("layer:")
@@ -150,6 +151,15 @@ class LayerBase:
             if isinstance(v, str) and v not in ("zeros", "ones", "var", "keep_over_epoch",
                                                  "keep_over_epoch_no_init", "apply(0)"):
                 d[key] = get_layer(v)
+
+    @classmethod
+    def construct_children(cls, d, name, network, get_layer):
+        """
+        Explicit build step after :meth:`transform_config_dict` (which only turns names into objects), run inside
+        the layer's name scope: child networks and templates (subnetwork, cond branches, masked_computation's unit,
+        the rec unit's template). Results replace the option values they are built from (e.g. the ``subnetwork``
+        dict becomes the :class:`Subnetwork`). Default: nothing.
+        """
 
     @staticmethod
     def _static_get_target_data(target, network, target_layers=None):

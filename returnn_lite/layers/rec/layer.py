@@ -206,8 +206,8 @@ class RecLayer(_CellMixin, ConcatInputLayer):
                  max_seq_len=None, forward_weights_init=None, recurrent_weights_init=None, bias_init=None,
                  optimize_move_layers_out=None, cheating=False, unroll=False, back_prop=None,
                  use_global_rec_step_offset=False, include_eos=False, debug=None, axis=None, in_dim=None,
-                 out_dim=None, _subnet_template=None, **kwargs):
-        if isinstance(unit, dict):
+                 out_dim=None, **kwargs):
+        if not isinstance(unit, str):  # a subnetwork unit: its template (RecSubnetTemplate, see construct_children)
             kwargs.setdefault("dropout", 0)
         super().__init__(**kwargs)
         self._extra_params = []
@@ -218,7 +218,7 @@ class RecLayer(_CellMixin, ConcatInputLayer):
                                     ("cheating", cheating, False)):
             if value != default:
                 raise NotImplementedError("rec layer %r: option %s=%r is not supported" % (self.name, opt, value))
-        if isinstance(unit, dict):
+        if not isinstance(unit, str):
             from .subnet import RecSubnetLoop
 
             if back_prop is False:
@@ -229,7 +229,7 @@ class RecLayer(_CellMixin, ConcatInputLayer):
                                           (self.name, direction))
             self.subnet = RecSubnetLoop(self, unit, max_seq_len=max_seq_len,
                                         optimize_move_layers_out=optimize_move_layers_out,
-                                        template=_subnet_template)
+                                        template=unit)
             self.subnet.build()
         else:
             if direction not in (None, 1, -1):
@@ -250,21 +250,24 @@ class RecLayer(_CellMixin, ConcatInputLayer):
         super().transform_config_dict(d, network=network, get_layer=get_layer)
         if d.get("initial_state") is not None:
             d["initial_state"] = _resolve_initial_state(d["initial_state"], get_layer)
-        if isinstance(unit, dict):
-            from .subnet import RecSubnetLoop
-
-            d["_subnet_template"] = RecSubnetLoop.make_template(d, network, get_layer)
-        else:
+        if not isinstance(unit, dict):
             _cells.get_cell_class(unit)
             for t in ([d["target"]] if isinstance(d.get("target"), str) else []):
                 if not t.startswith("layer:"):
                     network.get_extern_data(t)
 
     @classmethod
-    def get_out_data_from_opts(cls, name, network, sources=(), unit="lstm", n_out=NotSpecified, _subnet_template=None,
-                               **kwargs):
-        if isinstance(unit, dict):
-            return _subnet_template.get_output_template(name)
+    def construct_children(cls, d, name, network, get_layer):
+        """A subnetwork unit (dict): its per-step templates; ``unit`` becomes the RecSubnetTemplate."""
+        if isinstance(d.get("unit", "lstm"), dict):
+            from .subnet import RecSubnetLoop
+
+            d["unit"] = RecSubnetLoop.make_template(d, network, get_layer, name=name)
+
+    @classmethod
+    def get_out_data_from_opts(cls, name, network, sources=(), unit="lstm", n_out=NotSpecified, **kwargs):
+        if not isinstance(unit, str):
+            return unit.get_output_template(name)
         cell_class = _cells.get_cell_class(unit)
         if n_out is NotSpecified or n_out is None:
             raise ValueError("n_out must be given for a rec layer with a cell unit")
@@ -274,7 +277,7 @@ class RecLayer(_CellMixin, ConcatInputLayer):
     @classmethod
     def get_rec_initial_extra_outputs(cls, batch_dim, rec_layer, unit="lstm", n_out=None, unit_opts=None,
                                       initial_state=None, name=None, **kwargs):
-        if isinstance(unit, dict):
+        if not isinstance(unit, str):
             return {}
         return cls._cell_rec_initial_extra_outputs(
             _cells.get_cell_class(unit), batch_dim, rec_layer, n_out, unit_opts, initial_state, "rec/", name)
@@ -448,47 +451,43 @@ class MaskedComputationLayer(LayerBase):
     layer_class = "masked_computation"
     recurrent = True
 
-    def __init__(self, mask, unit, masked_from=None, _unit_net=None, **kwargs):
+    def __init__(self, mask, unit, masked_from=None, **kwargs):
         super().__init__(**kwargs)
-        self.unit_net = _unit_net
+        self.unit_net = unit.network  # the Subnetwork built by construct_children
         self.unit_layer = unit
         self.output.placeholder = unit.output.placeholder
 
     @classmethod
     def transform_config_dict(cls, d, network, get_layer):
-        from ...network import TFNetwork
-
-        name = d["_name"]
         for key in ("unit", "mask"):
             if not d.get(key):
-                raise ValueError("masked_computation %r needs the option %r" % (name, key))
-        unit_desc = dict(d["unit"])
+                raise ValueError("option %r must be given" % key)
         super().transform_config_dict(d, network=network, get_layer=get_layer)
         if d.get("masked_from"):
-            raise NotImplementedError("masked_computation %r: masked_from" % name)
+            raise NotImplementedError("option masked_from is not supported")
         if network.is_inside_rec_layer():
-            raise NotImplementedError("masked_computation %r: inside a rec loop it must be a sub-layer of the unit" % name)
-        mask = get_layer(d["mask"])
-        d["mask"] = mask
-        src = concat_sources_template(d["sources"], name="%s_masked_input" % name) if len(d["sources"]) > 1 \
-            else d["sources"][0].output
+            raise NotImplementedError("inside a rec loop, masked_computation must be a sub-layer of the unit")
+        d["mask"] = get_layer(d["mask"])
+
+    @classmethod
+    def construct_children(cls, d, name, network, get_layer):
+        """The masked frames of the sources (a new time axis) and the unit over them; ``unit`` becomes that layer."""
+        from ...subnetwork import Subnetwork
+
         if len(d["sources"]) > 1:
             from ..base import concat_sources
 
             src = concat_sources(d["sources"], name="%s_masked_input" % name)
-        masked = _mask_frames(src, mask.output, name)
-        net = TFNetwork(parent_net=network, absolute_name_prefix=network.get_absolute_name_prefix())
-        net.eval_flag = False
-        src_layer = InternalLayerForMask(name="%s_masked_data" % name, network=net, output=masked)
-
-        def get_unit_layer(ref):
-            if ref in ("data", "data:source", "__masked_sources__"):
-                return src_layer
-            return get_layer(ref)
-
+        else:
+            src = d["sources"][0].output
+        masked = _mask_frames(src, d["mask"].output, name)
+        # the unit layer has this layer's name (its params are this layer's), so the child shares our name prefix
+        net = Subnetwork(network, name, own_data={"data": masked, "source": masked}, fallback_to_parent=True,
+                         parent_get_layer=get_layer, absolute_name_prefix=network.get_absolute_name_prefix(),
+                         eval_flag=False)
+        unit_desc = dict(d["unit"])
         unit_desc.setdefault("from", "data")
-        d["unit"] = net.construct_layer({name: unit_desc}, name, get_layer=get_unit_layer)
-        d["_unit_net"] = net
+        d["unit"] = net.construct_layer({name: unit_desc}, name)
 
     @classmethod
     def get_out_data_from_opts(cls, name, unit, **kwargs):
@@ -510,14 +509,6 @@ def _mask_frames(data, mask, name):
     out = x.copy_template_replace_dim_tag(1, new_dim)
     out.placeholder = tf.gather(x.placeholder, order, axis=1, batch_dims=1)
     return out
-
-
-class InternalLayerForMask(LayerBase):
-    """The masked sources of a masked_computation, as a layer for its unit."""
-
-    @classmethod
-    def get_out_data_from_opts(cls, output=None, **kwargs):
-        return output
 
 
 class MaskedSelectLayer(LayerBase):

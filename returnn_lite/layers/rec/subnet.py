@@ -16,7 +16,8 @@ from __future__ import annotations
 import tensorflow as tf
 
 from ...data import Data, Dim, batch_dim
-from ...network import LayerNotFound, NetworkConstructionDependencyLoopException, TFNetwork
+from ...errors import LayerNotFound, NetworkConstructionDependencyLoopException
+from ...subnetwork import Subnetwork
 from ...losses.holder import LossHolder
 from ...util import as_list
 from ..base import InternalLayer, LayerBase
@@ -45,20 +46,10 @@ class RecStepInfo:
         return tf.logical_not(self.step < self.seq_lens)
 
 
-class _SubNet(TFNetwork):
+def _SubNet(parent_net, rec_name, scope_prefix, **flags):
     """Child network of a rec layer: layer names 'rec/sub', params under 'rec/rec/sub/...'."""
-
-    def __init__(self, parent_net, rec_name, scope_prefix, **kwargs):
-        super().__init__(parent_net=parent_net, absolute_name_prefix=parent_net.get_absolute_name_prefix() +
-                         rec_name + "/", **kwargs)
-        self._scope_prefix = scope_prefix
-        self.eval_flag = False  # losses are registered on the accumulated outputs by the rec layer
-
-    def get_absolute_name_scope_prefix(self):
-        return self._scope_prefix
-
-    def _get_extern_data_layer(self, name):
-        return self.parent_net._get_extern_data_layer(name)
+    # eval_flag False: losses are registered on the accumulated outputs by the rec layer
+    return Subnetwork(parent_net, rec_name, name_scope_prefix=scope_prefix, eval_flag=False, **flags)
 
 
 class _TemplateLayer(LayerBase):
@@ -202,10 +193,9 @@ class RecSubnetLoop:
 
     # ---- template phase ----
     @classmethod
-    def make_template(cls, d, network, get_layer):
+    def make_template(cls, d, network, get_layer, name):
         from ..structure import flatten_subnetworks_in_unit
 
-        name = d["_name"]
         unit, gates = flatten_masked_computation(d["unit"])
         unit = flatten_subnetworks_in_unit(unit)  # subnetwork layers in the unit: prev: on their sub-layers
         sources = d.get("sources") or []
