@@ -1,15 +1,24 @@
 #!/usr/bin/env python3
 """
 Training speed of a BLSTM acoustic model: 4 bidirectional LSTM layers x 256 units, 40-dim input, 500 classes,
-sequences of ~200 frames, softmax + cross entropy, SGD. returnn_lite ("lstm" = NativeLstm2 layout) vs a
-hand-written plain-TF equivalent (input projection for all frames, tf.while_loop over h @ W_re, masking), in
-the same process. Prints frames/second of both and the ratio.
+sequences of ~200 frames, softmax + cross entropy, SGD. In the same process, each in its own graph and session:
+
+- ``fused``: returnn_lite, unit "lstm" (NativeLstm2 layout) as the fused native op (returnn_lite.native_op),
+- ``loop``: the same net on the pure-TF cell loop (config native_ops=False),
+- ``plain``: a hand-written plain-TF equivalent (input projection for all frames, tf.while_loop over h @ W_re,
+  masking),
+- ``tfcell``: returnn_lite with a TF-cell unit (``--tf-cell-unit``, default "standardlstm"; "" to skip).
+
+Prints per variant: frames/s (wall time and CPU time of the process, min over rounds), the seconds to build the
+net and its gradients (CPU time), the peak memory (RSS of a fresh process per variant running a few steps), and the ratios against plain.
 
     python benchmarks/blstm_train.py [--layers 4] [--units 256] [--batch 16] [--time 200] [--steps 3] [--rounds 4]
 """
 
 import argparse
 import os
+import subprocess
+import sys
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -32,25 +41,32 @@ def make_batch(rng, batch, time_len):
     return x, y, lens
 
 
-def build_returnn_lite(layers, units):
+def build_returnn_lite(layers, units, unit="lstm", native=True):
+    from returnn_lite.config import Config
+
     net_dict = {}
     src = ["data"]
     for i in range(layers):
         for name, direction in (("lstm%i_fw" % i, 1), ("lstm%i_bw" % i, -1)):
-            net_dict[name] = {"class": "rec", "unit": "lstm", "n_out": units, "direction": direction, "from": src}
+            net_dict[name] = {"class": "rec", "unit": unit, "n_out": units, "direction": direction, "from": src}
         src = ["lstm%i_fw" % i, "lstm%i_bw" % i]
     net_dict["output"] = {"class": "softmax", "loss": "ce", "from": src}
-    net = TFNetwork(extern_data=ExternData({"data": {"dim": N_IN}, "classes": {"dim": N_CLASSES, "sparse": True}}),
+    config = Config({"native_ops": bool(native)})
+    net = TFNetwork(config=config, extern_data=ExternData({"data": {"dim": N_IN},
+                                                           "classes": {"dim": N_CLASSES, "sparse": True}}),
                     train_flag=True)
+    t0 = time.process_time()
     net.construct_from_dict(net_dict)
+    t1 = time.process_time()
     train_op = tf1.train.GradientDescentOptimizer(0.01).minimize(net.get_objective())
+    t2 = time.process_time()
     data, classes = net.extern_data.get_data("data"), net.extern_data.get_data("classes")
 
     def feed(x, y, lens):
         return {data.placeholder: x, data.size_placeholder[0]: lens, classes.placeholder: y,
                 classes.size_placeholder[0]: lens}
 
-    return net, train_op, feed
+    return train_op, feed, (t1 - t0, t2 - t1)
 
 
 def _lstm_plain(x, seq_len, n_in, units, reverse, scope):
@@ -86,6 +102,7 @@ def build_plain_tf(layers, units):
     x_ph = tf1.placeholder(tf.float32, [None, None, N_IN])
     y_ph = tf1.placeholder(tf.int32, [None, None])
     len_ph = tf1.placeholder(tf.int32, [None])
+    t0 = time.process_time()
     x = tf.transpose(x_ph, [1, 0, 2])
     n_in = N_IN
     for i in range(layers):
@@ -99,22 +116,48 @@ def build_plain_tf(layers, units):
     mask = tf.transpose(tf.sequence_mask(len_ph, tf.shape(x_ph)[1]), [1, 0])
     ce = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=tf.transpose(y_ph, [1, 0]), logits=logits)
     loss = tf.reduce_sum(tf.where(mask, ce, tf.zeros_like(ce))) / tf.cast(tf.reduce_sum(len_ph), tf.float32)
+    t1 = time.process_time()
     train_op = tf1.train.GradientDescentOptimizer(0.01).minimize(loss)
+    t2 = time.process_time()
 
     def feed(x, y, lens):
         return {x_ph: x, y_ph: y, len_ph: lens}
 
-    return train_op, feed
+    return train_op, feed, (t1 - t0, t2 - t1)
 
 
 def measure(session, train_op, feed, batches, steps):
+    """:return: (frames, wall seconds, process CPU seconds)"""
     frames = 0
-    t0 = time.perf_counter()
+    w0, c0 = time.perf_counter(), time.process_time()
     for k in range(steps):
         x, y, lens = batches[k % len(batches)]
         session.run(train_op, feed(x, y, lens))
         frames += int(lens.sum())
-    return frames, time.perf_counter() - t0
+    return frames, time.perf_counter() - w0, time.process_time() - c0
+
+
+def peak_rss_mb(key, args):
+    """Peak RSS (MB) of a fresh process that builds only this variant and runs a few training steps."""
+    cmd = [sys.executable, os.path.abspath(__file__), "--only", key, "--layers", str(args.layers), "--units",
+           str(args.units), "--batch", str(args.batch), "--time", str(args.time), "--tf-cell-unit", args.tf_cell_unit]
+    out = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    for line in out.stdout.splitlines():
+        if line.startswith("peak_rss_mb "):
+            return float(line.split()[1])
+    raise RuntimeError("peak memory run of %s failed:\n%s" % (key, out.stderr[-3000:]))
+
+
+def run_only(key, variants, batches):
+    """Child process of peak_rss_mb: build one variant, run 3 steps, print the peak RSS."""
+    import resource
+
+    with tf.Graph().as_default() as graph:
+        train_op, feed, _ = variants[key]()
+        with tf1.Session(graph=graph) as session:
+            session.run(tf1.global_variables_initializer())
+            measure(session, train_op, feed, batches, 3)
+    print("peak_rss_mb %.1f" % (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0))
 
 
 def main():
@@ -125,27 +168,62 @@ def main():
     parser.add_argument("--time", type=int, default=200)
     parser.add_argument("--steps", type=int, default=3, help="steps per round")
     parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--tf-cell-unit", default="standardlstm", help="TF-cell unit to measure too ('' to skip)")
+    parser.add_argument("--no-memory", action="store_true", help="skip the peak memory runs (one process each)")
+    parser.add_argument("--only", help=argparse.SUPPRESS)  # internal: peak memory of one variant
     args = parser.parse_args()
+    from returnn_lite import native_op
+
+    if os.environ.pop(native_op.ENV_MODE, None) is not None and not args.only:
+        print("(ignoring %s: this benchmark compares both paths)" % native_op.ENV_MODE)
+    if native_op.lstm_module() is None:
+        raise SystemExit("the native op is not available (no C++ compiler?): nothing to compare")
     rng = np.random.RandomState(42)
     batches = [make_batch(rng, args.batch, args.time) for _ in range(3)]
-    with tf.Graph().as_default():
-        net, lite_op, lite_feed = build_returnn_lite(args.layers, args.units)
-        plain_op, plain_feed = build_plain_tf(args.layers, args.units)
-        with tf1.Session() as session:
+    variants = {"fused": lambda: build_returnn_lite(args.layers, args.units, "lstm", True),
+                "loop": lambda: build_returnn_lite(args.layers, args.units, "lstm", False),
+                "plain": lambda: build_plain_tf(args.layers, args.units)}
+    if args.tf_cell_unit:
+        variants["tfcell"] = lambda: build_returnn_lite(args.layers, args.units, args.tf_cell_unit, False)
+    if args.only:
+        return run_only(args.only, variants, batches)
+    runs = {}
+    for key, build in variants.items():
+        graph = tf.Graph()
+        with graph.as_default():
+            tf1.set_random_seed(1)
+            train_op, feed, build_secs = build()
+            session = tf1.Session(graph=graph)
             session.run(tf1.global_variables_initializer())
-            measure(session, lite_op, lite_feed, batches, 1)  # warm-up
-            measure(session, plain_op, plain_feed, batches, 1)
-            totals = {"lite": [0, 0.0], "plain": [0, 0.0]}
-            for _ in range(args.rounds):  # interleaved, so that load changes hit both alike
-                for key, op, feed in (("lite", lite_op, lite_feed), ("plain", plain_op, plain_feed)):
-                    frames, secs = measure(session, op, feed, batches, args.steps)
-                    totals[key][0] += frames
-                    totals[key][1] += secs
-            lite = totals["lite"][0] / totals["lite"][1]
-            plain = totals["plain"][0] / totals["plain"][1]
-    print("returnn_lite: %.0f frames/s" % lite)
-    print("plain TF:     %.0f frames/s" % plain)
-    print("ratio returnn_lite / plain TF: %.3f" % (lite / plain))
+            measure(session, train_op, feed, batches, 1)  # warm-up
+            runs[key] = dict(op=train_op, feed=feed, session=session, build=build_secs, wall=[], cpu=[], peak=0)
+    for _ in range(args.rounds):  # interleaved, so that load changes hit all alike
+        for key, r in runs.items():
+            frames, wall, cpu = measure(r["session"], r["op"], r["feed"], batches, args.steps)
+            r["wall"].append(frames / wall)
+            r["cpu"].append(frames / cpu)
+    for key, r in runs.items():
+        r["session"].close()
+        r["peak"] = 0 if args.no_memory else peak_rss_mb(key, args)
+    names = {"fused": "fused op", "loop": "pure-TF loop", "plain": "plain TF",
+             "tfcell": "TF cell (%s)" % args.tf_cell_unit}
+    print("%-26s %12s %12s %10s %10s %12s" % ("variant", "frames/s", "frames/CPUs", "net s", "grads s", "peak RSS MB"))
+    for key, r in runs.items():
+        print("%-26s %12.0f %12.0f %10.2f %10.2f %12.0f" % (
+            names[key], max(r["wall"]), max(r["cpu"]), r["build"][0], r["build"][1], r["peak"]))
+    plain = runs["plain"]
+    for key in runs:
+        if key == "plain":
+            continue
+        r = runs[key]
+        print("ratio %s / plain TF: frames/s %.3f, frames/CPU-s %.3f, grad construction %.2f, peak memory %.2f" % (
+            names[key], max(r["wall"]) / max(plain["wall"]), max(r["cpu"]) / max(plain["cpu"]),
+            r["build"][1] / plain["build"][1], r["peak"] / max(plain["peak"], 1)))
+    fused, loop = runs["fused"], runs["loop"]
+    print("ratio fused op / pure-TF loop: frames/s %.3f, peak memory %.2f" % (
+        max(fused["wall"]) / max(loop["wall"]), fused["peak"] / max(loop["peak"], 1)))
+    print("goals: fused/plain frames/s >= 1.25; fused grad construction <= plain; fused peak <= loop peak; "
+          "TF cell/plain >= 1.0")
 
 
 if __name__ == "__main__":

@@ -13,10 +13,11 @@ import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-USAGE = """usage: rnn.py CONFIG [CONFIG ...] [++key value ...]
+USAGE = """usage: rnn.py [--debug] CONFIG [CONFIG ...] [++key value ...]
 
 Runs the task of a RETURNN config (task = "train" | "eval" | "forward").
   ++key value   override a config value (e.g. ++num_epochs 3 ++task eval)
+  --debug       show the Python traceback of an error (also with log_verbosity >= 5)
 Resuming: rerunning the same training command continues after the last saved epoch.
 """
 
@@ -45,6 +46,8 @@ def main(argv=None):
         print(USAGE, file=sys.stdout if argv else sys.stderr)
         return 0 if argv else 2
     files, overrides = _split_args(argv)
+    debug = "--debug" in files
+    files = [f for f in files if f != "--debug"]
     bad = [f for f in files if f.startswith("-")]
     if bad:
         print("rnn.py: error: unknown option %s (overrides are given as ++key value)\n%s" % (bad[0], USAGE),
@@ -61,14 +64,35 @@ def main(argv=None):
         for filename in files:
             config.load_file(filename)
         config.parse_cmd_args(overrides)
+        config.cmd_line_keys = {a[2:].split("=", 1)[0] for a in overrides if a.startswith("++")}
         with global_config_ctx(config):
-            return _run(config)
+            return _run(config, debug=debug)
     except KeyboardInterrupt:
         print("\nrnn.py: interrupted", file=sys.stderr)
         return 130
     except ConfigError as exc:
-        print("rnn.py: config error: %s" % exc, file=sys.stderr)
+        if debug:
+            import traceback
+
+            traceback.print_exc()
+        print("rnn.py: error: %s" % _one_line(exc), file=sys.stderr)
         return 1
+
+
+def _one_line(exc):
+    """The message on one line (TF errors carry graph dumps and tracebacks in theirs)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    if not lines:
+        return type(exc).__name__
+    text = lines[0] if len(lines) == 1 or len(lines[0]) > 40 else " ".join(lines[:3])
+    return text if len(text) <= 1000 else text[:1000] + "..."
+
+
+def _verbosity(config):
+    try:
+        return int(config.value("log_verbosity", 3) or 3)
+    except (TypeError, ValueError):
+        return 3
 
 
 def _expected_errors():
@@ -79,20 +103,22 @@ def _expected_errors():
     return (DatasetError, EngineError, UpdaterError, NetworkError, LearningRateFileError)
 
 
-def _run(config):
+def _run(config, debug=False):
     from .engine import Engine
 
     expected = _expected_errors()
+    show_traceback = debug or _verbosity(config) >= 5
     try:
         Engine(config).run()
-    except expected as exc:
-        print("rnn.py: error: %s" % exc, file=sys.stderr)
-        return 1
-    except Exception as exc:  # unexpected: keep the traceback for debugging, end with one clear line
-        import traceback
+    except Exception as exc:  # one line; the traceback only with --debug / log_verbosity >= 5
+        if show_traceback:
+            import traceback
 
-        traceback.print_exc()
-        print("rnn.py: error: %s: %s" % (type(exc).__name__, exc), file=sys.stderr)
+            traceback.print_exc()
+        if isinstance(exc, expected):
+            print("rnn.py: error: %s" % _one_line(exc), file=sys.stderr)
+        else:
+            print("rnn.py: error: %s: %s" % (type(exc).__name__, _one_line(exc)), file=sys.stderr)
         return 1
     return 0
 

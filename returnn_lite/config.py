@@ -104,6 +104,7 @@ class Config:
 
     def _load_python(self, content, filename, code=None):
         from .compat import returnn_import_hook  # local: compat imports this module
+        from .compat.legacy import config_builtins
 
         if code is None:
             try:
@@ -113,9 +114,12 @@ class Config:
                     "%s:%s: syntax error in config: %s" % (filename, exc.lineno, exc.msg),
                     filename=filename, lineno=exc.lineno) from exc
         ns = self.typed_dict
-        prev_file = ns.get("__file__")
-        ns["__file__"] = filename
+        ns["__file__"] = filename  # stays: config functions may use it later
         ns.setdefault("__name__", "__returnn_config__")
+        # The config runs with builtins whose __import__ knows the original's module names (old and new), also
+        # when its functions run later; ``config`` is this Config, as in the original.
+        ns["__builtins__"] = config_builtins()
+        ns.setdefault("config", self)
         try:
             with returnn_import_hook(), global_config_ctx(self):
                 exec(code, ns)
@@ -126,11 +130,6 @@ class Config:
             raise ConfigError(
                 "%s:%s: error while executing config: %s: %s" % (filename, lineno, type(exc).__name__, exc),
                 filename=filename, lineno=lineno) from exc
-        finally:
-            if prev_file is None:
-                ns.pop("__file__", None)
-            else:
-                ns["__file__"] = prev_file
         # A typed value wins over an old untyped one of the same name.
         for key in self.keys():
             self.dict.pop(key, None)
@@ -234,7 +233,7 @@ class Config:
     def keys(self):
         """Public config keys (no dunders, no imported modules)."""
         keys = [k for k, v in self.typed_dict.items()
-                if not k.startswith("__") and not isinstance(v, types.ModuleType)]
+                if not k.startswith("__") and not isinstance(v, types.ModuleType) and v is not self]
         return keys + [k for k in self.dict if k not in self.typed_dict]
 
     def has(self, key):

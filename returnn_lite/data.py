@@ -15,12 +15,14 @@ import re
 
 import tensorflow as tf
 
+from .tensor._dim_mixin import DimFrontendMixin
+from .tensor._tensor_mixin import TensorFrontendMixin
 from .util import NotSpecified, as_list
 
 tf1 = tf.compat.v1
 
 
-class Dim:
+class Dim(DimFrontendMixin):
     """One axis: batch, spatial (static or dynamic with per-sequence lengths) or feature."""
 
     class Types:
@@ -182,10 +184,54 @@ def _default_feature_dim_axis(batch_shape, batch_dim_axis, time_dim_axis, sparse
     return static_axes[-1] if static_axes else axes[-1]
 
 
-_IGNORED_KWARGS = {"beam", "control_flow_ctx", "same_dim_tags_as", "batch", "version", "vocab"}
+class SearchBeam:
+    """
+    A beam of a search (the original's ``SearchBeam``): data with this beam has batch*beam_size entries, batch
+    entry b's hypotheses in rows b*beam_size ... b*beam_size+beam_size-1. ``dependency`` is the beam it was
+    chosen from (the previous search step); at runtime a beam chosen by a choice layer also carries ``src_beams``
+    ([B, beam_size] int32, the index in the dependency's beam of each hypothesis) and ``beam_scores`` ([B, beam]).
+    """
+
+    def __init__(self, beam_size, dependency=None, name=None):
+        self.beam_size = int(beam_size)
+        self.dependency = dependency
+        self.name = name
+        self.src_beams = None
+        self.beam_scores = None
+        self._tiled_dims = {}
+
+    def depends_on(self, other):
+        b = self.dependency
+        while b is not None:
+            if b is other:
+                return True
+            b = b.dependency
+        return False
+
+    @staticmethod
+    def get_combined_beam(*beams, owner=None):
+        """The beam data of all these beams is brought to (the newest one); None if none has a beam."""
+        res = None
+        for b in beams:
+            if b is None or b is res:
+                continue
+            if res is None or b.depends_on(res):
+                res = b
+            elif not res.depends_on(b):
+                raise ValueError("%sbeam mismatch: sources are on different search beams %r and %r, which cannot be "
+                                 "combined (neither was chosen from the other)" % (
+                                     "%s: " % owner if owner else "", res, b))
+        return res
+
+    def __repr__(self):
+        return "SearchBeam(%r, size=%i%s)" % (self.name, self.beam_size,
+                                              ", dependency=%r" % self.dependency.name if self.dependency else "")
 
 
-class Data:
+_IGNORED_KWARGS = {"control_flow_ctx", "same_dim_tags_as", "batch", "version", "vocab"}
+
+
+class Data(TensorFrontendMixin):
     """Template of a tensor (dims, dtype, sparsity) with an optional placeholder."""
 
     size_dtype = "int32"
@@ -193,8 +239,12 @@ class Data:
     def __init__(self, name, shape=None, dtype=None, placeholder=None, sparse=None, dim=NotSpecified,
                  size_placeholder=None, batch_dim_axis=NotSpecified, time_dim_axis=NotSpecified,
                  feature_dim_axis=NotSpecified, available_for_inference=True, auto_create_placeholders=False,
-                 dim_tags=None, dims=None, sparse_dim=NotSpecified, **kwargs):
-        unknown = set(kwargs) - _IGNORED_KWARGS
+                 dim_tags=None, dims=None, sparse_dim=NotSpecified, raw_tensor=None, feature_dim=None, **kwargs):
+        if raw_tensor is not None:  # frontend (rf) name of the placeholder
+            placeholder = raw_tensor
+        if feature_dim is not None and dims is not None and feature_dim_axis is NotSpecified:
+            feature_dim_axis = list(dims).index(feature_dim)
+        unknown = set(kwargs) - _IGNORED_KWARGS - {"beam"}
         if unknown:
             raise TypeError("Data %r: unknown option(s) %s" % (name, sorted(unknown)))
         self.name = name
@@ -233,6 +283,9 @@ class Data:
             for axis_wo_b, size in size_placeholder.items():
                 self.dims[self.get_batch_axis(axis_wo_b)].dyn_size = size
         self.placeholder = placeholder
+        self.beam = kwargs.get("beam")
+        if self.beam is not None and not isinstance(self.beam, SearchBeam):
+            raise TypeError("Data %r: beam must be a SearchBeam, got %r" % (name, self.beam))
         if auto_create_placeholders:
             self._create_placeholders()
 
@@ -604,6 +657,10 @@ class Data:
         return data
 
     def copy_transpose(self, perm):
+        if perm and isinstance(perm[0], Dim):  # frontend: the dims in the new order
+            if self.placeholder is not None and not isinstance(self.placeholder, (tf.Tensor, tf.Variable)):
+                return self.copy_transpose_by_dims(perm)
+            perm = self._perm_from_dims(perm)
         perm = list(perm)
         if perm == list(range(self.batch_ndim)):
             return self.copy()
@@ -884,6 +941,73 @@ class Data:
         common.placeholder = None
         return common
 
+    # ---- search beams ----
+    def copy_extend_with_beam(self, beam):
+        """
+        This data (without beam) repeated for each hypothesis of beam (batch b -> rows b*beam .. b*beam+beam-1);
+        dynamic axes get a tag with the repeated sequence lengths (one per beam, so templates can tell them apart).
+        """
+        if self.beam is beam or beam is None:
+            return self.copy()
+        if self.beam is not None:
+            raise ValueError("%s has beam %r, cannot extend it to beam %r" % (self.short_repr(), self.beam, beam))
+        data = self.copy()
+        data.beam = beam
+        if not self.have_batch_axis():
+            return data
+        k = beam.beam_size
+
+        def tile(x, axis):
+            x = tf.expand_dims(x, axis + 1)
+            mult = [1] * x.shape.rank
+            mult[axis + 1] = k
+            x = tf.tile(x, mult)
+            shape = tf.shape(x)
+            return tf.reshape(x, tf.concat([shape[:axis], [shape[axis] * k], shape[axis + 2:]], 0))
+
+        dims = list(self.dims)
+        for i, d in enumerate(dims):
+            if d.is_dynamic() and d.dyn_size is not None and d.dyn_size.shape.rank == 1:
+                key = d.get_same_base()
+                if key not in beam._tiled_dims:
+                    new = Dim(None, kind=d.kind, description="%s*beam" % d.description)
+                    new.dyn_size = tile(d.dyn_size, 0)
+                    new.beam_base = key
+                    beam._tiled_dims[key] = new
+                dims[i] = beam._tiled_dims[key]
+        data = data._with_dims(dims, placeholder=None)
+        if self.placeholder is not None:
+            data.placeholder = tile(self.placeholder, self.batch_dim_axis)
+        return data
+
+    def copy_select_beam(self, beam):
+        """This data on beam.dependency (or an older beam) brought to beam by following beam.src_beams."""
+        if self.beam is beam:
+            return self.copy()
+        if self.beam is None:
+            return self.copy_extend_with_beam(beam)
+        chain = []
+        b = beam
+        while b is not None and b is not self.beam:
+            chain.append(b)
+            b = b.dependency
+        if b is None:
+            raise ValueError("%s: beam %r is not an ancestor of %r" % (self.short_repr(), self.beam, beam))
+        data = self.copy()
+        x = self.placeholder
+        for b in reversed(chain):
+            if b.src_beams is None:
+                raise ValueError("beam %r has no src_beams (not chosen yet)" % b)
+            idx = flat_beam_indices(b.src_beams, b.dependency.beam_size)
+            if x is not None and self.have_batch_axis():
+                x = tf.gather(x, idx, axis=self.batch_dim_axis)
+        for d in self.dims:
+            if d.is_dynamic() and d.dyn_size is not None and getattr(d, "beam_base", None) is None:
+                raise NotImplementedError("%s: selecting the beam of a dynamic axis %s" % (self.short_repr(), d))
+        data.beam = beam
+        data.placeholder = x
+        return data
+
     # ---- description ----
     def get_kwargs(self):
         kwargs = {"name": self.name, "dims": self.dims, "dtype": self.dtype}
@@ -919,6 +1043,13 @@ class Data:
 Tensor = Data
 
 
+def flat_beam_indices(src_beams, beam_in):
+    """src_beams [B, beam] (indices into a beam of size beam_in) -> [B*beam] row indices into the [B*beam_in] data."""
+    b = tf.shape(src_beams)[0]
+    base = tf.range(b)[:, None] * beam_in
+    return tf.reshape(base + src_beams, [-1])
+
+
 def mask_value_for(dtype, kind):
     """Neutral element of a reduction, for masking padded frames."""
     dtype = tf.as_dtype(dtype)
@@ -931,5 +1062,5 @@ def mask_value_for(dtype, kind):
     return 0
 
 
-__all__ = ["Dim", "DimensionTag", "Data", "Tensor", "SpatialDim", "FeatureDim", "batch_dim", "single_step_dim",
+__all__ = ["Dim", "DimensionTag", "Data", "Tensor", "SpatialDim", "FeatureDim", "batch_dim", "SearchBeam", "single_step_dim",
            "as_list", "mask_value_for"]

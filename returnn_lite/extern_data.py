@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .data import Data
+from .data import Data, Dim
 from .util import did_you_mean
 
 
@@ -24,22 +24,26 @@ class ExternData:
             self.register_data_from_dict(data)
 
     def init_from_config(self, config, auto_create_placeholders=True):
-        """From ``extern_data`` or the older ``num_inputs``/``num_outputs`` of a config."""
+        """
+        From ``extern_data`` or the older ``num_inputs``/``num_outputs`` of a config, in all their forms:
+        ``num_outputs = 2`` (sparse ``classes``), ``{"classes": [dim, ndim]}`` (ndim 1: sparse, 2: dense,
+        more: extra spatial axes), ``{"classes": dim}`` (sparse; ``data``: dense), dict values as Data kwargs
+        (``{"dim": 205, "sparse": True, "dtype": "uint8"}``), ``num_inputs`` (dense ``data``, sparse with
+        ``sparse_input``). HyperParam placeholders fail with one line naming the key.
+        """
+        from .compat.hyper_param import check_no_hyper_params
+
         self.default_input = config.value("default_input", "data")
         self.default_target = config.value("target", "classes")
         opts = config.typed_value("extern_data", None)
-        if opts is None:
-            num_inputs = config.typed_value("num_inputs", None)
-            num_outputs = config.typed_value("num_outputs", None)
-            opts = {}
-            if num_inputs is not None:
-                opts["data"] = {"dim": num_inputs}
-            if isinstance(num_outputs, dict):
-                for key, v in num_outputs.items():
-                    dim, ndim = v if isinstance(v, (list, tuple)) else (v, 2)
-                    opts[key] = {"dim": dim, "sparse": ndim == 1}
-            elif num_outputs is not None:
-                opts[self.default_target] = {"dim": num_outputs, "sparse": True}
+        if opts is not None:
+            check_no_hyper_params(opts, "config extern_data")
+            if not isinstance(opts, dict):
+                raise ValueError("config extern_data must be a dict (data key -> Data kwargs), got %r" % (opts,))
+        else:
+            for key in ("num_inputs", "num_outputs"):
+                check_no_hyper_params(config.typed_value(key, None), "config " + key)
+            opts = extern_data_opts_from_num_outputs(config)
         self.register_data_from_dict(opts, auto_create_placeholders=auto_create_placeholders)
 
     def register_data_from_dict(self, data, auto_create_placeholders=True):
@@ -47,7 +51,11 @@ class ExternData:
             if isinstance(opts, Data):
                 self.register_data(opts)
                 continue
+            if not isinstance(opts, dict):
+                raise ValueError("extern_data %r: expected a dict of Data kwargs, got %r" % (key, opts))
             opts = dict(opts)
+            if isinstance(opts.get("dim"), Dim):  # "dim": feature Dim object
+                opts["dim"] = opts["dim"].dimension
             opts.setdefault("auto_create_placeholders", auto_create_placeholders)
             try:
                 self.register_data(Data(name=key, **opts))
@@ -95,3 +103,56 @@ class ExternData:
 
     def __repr__(self):
         return "<ExternData %s>" % self.get_data_description()
+
+
+def _ndim_opts(dim, ndim):
+    if ndim == 1:
+        return {"dim": dim, "shape": (None,), "sparse": True}
+    if ndim == 2:
+        return {"dim": dim, "shape": (None, dim)}
+    if isinstance(ndim, int) and ndim >= 3:
+        return {"dim": dim, "shape": (None,) * (ndim - 1) + (dim,)}
+    raise ValueError("ndim %r: expected 1 (sparse), 2 (dense) or more" % (ndim,))
+
+
+def extern_data_opts_from_num_outputs(config):
+    """Data kwargs per key from ``num_inputs``/``num_outputs`` (and ``sparse_input``), as the original reads them."""
+    target = config.value("target", "classes")
+    num_inputs = config.typed_value("num_inputs", None)
+    if num_inputs is not None and not isinstance(num_inputs, int):
+        try:
+            num_inputs = int(num_inputs)
+        except (TypeError, ValueError):
+            raise ValueError("config num_inputs: expected an int, got %r" % (num_inputs,)) from None
+    num_outputs = config.typed_value("num_outputs", None)
+    if num_outputs is None:
+        entries = {}
+    elif isinstance(num_outputs, dict):
+        entries = dict(num_outputs)
+    else:
+        try:
+            entries = {target: [int(num_outputs), 1]}
+        except (TypeError, ValueError):
+            raise ValueError("config num_outputs: expected an int or a dict, got %r" % (num_outputs,)) from None
+    opts = {}
+    for key, value in entries.items():
+        if isinstance(value, dict):
+            opts[key] = dict(value)
+        elif isinstance(value, Dim):
+            opts[key] = {"dim": value.dimension, "sparse": key != "data"}
+        elif isinstance(value, (list, tuple)):
+            if len(value) != 2:
+                raise ValueError("config num_outputs[%r] = %r: expected [dim, ndim]" % (key, value))
+            dim, ndim = value
+            try:
+                opts[key] = _ndim_opts(int(dim) if dim is not None else None, int(ndim))
+            except (TypeError, ValueError) as exc:
+                raise ValueError("config num_outputs[%r] = %r: %s" % (key, value, exc)) from None
+        elif isinstance(value, int):
+            opts[key] = _ndim_opts(value, 2 if key == "data" else 1)
+        else:
+            raise ValueError("config num_outputs[%r] = %r: expected an int, [dim, ndim] or a dict" % (key, value))
+    if "data" not in opts and num_inputs is not None:
+        sparse = config.bool("sparse_input", False)
+        opts["data"] = _ndim_opts(num_inputs, 1 if sparse else 2)
+    return opts

@@ -28,6 +28,7 @@ from .extern_data import DataNotFound, ExternData
 from .layer_ref import data_key, parse_layer_ref
 from .layers.base import InternalLayer, LayerBase, get_layer_class
 from .losses.holder import LossHolder  # noqa: F401 (part of this module's API, as in the original)
+from .network_api import NetworkAPIMixin, strip_net_dict_meta
 from .util import did_you_mean
 
 tf1 = tf.compat.v1
@@ -37,6 +38,14 @@ __all__ = [
     "TFNetwork", "ExternData", "DataNotFound", "LossHolder", "CustomCheckpointLoader", "TFNetworkParamsSerialized",
     "NetworkError", "NetworkConstructionDependencyLoopException", "LayerNotFound", "NetworkLayerException",
 ]
+
+
+def assign_output_beam(layer_class, output, layer_desc):
+    """A layer's output is on the search beam of its sources (unless the layer class sets or removes it)."""
+    if output.beam is None and not getattr(layer_class, "removes_beam", False):
+        from .layers.search import beam_of_options
+
+        output.beam = beam_of_options(layer_desc)
 
 
 def _in_session_graph(method):
@@ -63,7 +72,7 @@ class TFNetworkParamsSerialized:
         self.global_train_step = global_train_step
 
 
-class TFNetwork:
+class TFNetwork(NetworkAPIMixin):
     """A collection of interconnected layers with trainable params, built from a layer dict."""
 
     def __init__(self, config=None, extern_data=None, rnd_seed=None, train_flag=None, eval_flag=None,
@@ -129,6 +138,7 @@ class TFNetwork:
     # ---- construction ----
     def construct_from_dict(self, net_dict, get_layer=None):
         """Build every layer that is an output, has a loss, or is marked is_output_layer."""
+        net_dict = strip_net_dict_meta(net_dict, check=self.parent_net is None)  # "#config"...: metadata
         self._net_dict = net_dict
         # layers registered as extern data first (others may use them as target), as the original
         for name, desc in sorted(net_dict.items(), key=lambda kv: (
@@ -177,6 +187,7 @@ class TFNetwork:
                 raise ValueError("no 'class' given")
             layer_class = get_layer_class(class_name)
             layer_class.transform_config_dict(desc, network=self, get_layer=get_layer)
+            self._adapt_source_beams(name, desc)
             if layer_class.construct_children.__func__ is not _BASE_CONSTRUCT_CHILDREN:
                 with tf.name_scope(self._layer_name_scope(name)):
                     layer_class.construct_children(desc, name=name, network=self, get_layer=get_layer)
@@ -249,6 +260,7 @@ class TFNetwork:
             output = layer_class.get_out_data_from_opts(name=name, network=self, **layer_desc)
             if output is None:
                 raise ValueError("%s.get_out_data_from_opts returned no template" % layer_class.__name__)
+            assign_output_beam(layer_class, output, layer_desc)
             layer = layer_class(name=name, network=self, output=output, **layer_desc)
         layer.kwargs = layer_desc
         _check_output_matches_template(layer)
@@ -260,6 +272,37 @@ class TFNetwork:
         layer.post_init(layer_desc)
         return layer
 
+    def _adapt_source_beams(self, name, desc):
+        """
+        Sources (all layers named in the options) on different search beams are brought to the newest beam, here,
+        once for all layers: data without beam is repeated per hypothesis, data of an earlier search step is
+        selected by the source beams of the later choice (see SearchBeam, Data.copy_select_beam).
+        """
+        from .data import SearchBeam
+        from .layers.search import beam_adapted_layer, layers_in_options
+
+        layers = layers_in_options(desc)
+        beams = {id(layer.output.beam): layer.output.beam for layer in layers if layer.output.beam is not None}
+        if not beams or (len(beams) == 1 and all(layer.output.beam is not None for layer in layers)):
+            return
+        beam = SearchBeam.get_combined_beam(*beams.values(), owner="layer %r" % name)
+        cache = self.__dict__.setdefault("_beam_adapted", {})
+
+        def adapt(value):
+            if isinstance(value, (list, tuple)):
+                return type(value)(adapt(v) for v in value)
+            if isinstance(value, dict):
+                return {k: adapt(v) for k, v in value.items()}
+            if hasattr(value, "output") and hasattr(value, "network") and value.output.beam is not beam:
+                key = (id(value), id(beam))
+                if key not in cache:
+                    cache[key] = (value, beam_adapted_layer(value, beam, self))
+                return cache[key][1]
+            return value
+
+        for key in list(desc):
+            desc[key] = adapt(desc[key])
+
     def _register_loss(self, name, layer):
         loss = layer.loss
         target = layer._get_target_value() if loss.need_target and layer.target else None
@@ -269,7 +312,8 @@ class TFNetwork:
             name=key, loss=loss, layer_output=layer.output, layer=layer, network=self)
 
     def _layer_name_scope(self, name):
-        return self.get_absolute_name_prefix() + name.replace(":", "_") + "/"
+        name = name.replace(":", "_")
+        return self.get_absolute_name_prefix() + (name if name[:1].isalnum() else ".%i.%s" % (ord(name[0]), name[1:])) + "/"
 
     def owns_extern_data(self, key):
         """Whether "data:KEY" is this network's own extern data (else the parent network's)."""
@@ -502,8 +546,9 @@ class TFNetwork:
     # ---- losses and objective ----
     def get_losses_initialized(self, reduce_func=None, with_total=False):
         """
-        Loss name -> LossHolder (losses register themselves when their layer is built). With reduce_func
-        (e.g. identity, for per-frame values), fresh holders of copies of the losses using it.
+        (loss name -> LossHolder, total loss, total constraints), as the original (the totals are None without
+        with_total). Losses register themselves when their layer is built. With reduce_func (e.g. identity, for
+        per-frame values), fresh holders of copies of the losses using it.
         """
         root = self.get_root_network()
         losses = root.losses_dict
@@ -511,7 +556,7 @@ class TFNetwork:
             losses = {name: holder.copy_new_base(reduce_func=reduce_func) for name, holder in losses.items()}
         if with_total:
             return losses, root.get_total_loss(), root.get_total_constraints()
-        return losses
+        return losses, None, None
 
     def maybe_construct_objective(self):
         if self._objective is not None:
@@ -582,12 +627,6 @@ class TFNetwork:
     def get_default_target(self):
         targets = self.get_used_targets()
         return targets[0] if targets else self.extern_data.default_target
-
-    def get_post_control_dependencies(self):
-        return list(self.get_root_network().update_ops)
-
-    def register_post_control_dependencies(self, deps):
-        self.get_root_network().update_ops.extend(deps)
 
     # ---- rec hooks ----
     def is_inside_rec_layer(self, inside_loop=True):
@@ -681,69 +720,4 @@ def _check_output_matches_template(layer):
                     layer.name, x.shape, out.short_repr(), i))
 
 
-class CustomCheckpointLoader:
-    """
-    Loads a TF checkpoint into the network's params, by name, with optional renames
-    (``var_name_mapping``: param name -> checkpoint name) and param conversions.
-    """
-
-    def __init__(self, filename, saveable_params, params_prefix="", load_if_prefix="", ignore_missing=False,
-                 ignore_params=(), ignore_params_prefixes=(), var_name_mapping=None, network=None):
-        self.filename = filename
-        self.params = list(saveable_params)
-        self.params_prefix = params_prefix
-        self.load_if_prefix = load_if_prefix
-        self.ignore_missing = ignore_missing
-        self.ignore_params = set(ignore_params)
-        self.ignore_params_prefixes = tuple(ignore_params_prefixes)
-        self.var_name_mapping = dict(var_name_mapping or {})
-        self.network = network
-        try:
-            self.reader = tf.train.load_checkpoint(filename)
-        except Exception as exc:
-            raise IOError("cannot read checkpoint %r: %s" % (filename, exc)) from exc
-        self.ckpt_shapes = self.reader.get_variable_to_shape_map()
-
-    def get_variable_value_map(self):
-        """:return: dict var -> numpy value"""
-        values, missing = {}, []
-        for var in self.params:
-            name = var.op.name
-            if name in self.ignore_params or (self.ignore_params_prefixes and name.startswith(self.ignore_params_prefixes)):
-                continue
-            if self.load_if_prefix and not name.startswith(self.load_if_prefix):
-                continue
-            ckpt_name = self.var_name_mapping.get(name, self.params_prefix + name[len(self.load_if_prefix):])
-            if ckpt_name not in self.ckpt_shapes:
-                converted = _convert_param(name, var, self.reader, self.ckpt_shapes)
-                if converted is None:
-                    missing.append(name)
-                    continue
-                values[var] = converted
-                continue
-            value = self.reader.get_tensor(ckpt_name)
-            if tuple(value.shape) != tuple(var.shape.as_list()):
-                raise ValueError("checkpoint %r: param %r has shape %s, the network expects %s" % (
-                    self.filename, name, value.shape, tuple(var.shape.as_list())))
-            values[var] = value
-        if missing and not self.ignore_missing:
-            raise KeyError("checkpoint %r lacks params %s (it has: %s)" % (
-                self.filename, missing, sorted(self.ckpt_shapes)[:50]))
-        return values
-
-    @_in_session_graph
-    def load_now(self, session):
-        values = self.get_variable_value_map()
-        if self.network is not None and "global_step" in self.ckpt_shapes:
-            step_var = self.network.get_root_network().global_train_step
-            if step_var is not None:
-                values[step_var] = self.reader.get_tensor("global_step")
-        assign_values(session, values)
-        return True
-
-
-def _convert_param(name, var, reader, ckpt_shapes):
-    """Hook for param layout conversions (e.g. other LSTM implementations); None if not convertible."""
-    from .param_conversion import convert_param
-
-    return convert_param(name, var, reader, ckpt_shapes)
+from .checkpoint_loader import CustomCheckpointLoader  # noqa: E402,F401 (re-export; lives in its own module)

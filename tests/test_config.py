@@ -134,8 +134,8 @@ def test_import_shim_basic(tmp_path):
 
 
 def test_import_shim_unknown_module(tmp_path):
-    fn = _write(tmp_path, "u.config", "#!rnn.py\nx = 1\nfrom returnn.datasets.hdf import HDFDataset\n")
-    with pytest.raises(ConfigError, match=r"u.config:3.*returnn.datasets"):
+    fn = _write(tmp_path, "u.config", "#!rnn.py\nx = 1\nfrom returnn.tf.util.ken_lm import ken_lm_load\n")
+    with pytest.raises(ConfigError, match=r"u.config:3.*returnn.tf.util.ken_lm"):
         Config().load_file(fn)
     assert _returnn_modules() == []
 

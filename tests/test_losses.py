@@ -199,7 +199,7 @@ def test_training_reduces_objective():
 def test_losses_initialized_with_reduce_func_gives_frames():
     with tf.Graph().as_default():
         net = _build({"output": {"class": "softmax", "from": "data", "loss": "ce"}})
-        losses = net.get_losses_initialized(reduce_func=lambda x: x)
+        losses = net.get_losses_initialized(reduce_func=lambda x: x)[0]
         frames = losses["output"].get_loss_value()
         (frames_v, total), _ = _run(net, np.random.RandomState(7),
                                     [frames, net.losses_dict["output"].get_loss_value()])

@@ -17,76 +17,36 @@ import importlib.util
 import sys
 import types
 
+from .legacy import KNOWN_MODULES, get_standin_module, is_legacy_module_name
+
 __all__ = ["returnn_import_hook", "ReturnnAliasFinder", "MODULE_ALIASES"]
 
-# original module name -> returnn_lite module providing the equivalents
-MODULE_ALIASES = {
-    "returnn.config": "returnn_lite.config",
-    "returnn.util.basic": "returnn_lite.compat.util_basic",
-    "returnn.tf.util.data": "returnn_lite.compat.tensor",
-    "returnn.tensor": "returnn_lite.compat.tensor",
-}
-# empty parent packages, needed so that "import returnn.tf.util.data" can walk down to the alias
-_PARENT_PACKAGES = {"returnn", "returnn.util", "returnn.tf", "returnn.tf.util"}
+# original module name -> returnn_lite modules providing the equivalents (see .legacy)
+MODULE_ALIASES = {name: ", ".join(spec[0]) for name, spec in KNOWN_MODULES.items()}
 
 
 def _is_returnn_name(name):
-    return name == "returnn" or name.startswith("returnn.")
+    return is_legacy_module_name(name)
 
 
-class _ForwardingLoader(importlib.abc.Loader):
-    """Creates a fresh module whose attributes are looked up lazily in the target module."""
-
-    def __init__(self, target):
-        self.target = target
+class _StandInLoader(importlib.abc.Loader):
+    """Hands out the stand-in module object of :mod:`.legacy` (raising ImportError for unknown names)."""
 
     def create_module(self, spec):
-        return None  # default module creation
+        return get_standin_module(spec.name)
 
     def exec_module(self, module):
-        target = self.target
-
-        def __getattr__(name):  # noqa: N807 (module-level __getattr__, PEP 562)
-            if name.startswith("__") and name != "__all__":
-                raise AttributeError(name)
-            real = importlib.import_module(target)
-            try:
-                return getattr(real, name)
-            except AttributeError:
-                raise AttributeError(
-                    "%s.%s: returnn_lite has no equivalent (looked in %s)" % (module.__name__, name, target)
-                ) from None
-
-        def __dir__():  # noqa: N807
-            return dir(importlib.import_module(target))
-
-        module.__getattr__ = __getattr__
-        module.__dir__ = __dir__
-        module.__returnn_lite_alias_of__ = target
-
-
-class _PackageLoader(importlib.abc.Loader):
-    def create_module(self, spec):
-        return None
-
-    def exec_module(self, module):
-        module.__returnn_lite_alias_of__ = None  # marks the stand-in package
+        pass
 
 
 class ReturnnAliasFinder(importlib.abc.MetaPathFinder):
-    """Meta-path finder answering every ``returnn`` / ``returnn.*`` import with a returnn_lite stand-in."""
+    """Meta-path finder answering the original's module names (``returnn.*``, ``TFUtil``, ...) with stand-ins."""
 
     def find_spec(self, fullname, path=None, target=None):
         if not _is_returnn_name(fullname):
             return None
-        if fullname in _PARENT_PACKAGES:
-            return importlib.util.spec_from_loader(fullname, _PackageLoader(), is_package=True)
-        if fullname in MODULE_ALIASES:
-            return importlib.util.spec_from_loader(fullname, _ForwardingLoader(MODULE_ALIASES[fullname]))
-        raise ModuleNotFoundError(
-            "No module named %r: config files run with returnn_lite, which maps only %s"
-            % (fullname, ", ".join(sorted(MODULE_ALIASES))),
-            name=fullname)
+        get_standin_module(fullname)  # unknown names: ImportError naming the module
+        return importlib.util.spec_from_loader(fullname, _StandInLoader(), is_package=True)
 
 
 _finder = ReturnnAliasFinder()

@@ -51,9 +51,18 @@ class _HDFFile:
         self.filename = filename
         try:
             self._parse()
-        except Exception:
+            self.format = (self.num_outputs(), {key: str(self.dataset(key).dtype) for key in self.lengths})
+            self.shapes = {key: list(self.dataset(key).shape[1:]) for key in self.lengths}
+            self.label_names = self.labels()
+        except Exception as exc:
             self.h5.close()
-            raise
+            if isinstance(exc, DatasetError):
+                raise
+            raise self._corrupt(exc) from None
+
+    def _corrupt(self, exc):
+        """Whatever h5py raises on damaged bytes (KeyError, OSError, RuntimeError, ...): one line naming the file."""
+        return self._error("corrupt or truncated HDF5 file (%s: %s)" % (type(exc).__name__, str(exc).strip("'\"")))
 
     def _error(self, message):
         return DatasetError("HDFDataset: %s: %s" % (self.filename, message))
@@ -123,8 +132,9 @@ class _HDFFile:
 
     def labels(self):
         labels = {}
-        if "labels" in self.h5 and self.h5["labels"].shape and self.h5["labels"].shape[0] > 0:
-            labels["data"] = _read_strings(self.h5["labels"])
+        if "labels" in self.h5:  # an empty list where the file has an empty "labels", as in the original
+            has_any = self.h5["labels"].shape and self.h5["labels"].shape[0] > 0
+            labels["data"] = _read_strings(self.h5["labels"]) if has_any else []
         if "targets/labels" in self.h5:
             for key in self.h5["targets/labels"]:
                 names = _read_strings(self.h5["targets/labels/" + key])
@@ -134,7 +144,10 @@ class _HDFFile:
 
     def read(self, key, file_seq_idx):
         start, end = self.offsets[key][file_seq_idx], self.offsets[key][file_seq_idx + 1]
-        return self.dataset(key)[int(start):int(end)]
+        try:
+            return self.dataset(key)[int(start):int(end)]
+        except Exception as exc:
+            raise self._corrupt(exc) from None
 
 
 class HDFDataset(IndexedDataset):
@@ -161,8 +174,7 @@ class HDFDataset(IndexedDataset):
 
     def add_file(self, filename):
         hdf = _HDFFile(os.fspath(filename))
-        num_outputs = hdf.num_outputs()
-        dtypes = {key: str(hdf.dataset(key).dtype) for key in num_outputs}
+        num_outputs, dtypes = hdf.format
         if self._files:
             if not self._compatible(num_outputs, dtypes):
                 hdf.h5.close()
@@ -178,8 +190,8 @@ class HDFDataset(IndexedDataset):
             self.num_outputs = {k: list(v) for k, v in num_outputs.items()}
             self.num_inputs = num_outputs["data"][0]
             self._dtypes = dtypes
-            self._shapes = {key: list(hdf.dataset(key).shape[1:]) for key in num_outputs}
-            self.labels = hdf.labels()
+            self._shapes = hdf.shapes
+            self.labels = hdf.label_names
         self.files.append(hdf.filename)
         self._files.append(hdf)
         self._file_start.append(self._file_start[-1] + hdf.num_seqs)

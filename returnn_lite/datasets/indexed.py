@@ -127,7 +127,8 @@ class IndexedDataset(Dataset):
                 raise IndexError("%s: seq_idx %i out of range (num_seqs %s)" % (self.name, seq_idx, self._num_seqs))
             seq = self._load_corpus_seq(self.get_corpus_seq_idx(seq_idx))
             seq = {key: numpy.asarray(value) for key, value in seq.items()}
-            seq = {key: value[None] if value.ndim == 0 else value for key, value in seq.items()}
+            seq = {key: value[None] if value.ndim == 0 and key not in self._scalar_keys else value
+                   for key, value in seq.items()}
             if self.window > 1 and "data" in seq and seq["data"].ndim == 2:
                 seq["data"] = self._sliding_window(seq["data"])
             self._cache[seq_idx] = seq
@@ -146,6 +147,9 @@ class IndexedDataset(Dataset):
         if key not in seq:
             raise KeyError("%s: unknown data key %r; available: %s" % (self.name, key, sorted(seq)))
         return seq[key]
+
+    # Keys whose values are scalars per seq (e.g. a transcription string), kept 0-dim.
+    _scalar_keys = ()
 
     # True where _corpus_seq_lens does not load the data (e.g. HDF): lengths then need no data in memory.
     _cheap_seq_lens = False

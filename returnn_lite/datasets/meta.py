@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from .basic import Dataset, DatasetError, NumbersDict, _data_first
 from .indexed import IndexedDataset
+from .registry import init_dataset
 from .seq_order import seq_ordering_needs_lengths
 
 __all__ = ["MetaDataset"]
@@ -26,8 +27,6 @@ class MetaDataset(Dataset):
     def __init__(self, datasets, data_map, seq_list_file=None, seq_order_control_dataset=None, data_dims=None,
                  data_dtypes=None, **kwargs):
         super().__init__(**kwargs)
-        from .registry import init_dataset  # registry imports this module
-
         if not data_map:
             raise DatasetError("%s: data_map must not be empty" % self.name)
         self.data_map = {key: tuple(value) for key, value in data_map.items()}

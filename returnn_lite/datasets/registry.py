@@ -6,14 +6,32 @@ from __future__ import annotations
 
 import ast
 import difflib
+import importlib
 import os
 import re
 
 from .basic import Dataset, DatasetError
 
-__all__ = ["init_dataset", "get_dataset_class", "register_dataset_class", "dataset_class_names"]
+__all__ = ["init_dataset", "get_dataset_class", "register_dataset_class", "dataset_class_names", "check_dataset_opts",
+           "SPRINT_DATASETS"]
 
-_classes = {}
+_classes = {}  # name -> class (registered, or imported from _BUILTIN on first use)
+
+# Built-in classes by module, imported on first use: this module imports no dataset module, so dataset modules
+# (e.g. meta.py, which builds its sub-datasets) can import it at the top without an import cycle.
+_BUILTIN = {
+    "generating": ("Task12AXDataset", "TaskEpisodicCopyDataset", "TaskXmlModelingDataset",
+                   "TaskNumberBaseConvertDataset", "CopyTaskDataset", "DummyDataset"),
+    "static": ("StaticDataset",),
+    "hdf": ("HDFDataset",),
+    "meta": ("MetaDataset",),
+    "audio": ("OggZipDataset", "LibriSpeechCorpus"),
+    "text": ("LmDataset", "TranslationDataset"),
+}
+_BUILTIN_MODULE = {name: module for module, names in _BUILTIN.items() for name in names}
+
+# Datasets of the original that need RASR (Sprint): refused when the config is loaded.
+SPRINT_DATASETS = ("ExternSprintDataset", "SprintDataset", "SprintCacheDataset", "SprintDatasetBase")
 
 
 def register_dataset_class(cls, name=None):
@@ -22,33 +40,44 @@ def register_dataset_class(cls, name=None):
     return cls
 
 
-def _register_builtin():
-    from .generating import (CopyTaskDataset, DummyDataset, Task12AXDataset, TaskEpisodicCopyDataset,
-                             TaskNumberBaseConvertDataset, TaskXmlModelingDataset)
-    from .hdf import HDFDataset
-    from .meta import MetaDataset
-    from .static import StaticDataset
-
-    for cls in (Task12AXDataset, TaskEpisodicCopyDataset, TaskXmlModelingDataset, TaskNumberBaseConvertDataset,
-                CopyTaskDataset, DummyDataset, StaticDataset, HDFDataset, MetaDataset):
-        _classes.setdefault(cls.__name__, cls)
-
-
 def dataset_class_names():
-    if not _classes:
-        _register_builtin()
-    return sorted(_classes)
+    return sorted(set(_classes) | set(_BUILTIN_MODULE))
+
+
+def check_dataset_class_name(name, option="class"):
+    """Raise :class:`DatasetError` for Sprint datasets (they need RASR) and unknown names."""
+    if name in SPRINT_DATASETS:
+        raise DatasetError("%s %r needs RASR/Sprint (the 'sprintExecPath'/'sprintConfigStr' feature extraction of "
+                           "the original), which returnn_lite does not support; convert the features and "
+                           "alignments to HDF (HDFDataset) or use OggZipDataset" % (option, name))
+    if name not in _classes and name not in _BUILTIN_MODULE:
+        known = dataset_class_names()
+        close = difflib.get_close_matches(str(name), known, n=3, cutoff=0.5)
+        hint = (" Did you mean %s?" % " or ".join(map(repr, close))) if close else ""
+        raise DatasetError("unknown dataset class %r.%s Known dataset classes: %s" % (name, hint, ", ".join(known)))
 
 
 def get_dataset_class(name):
-    if not _classes:
-        _register_builtin()
+    check_dataset_class_name(name)
     if name not in _classes:
-        close = difflib.get_close_matches(str(name), sorted(_classes), n=3, cutoff=0.5)
-        hint = (" Did you mean %s?" % " or ".join(map(repr, close))) if close else ""
-        raise DatasetError("unknown dataset class %r.%s Known dataset classes: %s"
-                           % (name, hint, ", ".join(sorted(_classes))))
+        module = importlib.import_module("%s.%s" % (__package__, _BUILTIN_MODULE[name]))
+        _classes[name] = getattr(module, name)
     return _classes[name]
+
+
+def check_dataset_opts(opts, what="dataset"):
+    """
+    Checks done when the config is loaded, before any dataset is built: Sprint datasets (also inside a
+    MetaDataset / CombinedDataset ``datasets`` dict) give one clear error naming the config option.
+    """
+    if isinstance(opts, dict):
+        name = opts.get("class")
+        if isinstance(name, str):
+            check_dataset_class_name(name, option="%s class" % what)
+        for sub_name, sub in (opts.get("datasets") or {}).items() if isinstance(opts.get("datasets"), dict) else ():
+            check_dataset_opts(sub, what="%s datasets[%r]" % (what, sub_name))
+    elif isinstance(opts, str) and opts.strip() in SPRINT_DATASETS:
+        check_dataset_class_name(opts.strip(), option=what)
 
 
 def _from_config_expr(expr):
@@ -77,15 +106,13 @@ def _opts_from_string(text):
             return ast.literal_eval(text)
         except (ValueError, SyntaxError) as exc:
             raise DatasetError("dataset string %r is not a valid dict literal: %s" % (text, exc)) from None
-    if not _classes:
-        _register_builtin()
-    if text in _classes or re.match(r"^[A-Za-z_]\w*$", text):
+    if text in dataset_class_names() or text in SPRINT_DATASETS or re.match(r"^[A-Za-z_]\w*$", text):
         return {"class": get_dataset_class(text)}  # unknown names: error with suggestions
     files = [f for f in text.split(",") if f]
     if files and all(f.endswith((".hdf", ".h5", ".hdf5")) or os.path.isfile(f) for f in files):
         return {"class": "HDFDataset", "files": files}
     raise DatasetError("cannot make a dataset from %r: expected a dataset class name, 'config:<name>', a dict "
-                       "literal or HDF file names. Known dataset classes: %s" % (text, ", ".join(sorted(_classes))))
+                       "literal or HDF file names. Known dataset classes: %s" % (text, ", ".join(dataset_class_names())))
 
 
 def init_dataset(opts, extra_kwargs=None, default_kwargs=None):

@@ -16,7 +16,7 @@ import shutil
 
 import tensorflow as tf
 
-from ..network import CustomCheckpointLoader
+from ..checkpoint_loader import CustomCheckpointLoader
 
 tf1 = tf.compat.v1
 
@@ -129,4 +129,8 @@ class CheckpointSaver:
         self.network.get_global_train_step_var()
         self.network.load_params_from_file(filename, session=session)
         if load_extra and self.extra_vars:
-            CustomCheckpointLoader(filename, saveable_params=self.extra_vars, ignore_missing=True).load_now(session)
+            loader = CustomCheckpointLoader(filename, saveable_params=self.extra_vars, ignore_missing=True)
+            present = [v for v in self.extra_vars if v.op.name in loader.ckpt_shapes]  # e.g. another optimizer before
+            if present:
+                loader.params = present
+                loader.load_now(session)

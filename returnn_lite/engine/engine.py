@@ -22,18 +22,27 @@ import tensorflow as tf
 
 from ..compat import returnn_import_hook
 from ..config import global_config_ctx
-from ..datasets import DatasetError, SimpleHDFWriter, batch_to_arrays, generate_batches, init_dataset
+from ..datasets import (DatasetError, SimpleHDFWriter, batch_to_arrays, check_dataset_opts, generate_batches,
+                        init_dataset)
+from ..datasets.prefetch import prefetch
 from ..extern_data import ExternData
 from ..network import TFNetwork
+from .checks import (check_dataset_matches_extern_data, check_feed_value, check_writable_dir,
+                     describe_run_error)
 from .checkpoints import (CheckpointSaver, checkpoint_exists, epoch_model_filename, get_existing_models,
                           model_epoch_from_filename, normalize_checkpoint_name, remove_stale_temp_files)
-from .learning_rate_control import load_learning_rate_control_from_config
+from .checks import first_line
+from .learning_rate_control import (commit_pending_file, discard_pending_file, load_learning_rate_control_from_config,
+                                    recover_pending_file)
 from .progress import Log, ProgressLine, hms
 from .updater import Updater
 
 tf1 = tf.compat.v1
 
 __all__ = ["Engine", "EngineError"]
+
+
+_NOT_SET = object()
 
 
 class EngineError(Exception):
@@ -128,6 +137,11 @@ class Engine:
         tasks = {"train": self.train, "eval": self.eval_task, "forward": self.forward_task}
         if self.task not in tasks:
             raise EngineError("unknown task %r; supported: %s" % (self.task, ", ".join(sorted(tasks))))
+        for key in ("train", "dev", "eval", "eval_datasets"):  # e.g. Sprint datasets: refused before anything is built
+            if self.config.has(key):
+                opts = self.config.typed_value(key) if self.config.is_typed(key) else self.config.value(key)
+                for name, sub in (opts.items() if key == "eval_datasets" and isinstance(opts, dict) else [(key, opts)]):
+                    check_dataset_opts(sub, what="config option %r" % name)
         try:
             with global_config_ctx(self.config):
                 tasks[self.task]()
@@ -198,7 +212,7 @@ class Engine:
         extern_data.default_target = config.value("target", "classes")
         opts = {}
         for key in dataset.get_data_keys():  # what the config does not describe comes from the dataset
-            if extern_data.has_data(key):
+            if extern_data.has_data(key) or str(dataset.get_data_dtype(key)) == "string":  # e.g. OggZip "raw"
                 continue
             shape = list(dataset.get_data_shape(key))
             sparse = dataset.is_data_sparse(key)
@@ -208,20 +222,40 @@ class Engine:
         return extern_data
 
     def _get_net_dict(self, epoch):
+        """The epoch's net dict (pretraining, get_network, WrapEpochValue: see returnn_lite.pretrain)."""
+        from ..pretrain import PretrainError, get_net_dict_for_epoch, pretrain_from_config
+
         config = self.config
-        func = config.typed_value("get_network", None)
-        if callable(func):
+        if callable(config.typed_value("get_model", None)) and not config.has("network") and \
+                not callable(config.typed_value("get_network", None)):
+            from ..frontend_layers.config_entry_points import get_net_dict_for_engine  # rf config (issue 16)
+
+            return get_net_dict_for_engine(config, epoch=epoch, task=self.task)
+        try:
             with returnn_import_hook(), global_config_ctx(config):
-                try:
-                    net_dict = func(epoch=epoch)
-                except TypeError:
-                    net_dict = func(epoch)
-        else:
-            net_dict = config.typed_value("network", None)
+                if not hasattr(self, "_pretrain"):
+                    self._pretrain = pretrain_from_config(config)
+                net_dict = get_net_dict_for_epoch(config, epoch, pretrain=self._pretrain)
+        except PretrainError as exc:
+            raise EngineError(str(exc)) from None
         if not isinstance(net_dict, dict) or not net_dict:
             raise EngineError("the config needs a 'network' dict (or a function get_network(epoch)); got %r"
                               % (type(net_dict).__name__ if net_dict is not None else None,))
+        self._apply_net_dict_config(net_dict.get("#config"))
         return net_dict
+
+    def _apply_net_dict_config(self, overrides):
+        """A net dict's "#config" entries override config values while that network is used (as the original)."""
+        saved = self.__dict__.setdefault("_net_dict_config_saved", {})
+        for key, value in list(saved.items()):  # undo the previous network's overrides
+            if value is _NOT_SET:
+                self.config.typed_dict.pop(key, None)
+            else:
+                self.config.typed_dict[key] = value
+        saved.clear()
+        for key, value in (overrides or {}).items():
+            saved[key] = self.config.typed_dict.get(key, _NOT_SET)
+            self.config.set(key, value)
 
     def _build_graph(self, net_dict, dataset, train):
         """New graph + session: network, (train op), saver. Variables get initialized."""
@@ -280,10 +314,11 @@ class Engine:
         if missing:
             raise EngineError("dataset %r has no data key(s) %s needed by the network (it has: %s)"
                               % (dataset.name, missing, sorted(have)))
+        check_dataset_matches_extern_data(dataset, self.network, self.data_keys, EngineError)
 
     # ---- feeding and running
 
-    def _feed_dict(self, arrays):
+    def _feed_dict(self, arrays, dataset_name=None):
         feed = {}
         extern_data = self.network.extern_data
         for key in self.data_keys:
@@ -294,7 +329,10 @@ class Engine:
                 value = value[:, 0]
             elif data.have_batch_axis() and data.batch_dim_axis != 0 and value.ndim >= 2:
                 value = numpy.swapaxes(value, 0, 1)
-            feed[data.placeholder] = value.astype(data.dtype, copy=False)
+            value = value.astype(data.dtype, copy=False)
+            check_feed_value(data, value, lens if data.have_time_axis() else None, key, dataset_name, self.network,
+                             arrays.seq_tags, EngineError)
+            feed[data.placeholder] = value
             first = True
             for axis, dim in enumerate(data.dims):
                 if dim.is_batch_dim() or not dim.is_dynamic() or dim.dyn_size is None:
@@ -316,6 +354,12 @@ class Engine:
             max_seq_length=self.max_seq_length if train else None,
             shuffle_batches=train and self.config.bool("shuffle_batches", False), used_data_keys=self.data_keys)
 
+    def _prefetched_batches(self, dataset, epoch, train):
+        """(batch, arrays) pairs, made by a background thread ``prefetch_batches`` batches ahead (0: inline)."""
+        batches = self._batches(dataset, epoch, train)
+        pairs = ((batch, batch_to_arrays(dataset, batch, self.data_keys)) for batch in batches)
+        return prefetch(pairs, size=self.config.int("prefetch_batches", 2))
+
     def _run_epoch(self, dataset, epoch, train, learning_rate=None, prefix=""):
         self._check_dataset_keys(dataset)
         acc = _Accumulator()
@@ -332,11 +376,10 @@ class Engine:
         progress = ProgressLine(self.log, prefix)
         start = time.time()
         step_start = start
-        for batch in self._batches(dataset, epoch, train):
-            arrays = batch_to_arrays(dataset, batch, self.data_keys)
-            feed = self._feed_dict(arrays)
+        for batch, arrays in self._prefetched_batches(dataset, epoch, train):
+            feed = self._feed_dict(arrays, dataset.name)
             feed.update(feed_extra)
-            results = self.session.run(fetches, feed_dict=feed)
+            results = self._session_run(fetches, feed, dataset.name, acc.num_steps)
             results.pop("_train_op", None)
             results.pop("_post_deps", None)
             step = acc.num_steps
@@ -373,6 +416,15 @@ class Engine:
                               "max_seq_length?)" % (dataset.name, epoch))
         score, error = acc.scores()
         return score, error, time.time() - start
+
+    def _session_run(self, fetches, feed, dataset_name, step):
+        """session.run; TF errors (feeds, label ranges, ...) end as one line naming the dataset and the layer."""
+        try:
+            return self.session.run(fetches, feed_dict=feed)
+        except (tf.errors.OpError, ValueError, TypeError) as exc:
+            if isinstance(exc, (ValueError, TypeError)) and "feed" not in str(exc).lower():
+                raise
+            raise EngineError(describe_run_error(exc, self.network, dataset_name, step)) from exc
 
     def _write_summaries(self, values, step):
         summary = tf1.Summary(value=[tf1.Summary.Value(tag=k.replace(":", "/"), simple_value=float(v))
@@ -433,31 +485,41 @@ class Engine:
                 self.saver.load(self.session, filename, load_extra=bool(epoch))
             except (IOError, KeyError, ValueError) as exc:
                 raise EngineError("cannot load model %r: %s" % (filename, exc)) from None
+            except Exception as exc:  # e.g. IndexError/DataLossError of TF's reader on a truncated data file
+                raise EngineError("cannot load model %r: checkpoint data file truncated or corrupt (%s: %s)" % (
+                    filename, type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")) from None
         with self.graph.as_default():
             self._preload_from_files(training=train, fresh_train=train and not epoch)
 
     def _preload_from_files(self, training, fresh_train):
         """As the original: ``init_for_train`` entries initialize a fresh training (first epoch, after
         ``import_model_train_epoch1``), the others (default) apply to eval/forward only."""
-        from ..network import CustomCheckpointLoader
+        from ..checkpoint_loader import CustomCheckpointLoader
 
         preload = self.config.typed_value("preload_from_files", None) or {}
+        known = {"filename", "prefix", "init_for_train", "ignore_missing", "ignore_params", "ignore_params_prefixes",
+                 "var_name_mapping"}
         for name, opts in sorted(preload.items()):
+            unknown = sorted(set(opts) - known)
+            if unknown:
+                raise EngineError("preload_from_files %r: unknown option(s) %s; known: %s" % (
+                    name, unknown, sorted(known)))
             if opts.get("init_for_train", False):
                 if not fresh_train:
                     continue
             elif training:
                 continue
             filename = normalize_checkpoint_name(opts["filename"])
-            prefix = opts.get("prefix", "")
-            params = [p for p in self.network.get_params_list() if p.op.name.startswith(prefix)]
-            self.log.v4("preload_from_files %r: %i params from %s" % (name, len(params), filename))
             try:
+                # prefix: our params named <prefix><name> are loaded from <name> in the file (as the original)
                 loader = CustomCheckpointLoader(
-                    filename, saveable_params=params, load_if_prefix=prefix,
+                    filename, saveable_params=self.network.get_params_list(), load_if_prefix=opts.get("prefix", ""),
                     ignore_missing=opts.get("ignore_missing", False), ignore_params=opts.get("ignore_params", ()),
                     ignore_params_prefixes=opts.get("ignore_params_prefixes", ()),
-                    var_name_mapping=opts.get("var_name_mapping"))
+                    var_name_mapping=opts.get("var_name_mapping"), network=self.network)
+                loader.load_global_step = False
+                n = len(loader.get_variable_value_map())
+                self.log.v4("preload_from_files %r: %i params from %s" % (name, n, filename))
                 loader.load_now(self.session)
             except (IOError, KeyError, ValueError) as exc:
                 raise EngineError("preload_from_files %r: %s" % (name, exc)) from None
@@ -465,6 +527,7 @@ class Engine:
     # ---- train
 
     def train(self):
+        self._check_output_dirs_writable()
         self._init_train_datasets()
         if not self.model_prefix:
             self.log.v4("warning: no 'model' in the config: no checkpoints will be written, no resume possible")
@@ -481,9 +544,15 @@ class Engine:
         if not self.config.value("learning_rate_file", None) and self.model_prefix:
             # keep the learning-rate state next to the checkpoints, so that a resume continues it
             self.config.set("learning_rate_file", self.model_prefix + ".learning_rates")
+        if recover_pending_file(self.config.value("learning_rate_file", None), get_existing_models(self.model_prefix)):
+            self.log.v4("note: completed the learning-rate file of the last checkpoint (the run was killed after "
+                        "saving it)")
         self.learning_rate_control = load_learning_rate_control_from_config(self.config)
+        self._notice_overridden_learning_rate(start_epoch)
         self._build_graph(self._get_net_dict(start_epoch), self.train_data, train=True)
         self._load_model(epoch_model, train=True)
+        for dataset in [self.train_data] + list(self.eval_datasets.values()):  # before the first step
+            self._check_dataset_keys(dataset)
         if epoch_model[0] == 0:  # import_model_train_epoch1: start training fresh from these params
             with self.graph.as_default():
                 self.network.set_global_train_step(0, self.session)
@@ -493,8 +562,36 @@ class Engine:
             self.train_epoch(epoch, final_epoch)
         self.log.v3("Finished training in epoch %i." % final_epoch)
 
+    def _check_output_dirs_writable(self):
+        """Before anything is trained: the model and learning-rate file directories must be writable."""
+        files = [("model", self.model_prefix)] if self.model_prefix else []
+        lr_file = self.config.value("learning_rate_file", None)
+        if lr_file:
+            files.append(("learning_rate_file", lr_file))
+        for what, filename in files:
+            problem = check_writable_dir(filename, what)
+            if problem:
+                raise EngineError(problem + "; nothing was trained")
+
+    def _notice_overridden_learning_rate(self, start_epoch):
+        """A command-line ++learning_rate(s) that the saved learning-rate state overrides on resume: one notice."""
+        overridden = getattr(self.config, "cmd_line_keys", None) or ()
+        lrc = self.learning_rate_control
+        if start_epoch <= 1 or not lrc.epoch_data:
+            return
+        for key in ("learning_rate", "learning_rates"):
+            if key not in overridden:
+                continue
+            used = lrc.get_learning_rate_for_epoch(start_epoch)
+            given = self.config.typed_value(key)
+            if key == "learning_rate" and used == self.config.float(key, 0.0):
+                continue
+            self.log.v1("notice: ++%s %s is not used: resuming after epoch %i, the learning-rate file %r continues "
+                        "with learning rate %s for epoch %i (delete the file or set learning_rates per epoch in the "
+                        "file to change it)" % (key, given, start_epoch - 1, lrc.filename, used, start_epoch))
+
     def _maybe_update_network(self, epoch):
-        if not callable(self.config.typed_value("get_network", None)):
+        if not callable(self.config.typed_value("get_network", None)) and not getattr(self, "_pretrain", None):
             return
         net_dict = self._get_net_dict(epoch)
         if repr(net_dict) == repr(self.net_dict):
@@ -535,11 +632,39 @@ class Engine:
                 values["epoch/%s" % k] = _scalar(v)
             self._write_summaries(values, epoch)
             self.summary_writer.flush()
-        lrc.save()
         if self.model_prefix and (epoch % self.save_interval == 0 or epoch == final_epoch):
-            filename = epoch_model_filename(self.model_prefix, epoch)
+            self._save_epoch(epoch)
+        else:
+            self._save_learning_rate_file(epoch)
+
+    def _save_learning_rate_file(self, epoch, pending=False):
+        try:
+            return self.learning_rate_control.save(pending=pending) if pending else self.learning_rate_control.save()
+        except OSError as exc:
+            raise EngineError("epoch %i: cannot write the learning-rate file %r (%s); the previous learning-rate "
+                              "file is unchanged" % (epoch, self.learning_rate_control.filename, exc)) from None
+
+    def _save_epoch(self, epoch):
+        """Checkpoint, then the learning-rate file that refers to it: the learning-rate state is written to a
+        pending file first, moved into place after the checkpoint's ``.index`` (a kill in between is completed
+        on resume). A failed save (e.g. disk full) leaves the previous checkpoint and learning-rate file."""
+        filename = epoch_model_filename(self.model_prefix, epoch)
+        pending = self._save_learning_rate_file(epoch, pending=True)
+        try:
             self.saver.save(self.session, filename)
-            self.log.v4("Saved model %s" % filename)
+        except Exception as exc:
+            if pending:
+                discard_pending_file(pending)
+            remove_stale_temp_files(self.model_prefix)
+            text = getattr(exc, "strerror", None) or first_line(getattr(exc, "message", None) or exc)
+            last = get_existing_models(self.model_prefix)
+            raise EngineError("epoch %i: saving checkpoint %r failed (%s: %s); kept the previous checkpoint %s and "
+                              "learning-rate file unchanged" % (
+                                  epoch, filename, type(exc).__name__, text,
+                                  repr(sorted(last.items())[-1][1]) if last else "(none)")) from None
+        if pending:
+            commit_pending_file(pending)
+        self.log.v4("Saved model %s" % filename)
 
     def eval_model(self, epoch):
         """Evaluate all eval datasets: {"dev_score": {...}, "dev_error": {...}, ...}."""
@@ -616,7 +741,7 @@ class Engine:
             progress = ProgressLine(self.log, "forward")
             for batch in self._batches(dataset, self.epoch, train=False):
                 arrays = batch_to_arrays(dataset, batch, self.data_keys)
-                values, lens = self.session.run([x, seq_lens], feed_dict=self._feed_dict(arrays))
+                values, lens = self._session_run([x, seq_lens], self._feed_dict(arrays, dataset.name), dataset.name, n)
                 writer.insert_batch(values, lens, arrays.seq_tags)
                 n += arrays.num_seqs
                 progress.update(n, n, complete_frac=dataset.get_complete_frac(batch.end_seq - 1))

@@ -32,7 +32,8 @@ import tempfile
 
 __all__ = ["EpochData", "LearningRateControl", "ConstantLearningRate", "NewbobRelative", "NewbobAbs",
            "NewbobMultiEpoch", "learning_rate_control_type", "load_learning_rate_control_from_config",
-           "LearningRateFileError"]
+           "LearningRateFileError", "pending_filename", "commit_pending_file", "discard_pending_file",
+           "recover_pending_file"]
 
 
 class LearningRateFileError(Exception):
@@ -125,12 +126,15 @@ class LearningRateControl:
         self.epoch_data = {int(k): v if isinstance(v, EpochData) else EpochData(learning_rate=v)
                            for k, v in data.items()}
 
-    def save(self):
-        """Write the state atomically (nothing if there is no ``learning_rate_file``)."""
+    def save(self, pending=False):
+        """Write the state atomically (nothing if there is no ``learning_rate_file``). ``pending``: to
+        :func:`pending_filename` instead (moved into place by :func:`commit_pending_file`); returns that name."""
         if not self.filename:
-            return
+            return None
         text = "{\n" + "".join("  %i: %s,\n" % (ep, data) for ep, data in sorted(self.epoch_data.items())) + "}\n"
-        atomic_write_text(self.filename, text)
+        target = pending_filename(self.filename) if pending else self.filename
+        atomic_write_text(target, text)
+        return target
 
     # ---- learning rates
 
@@ -381,6 +385,48 @@ def learning_rate_control_type(type_name):
 def load_learning_rate_control_from_config(config):
     cls = learning_rate_control_type(config.value("learning_rate_control", "constant"))
     return cls.load_initial_from_config(config)
+
+
+def pending_filename(filename):
+    """Where the learning-rate state of an epoch waits until its checkpoint is complete."""
+    return os.path.join(os.path.dirname(os.path.abspath(filename)), ".%s.pending" % os.path.basename(filename))
+
+
+def commit_pending_file(pending):
+    """Move a pending learning-rate file into place (a rename: needs no disk space)."""
+    directory, base = os.path.split(pending)
+    os.replace(pending, os.path.join(directory, base[1:-len(".pending")]))
+
+
+def discard_pending_file(pending):
+    try:
+        os.remove(pending)
+    except OSError:
+        pass
+
+
+def recover_pending_file(filename, complete_epochs):
+    """On resume: a pending learning-rate file whose last epoch has a complete checkpoint (killed between the
+    checkpoint and the rename) is committed; any other is discarded. Returns True if committed."""
+    if not filename:
+        return False
+    pending = pending_filename(filename)
+    if not os.path.exists(pending):
+        return False
+    try:
+        with open(pending) as f:
+            text = f.read()
+        data = eval(text, {"EpochData": EpochData, "nan": float("nan"), "inf": float("inf"),
+                           "__builtins__": {"float": float}})
+        last_epoch = max(int(k) for k, v in data.items() if isinstance(v, EpochData) and v.error)
+    except Exception:  # incomplete or unreadable: it never became the state
+        discard_pending_file(pending)
+        return False
+    if last_epoch in complete_epochs:
+        commit_pending_file(pending)
+        return True
+    discard_pending_file(pending)
+    return False
 
 
 def atomic_write_text(filename, text):

@@ -81,7 +81,10 @@ class LinearLayer(ConcatInputLayer):
         if use_transposed_weights:
             weights = tf.transpose(weights)
         if inp.sparse:
-            x = tf.nn.embedding_lookup(weights, inp.placeholder)
+            idx = inp.placeholder
+            if idx.dtype not in (tf.int32, tf.int64):  # e.g. uint8 byte inputs
+                idx = tf.cast(idx, tf.int32)
+            x = tf.nn.embedding_lookup(weights, idx)
             f = self.output.batch_ndim - 1
         else:
             f = inp.feature_dim_axis
@@ -309,12 +312,10 @@ def _run_eval(code, layer, xs, eval_locals=None):
 
 
 def _eval_str(code, layer, source, eval_locals):
-    ns = {"tf": tf, "np": np, "source": source, "self": layer, "layer": layer}
-    try:
-        from .. import tf_util  # optional helper namespace for configs
-        ns["tf_util"] = tf_util
-    except ImportError:
-        pass
+    from ..compat.eval_namespace import get_eval_namespace
+
+    ns = get_eval_namespace()  # the original's TF util helpers, tf with TF1 names, np (see returnn_lite.tf_util)
+    ns.update({"source": source, "self": layer, "layer": layer})
     ns.update(eval_locals or {})
     try:
         compiled = compile(code, "<eval layer %r>" % layer.name, "eval")

@@ -117,16 +117,19 @@ class _KernelCell(CellBase):
     def create_params(self):
         self.kernel = self.param("kernel", (self.n_in + self.n_rec, self.n_gates * self.n_out))
         self.bias = self.param("bias", (self.n_gates * self.n_out,), 0.0)
+        # split once, outside the loop: a slice of the variable inside the loop body would be read and sliced per
+        # step, and its gradient would be a dense [n_in + n_rec, k] tensor per step
+        self.kernel_in, self.kernel_rec = self.kernel[:self.n_in], self.kernel[self.n_in:]
 
     @property
     def n_rec(self):
         return self.n_out
 
     def project(self, x):
-        return self._matmul_in(x, self.kernel[:self.n_in]) + self.bias
+        return self._matmul_in(x, self.kernel_in) + self.bias
 
     def rec_part(self, h):
-        return tf.matmul(h, self.kernel[self.n_in:])
+        return tf.matmul(h, self.kernel_rec)
 
 
 class BasicLSTMCell(_KernelCell):
@@ -207,17 +210,20 @@ class GRUCell(CellBase):
         self.gb = self.param("gates/bias", (2 * n,), 1.0)
         self.ck = self.param("candidate/kernel", (n_in + n, n))
         self.cb = self.param("candidate/bias", (n,), 0.0)
+        # input parts (projected once for all frames) and recurrent parts, split once outside the loop
+        self.w_in = tf.concat([self.gk[:n_in], self.ck[:n_in]], axis=1)
+        self.b_in = tf.concat([self.gb, self.cb], axis=0)
+        self.gk_rec, self.ck_rec = self.gk[n_in:], self.ck[n_in:]
 
     def project(self, x):
-        return tf.concat([self._matmul_in(x, self.gk[:self.n_in]) + self.gb,
-                          self._matmul_in(x, self.ck[:self.n_in]) + self.cb], axis=-1)
+        return self._matmul_in(x, self.w_in) + self.b_in
 
     def step(self, z, state):
         n = self.n_out
         h = state["h"]
         zg, zc = z[:, :2 * n], z[:, 2 * n:]
-        r, u = tf.split(tf.sigmoid(zg + tf.matmul(h, self.gk[self.n_in:])), 2, axis=-1)
-        c = self.act(zc + tf.matmul(r * h, self.ck[self.n_in:]))
+        r, u = tf.split(tf.sigmoid(zg + tf.matmul(h, self.gk_rec)), 2, axis=-1)
+        c = self.act(zc + tf.matmul(r * h, self.ck_rec))
         h = u * h + (1 - u) * c
         return h, {"h": h}
 
@@ -379,11 +385,41 @@ def control_flow_v1():
     return _ControlFlowV1()
 
 
-def run_cell_loop(cell, z, seq_len, initial_state, reverse=False):
+def native_lstm_module(cell, z):
+    """The loaded NativeLstm2 op module if this cell runs as the fused op (see returnn_lite.native_op), else None."""
+    if type(cell) is not NativeLstm2Cell or z.dtype not in (tf.float32, tf.float64) or z.dtype != cell.W_re.dtype:
+        return None
+    from ... import native_op
+
+    net = getattr(cell.layer, "network", None)
+    config = net.get_root_network().config if net is not None else None
+    return native_op.lstm_module(config)
+
+
+def _check_initial_state(cell, initial_state):
+    for k in cell.state_names:
+        dim = initial_state[k].shape[-1]
+        if dim is not None and dim != cell.state_dims[k]:
+            raise ValueError("layer %r: initial state %r has dim %i, the cell needs %i" % (
+                getattr(cell.layer, "name", "?"), k, dim, cell.state_dims[k]))
+
+
+def run_cell_loop(cell, z, seq_len, initial_state, reverse=False, native=None):
     """
     Runs cell.step over time-major projected inputs z [T, B, D]; frames at t >= seq_len keep the state (output 0).
+    The NativeLstm2 cell runs as one fused op (returnn_lite.native_op) when that is available; native=False forces
+    the pure-TF loop, a module (from native_lstm_module) the op.
     :return: (outputs [T, B, n_out], final state dict)
     """
+    _check_initial_state(cell, initial_state)
+    if native is None:
+        native = native_lstm_module(cell, z)
+    if native:
+        from ... import native_op
+
+        y, c, h = native_op.native_lstm2(native, z, cell.W_re, initial_state["c"], initial_state["h"], seq_len,
+                                         reverse=reverse)
+        return y, {"c": c, "h": h}
     with control_flow_v1():
         return _run_cell_loop(cell, z, seq_len, initial_state, reverse=reverse)
 

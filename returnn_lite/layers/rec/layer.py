@@ -213,7 +213,7 @@ class RecLayer(_CellMixin, ConcatInputLayer):
         self._extra_params = []
         self.final_state = None
         self.subnet = None
-        for opt, value, default in (("input_projection", input_projection, True), ("include_eos", include_eos, False),
+        for opt, value, default in (("input_projection", input_projection, True),
                                     ("use_global_rec_step_offset", use_global_rec_step_offset, False),
                                     ("cheating", cheating, False)):
             if value != default:
@@ -379,60 +379,6 @@ class RecUnstackLayer(LayerBase):
         if a is None:
             return src.copy_template(name="%s_output" % name)
         return src.copy_template_excluding_axis(a).copy_template(name="%s_output" % name)
-
-
-class ChoiceLayer(LayerBase):
-    """
-    Choice of the next label inside a rec loop. Without search (training, or search disabled), the output is
-    the target label of the current frame (teacher forcing).
-    """
-
-    layer_class = "choice"
-
-    def __init__(self, beam_size=None, keep_beams=False, search=NotSpecified, input_type="prob", prob_scale=1.0,
-                 base_beam_score_scale=1.0, random_sample_scale=0.0, length_normalization=True,
-                 length_normalization_exponent=1.0, custom_score_combine=None, source_beam_sizes=None,
-                 scheduled_sampling=False, cheating=False, explicit_search_sources=None, _target_layer=None,
-                 **kwargs):
-        super().__init__(**kwargs)
-        if scheduled_sampling and self.network.train_flag is not False:
-            raise NotImplementedError("choice layer %r: option scheduled_sampling is not supported" % self.name)
-        if self._use_search(self.network, search):
-            raise NotImplementedError("choice layer %r: beam search is not supported" % self.name)
-        self.output.placeholder = _target_layer.output.placeholder
-
-    @staticmethod
-    def _use_search(network, search):
-        if search is NotSpecified:
-            return bool(network.search_flag)
-        return bool(search)
-
-    @classmethod
-    def transform_config_dict(cls, d, network, get_layer):
-        super().transform_config_dict(d, network=network, get_layer=get_layer)
-        target = d.get("target")
-        if not target:
-            raise ValueError("choice layer needs a target")
-        target = as_list_first(target)
-        d["_target_layer"] = get_layer(target[len("layer:"):] if target.startswith("layer:") else "data:%s" % target)
-
-    @classmethod
-    def get_out_data_from_opts(cls, name, _target_layer=None, **kwargs):
-        return _target_layer.output.copy_template(name="%s_output" % name)
-
-
-class DecideLayer(LayerBase):
-    """Takes the best hypothesis of a beam; without search the input is passed through (batch-major)."""
-
-    layer_class = "decide"
-
-    def __init__(self, length_normalization=False, **kwargs):
-        super().__init__(**kwargs)
-        self.output.placeholder = self.sources[0].output.copy_as_batch_major().placeholder
-
-    @classmethod
-    def get_out_data_from_opts(cls, name, sources=(), **kwargs):
-        return sources[0].output.copy_template(name="%s_output" % name).copy_as_batch_major()
 
 
 def as_list_first(x):

@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from ...data import Data, Dim, batch_dim
+from ...data import Data, Dim, SearchBeam, batch_dim
 from ...errors import LayerNotFound, NetworkConstructionDependencyLoopException
+from ...network import assign_output_beam
 from ...subnetwork import Subnetwork
 from ...losses.holder import LossHolder
 from ...util import as_list
 from ..base import InternalLayer, LayerBase
+from ..search import select_beam_tensor, tile_batch
 
 tf1 = tf.compat.v1
 
@@ -37,10 +39,12 @@ class _NeedPrev(NetworkConstructionDependencyLoopException):
 class RecStepInfo:
     """Per-step info inside the loop (``network.rec_step_info``): ``step`` is the int32 frame index."""
 
-    def __init__(self, step, seq_lens, time_dim):
+    def __init__(self, step, seq_lens, time_dim, prev_end_flag=None, prev_seq_lens=None):
         self.step = step
         self.seq_lens = seq_lens
         self.time_dim = time_dim
+        self.prev_end_flag = prev_end_flag  # under search: [B*beam] of the hypotheses before this step's choice
+        self.prev_seq_lens = prev_seq_lens
 
     def get_end_flag(self, target_search_choices=None):
         return tf.logical_not(self.step < self.seq_lens)
@@ -184,7 +188,8 @@ class RecSubnetTemplate:
 
     def get_output_template(self, name):
         out = self.templates["output"].output
-        res = out.copy_template_adding_time_dim(0, self.time_dim, name="%s_output" % name)
+        res = out.copy_template_adding_time_dim(0, self.out_time_dim if out.beam is not None else self.time_dim,
+                                                name="%s_output" % name)
         return res
 
 
@@ -212,7 +217,8 @@ class RecSubnetLoop:
                 time_dim = input_data.get_time_dim_tag()
         target = d.get("size_target") or d.get("target")
         target = as_list(target)[0] if target else None
-        if time_dim is None and target and not network.search_flag:
+        searching = _searching_choices(unit, network)
+        if time_dim is None and target and (not searching or any(unit[c].get("cheating") for c in searching)):
             tdata = network.get_extern_data(target) if not target.startswith("layer:") else get_layer(
                 target[len("layer:"):]).output
             time_dim = tdata.get_time_dim_tag()
@@ -230,6 +236,7 @@ class RecSubnetLoop:
         tpl.gates = gates
         scope = network.get_absolute_name_scope_prefix() + name + "/rec/"
         net = _SubNet(network, name, scope, inside_rec_time_dim=time_dim)
+        net.template_beams = {}  # one search beam per choice layer, the same in every template pass
         tpl.net = net
         step_dim = Data(name=":i", dims=(), dtype="int32")
         building = []
@@ -309,6 +316,7 @@ class RecSubnetLoop:
 
         def add_template(name, layer_class, **kwargs):
             out = layer_class.get_out_data_from_opts(name=name, network=net, **kwargs)
+            assign_output_beam(layer_class, out, kwargs)
             layer = _TemplateLayer(name, net, out, layer_class, kwargs)
             net.layers[name] = layer
             return layer
@@ -379,6 +387,23 @@ class RecSubnetLoop:
                 earlier[x].output, tpl.templates[x].output)]
             if not changed:
                 break
+        tpl.beam = None
+        beams = {}
+        for x, t in tpl.templates.items():
+            if t.output.beam is not None:
+                beams.setdefault(id(t.output.beam), (t.output.beam, x))
+        if len(beams) > 1:
+            raise NotImplementedError("rec layer %r: several search beams in one unit (%s) are not supported" % (
+                name, ", ".join(sorted(x for _, x in beams.values()))))
+        if beams:
+            tpl.beam = next(iter(beams.values()))[0]
+            tpl.choice_names = [x for x in searching if x in tpl.templates]
+            if not tpl.choice_names:
+                raise NotImplementedError("rec layer %r: a search beam without a choice layer in the unit" % name)
+        tpl.include_eos = bool(d.get("include_eos"))
+        # under search, each hypothesis has its own length: the output gets its own time axis
+        tpl.out_time_dim = time_dim if dynamic_end or tpl.beam is None else Dim(
+            None, kind=Dim.Types.Spatial, description="%s:rec-time-beam" % name)
         return tpl
 
     # ---- real construction ----
@@ -413,7 +438,8 @@ class RecSubnetLoop:
             res = (not self.move_out or x in prev_referenced or x == "end" or t.cls.recurrent
                    or any(r.startswith("prev:") or r == ":i" for r in refs)
                    or any(dep(r) for r in refs if r in tpl.templates)
-                   or t.cls.get_rec_initial_extra_outputs.__func__ is not _BASE_EXTRA_OUTPUTS)
+                   or t.cls.get_rec_initial_extra_outputs.__func__ is not _BASE_EXTRA_OUTPUTS
+                   or t.output.beam is not None)
             in_loop[x] = res
             return res
 
@@ -495,6 +521,9 @@ class RecSubnetLoop:
                                                       **kw)
             if res:
                 extra_init[x] = res
+        beam = tpl.beam  # the search beam of the unit (None without search)
+        k_beam = beam.beam_size if beam is not None else 1
+        has_beam = {x for x in tpl.templates if tpl.templates[x].output.beam is not None}
         prev_init = []
         for x in prev_names:
             from_state = getattr(tpl.templates[x].cls, "initial_output_from_state", None)
@@ -502,11 +531,17 @@ class RecSubnetLoop:
                 prev_init.append(extra_init[x][from_state])  # cells: the output part of the initial state
             else:
                 prev_init.append(self._initial_output(x, batch_dim))
+        if beam is not None:  # initial hypotheses: the same for every beam entry (the first step searches one)
+            prev_init = [tile_batch(v, k_beam) if x in has_beam else v for x, v in zip(prev_names, prev_init)]
+            extra_init = {x: {k: tile_batch(v, k_beam) if x in has_beam else v for k, v in st.items()}
+                          for x, st in extra_init.items()}
         acc_names = [x for x in in_loop if x in tpl.needed and not any(  # what is used from outside; same shape
             d.is_dynamic() and d.dyn_size is None for d in tpl.templates[x].output.dims if not d.is_batch_dim())]
         extra_keys = [(x, k) for x in sorted(extra_init) for k in sorted(extra_init[x])]
         loss_layers = [x for x in in_loop if tpl.templates[x].kwargs.get("loss") is not None and net.eval_flag]
-        holder = {}
+        track_end = dynamic or beam is not None
+        n_state = 2 if track_end else 0  # ended flags, lengths
+        n_search = 2 if beam is not None else 0  # beam scores, src_beams TensorArray
 
         def body(i, *args):
             args = list(args)
@@ -515,10 +550,19 @@ class RecSubnetLoop:
             extras = {}
             for (x, k), v in zip(extra_keys, args[:len(extra_keys)]):
                 extras.setdefault(x, {})[k] = v
-            tas = args[len(extra_keys):len(args) - (2 if dynamic else 0)]
+            tail = args[len(args) - n_state - n_search:]
+            tas = args[len(extra_keys):len(args) - n_state - n_search]
+            ended = lens = beam_in = None
+            if track_end:
+                ended, lens = tail[:2]
             loop = _SubNet(net, rec.name, scope, inside_rec_time_dim=time_dim)
             loop.parent_layer = rec
-            loop.rec_step_info = RecStepInfo(i, seq_len, time_dim)
+            if beam is not None:
+                beam_in = SearchBeam(k_beam, name="%s/prev:%s" % (rec.get_absolute_name(), tpl.choice_names[0]))
+                beam_in.beam_scores = tail[n_state]
+                beam_in.active_size = tf.where(i > 0, k_beam, 1)
+            loop.rec_step_info = RecStepInfo(i, seq_len, time_dim, prev_end_flag=ended if beam is not None else None,
+                                             prev_seq_lens=lens)
             self.loop_net = loop
             cache = {}
             prev_layers = {}
@@ -526,6 +570,7 @@ class RecSubnetLoop:
             def get_prev(x):
                 if x not in prev_layers:
                     out = tpl.templates[x].output.copy_template(name="prev:%s" % x)
+                    out.beam = beam_in if x in has_beam else None
                     out.placeholder = prevs.get(x)
                     prev_layers[x] = _PrevLayer("prev:" + x, loop, out, extras.get(x, {}))
                 return prev_layers[x]
@@ -565,22 +610,60 @@ class RecSubnetLoop:
 
             for x in in_loop:
                 get_loop(x)
-            new_prev = [self._gate(loop, x, self._as_template_layout(loop.layers[x].output, tpl.templates[x].output),
-                                   prevs[x]) for x in prev_names]
-            new_extra = [self._gate(loop, x, loop.layers[x].rec_vars_outputs[k], extras[x][k]) for x, k in extra_keys]
+            beam_out = None
+            if beam is not None:  # everything that goes to the next step is brought to the beam of this step's choice
+                beam_out = loop.layers[tpl.choice_names[0]].output.beam
+
+                def on_beam(x, data):
+                    if x not in has_beam:
+                        return data
+                    return data.copy_select_beam(beam_out)
+
+                def state_on_beam(x, value):
+                    if x not in has_beam:
+                        return value
+                    return select_beam_tensor(value, loop.layers[x].output.beam, beam_out)
+
+                def old_on_beam(x, value):
+                    return select_beam_tensor(value, beam_in, beam_out) if x in has_beam else value
+            else:
+                on_beam = lambda x, data: data  # noqa: E731
+                state_on_beam = old_on_beam = lambda x, value: value  # noqa: E731
+            new_prev = [self._gate(loop, x, self._as_template_layout(on_beam(x, loop.layers[x].output),
+                                                                     tpl.templates[x].output),
+                                   old_on_beam(x, prevs[x])) for x in prev_names]
+            new_extra = [self._gate(loop, x, state_on_beam(x, loop.layers[x].rec_vars_outputs[k]),
+                                    old_on_beam(x, extras[x][k])) for x, k in extra_keys]
             new_tas = []
             for ta, x in zip(tas[:len(acc_names)], acc_names):
-                new_tas.append(ta.write(i, self._as_template_layout(loop.layers[x].output, tpl.templates[x].output)))
+                new_tas.append(ta.write(i, self._as_template_layout(on_beam(x, loop.layers[x].output),
+                                                                    tpl.templates[x].output)))
             logit_tas = tas[len(acc_names):]
             for ta, x in zip(logit_tas, loss_layers):
                 oba = getattr(loop.layers[x], "output_before_activation", None)
                 new_tas.append(ta.write(i, oba.data.placeholder))
             res = [i + 1] + new_prev + new_extra + new_tas
-            if dynamic:  # a sequence ends with (and includes) the first frame where 'end' is True
-                ended, lens = args[-2:]
-                end = loop.layers["end"].output.copy_as_batch_major().placeholder
-                end = tf.reshape(end, [-1]) if end.shape.rank != 1 else end
-                res += [tf.logical_or(ended, end), tf.where(ended, lens, tf.fill(tf.shape(lens), i + 1))]
+            if track_end:  # a sequence ends with the first frame where 'end' is True
+                if beam is not None:
+                    ended, lens = (select_beam_tensor(v, beam_in, beam_out) for v in (ended, lens))
+                if "end" in loop.layers:
+                    end = loop.layers["end"].output
+                    if beam is not None and (end.beam is not None or end.have_batch_axis()):
+                        end = end.copy_select_beam(beam_out)
+                    end = end.copy_as_batch_major().placeholder
+                    end = tf.reshape(end, [-1]) if end.shape.rank != 1 else end
+                else:
+                    end = tf.zeros_like(ended)
+                if beam is not None:
+                    end = tf.broadcast_to(end, tf.shape(ended))
+                    if not dynamic:  # a loop over known lengths: the frame at the length ends the hypothesis
+                        end = tf.logical_or(end, i >= tile_batch(seq_len, k_beam))
+                # (without search the end frame is part of the sequence; under search only with include_eos)
+                last = i + 1 if beam is None or tpl.include_eos else i
+                res += [tf.logical_or(ended, end), tf.where(ended, lens, tf.where(end, tf.fill(tf.shape(lens), last),
+                                                                                  tf.fill(tf.shape(lens), i + 1)))]
+            if beam is not None:
+                res += [beam_out.beam_scores, tail[n_state + 1].write(i, beam_out.src_beams)]
             return res
 
         ta_size = 0 if dynamic else n_time
@@ -595,22 +678,43 @@ class RecSubnetLoop:
                       + [tf.TensorShape([None] * extra_init[x][k].shape.rank) for x, k in extra_keys]
                       + [tf.TensorShape(None) for _ in tas])
         cond = lambda i, *_: i < n_time  # noqa: E731
-        if dynamic:
-            init += [tf.zeros([batch_dim], tf.bool), tf.zeros([batch_dim], tf.int32)]
+        if track_end:
+            init += [tf.zeros([batch_dim * k_beam], tf.bool), tf.zeros([batch_dim * k_beam], tf.int32)]
             invariants += [tf.TensorShape([None]), tf.TensorShape([None])]
-
+        if dynamic:
             def cond(i, *args):
-                return tf.logical_and(i < n_time, tf.logical_not(tf.reduce_all(args[-2])))
+                return tf.logical_and(i < n_time, tf.logical_not(tf.reduce_all(args[-2 - n_search])))
+        if beam is not None:
+            init += [tf.zeros([batch_dim, k_beam]),
+                     tf.TensorArray(tf.int32, size=ta_size, dynamic_size=dynamic, element_shape=tf.TensorShape(
+                         [None, k_beam]))]
+            invariants += [tf.TensorShape([None, k_beam]), tf.TensorShape(None)]
         res = _while_loop_all_intermediates(cond, body, init, invariants) if in_loop else None
+        backtrack = None
         if res is not None:
-            if dynamic:
+            n_steps = res[0]
+            if beam is not None:
+                scores, src_beams_ta = res[-2:]
+                res = res[:-2]
+                src_beams = src_beams_ta.stack()  # [T, B, K]
+                beam.beam_scores = self._final_beam_scores(scores, n_steps, res[-2] if dynamic else None)
+                beam.src_beams = src_beams[-1]
+                backtrack = _backtrack_indices(src_beams)
+            if track_end:
                 ended, lens = res[-2:]
                 res = res[:-2]
-                time_dim.dyn_size = tf.where(ended, lens, tf.fill(tf.shape(lens), n_time))
+                if dynamic:
+                    time_dim.dyn_size = tf.where(ended, lens, tf.fill(tf.shape(lens), n_steps))
+            if beam is not None and not dynamic:
+                tpl.out_time_dim.dyn_size = tile_batch(seq_len, k_beam)
             res = res[1 + len(prev_names) + len(extra_keys):]
             for x, ta in zip(acc_names, res[:len(acc_names)]):
-                out = tpl.templates[x].output.copy_template_adding_time_dim(0, time_dim, name="%s/%s" % (rec.name, x))
+                step_tpl = tpl.templates[x].output
+                out = step_tpl.copy_template_adding_time_dim(
+                    0, tpl.out_time_dim if x in has_beam else time_dim, name="%s/%s" % (rec.name, x))
                 out.placeholder = ta.stack()
+                if x in has_beam:
+                    out.placeholder = _apply_backtrack(out.placeholder, backtrack, k_beam)
                 self.accumulated[x] = _AccumulatedLayer(x, self.loop_net, out, self.loop_net.layers[x])
             for x, ta in zip(loss_layers, res[len(acc_names):]):
                 logits = ta.stack()
@@ -635,6 +739,21 @@ class RecSubnetLoop:
                     key = net.get_absolute_name_prefix() + rec.name + "/" + x
                     net.get_root_network().losses_dict[key] = LossHolder(
                         name=key, loss=layer.loss, layer_output=layer.output, layer=layer, network=net)
+
+    def _final_beam_scores(self, scores, n_steps, ended):
+        """
+        As the original: a length-normalized search that ran to its maximal length (max_seq_len, or the known
+        length of the loop) reports its final scores times T**exponent / (T + 1) (T: the number of steps).
+        """
+        kwargs = self.tpl.templates[self.tpl.choice_names[0]].kwargs
+        if not kwargs.get("length_normalization", True):
+            return scores
+        exponent = kwargs.get("length_normalization_exponent", 1.0)
+        t = tf.cast(n_steps, tf.float32)
+        factor = t ** exponent / (t + 1.)
+        if ended is not None:
+            factor = tf.where(tf.reduce_all(ended), 1., factor)
+        return scores * factor
 
     def _get_sub_layer(self, get_layer, ref):
         base_name, sub_name = ref.split("/", 1)
@@ -735,8 +854,40 @@ class RecSubnetLoop:
         return tf.gather(x, tf.maximum(seq_len - 1, 0), axis=1, batch_dims=1)
 
 
+def _backtrack_indices(src_beams):
+    """
+    src_beams [T, B, K] (per step, the hypothesis of the previous step each one extends) -> [T, B, K]: for each
+    final hypothesis k, the index of its ancestor at step t (the last step: k itself).
+    """
+    k = tf.shape(src_beams)[2]
+    last = tf.tile(tf.range(k)[None, :], [tf.shape(src_beams)[1], 1])
+
+    def step(idx_t, src_t):  # idx of step t -> idx of step t-1
+        return tf.gather(src_t, idx_t, batch_dims=1)
+
+    earlier = tf.scan(step, src_beams[1:][::-1], initializer=last)  # steps T-2 ... 0
+    return tf.concat([earlier[::-1], last[None]], axis=0)
+
+
+def _apply_backtrack(x, idx, k):
+    """x [T, B*K, ...] as accumulated per step -> the full hypotheses [T, B*K, ...] of the final beam."""
+    shape = tf.shape(x)
+    x = tf.reshape(x, tf.concat([[shape[0], shape[1] // k, k], shape[2:]], 0))
+    x = tf.gather(x, idx, axis=2, batch_dims=2)
+    return tf.reshape(x, shape)
+
+
 def _same_template(a, b):
-    return a.batch_shape == b.batch_shape and a.dim == b.dim and a.sparse == b.sparse and a.dtype == b.dtype
+    return (a.batch_shape == b.batch_shape and a.dim == b.dim and a.sparse == b.sparse and a.dtype == b.dtype
+            and (a.beam is None) == (b.beam is None))
+
+
+def _searching_choices(unit, network):
+    """Names of the choice layers of the unit that search."""
+    from ..search import ChoiceLayer
+
+    return [x for x, desc in sorted(unit.items()) if isinstance(desc, dict) and desc.get("class") == "choice"
+            and ChoiceLayer.use_search(network, desc.get("search"), desc.get("input_type", "prob"))]
 
 
 _BASE_EXTRA_OUTPUTS = LayerBase.get_rec_initial_extra_outputs.__func__

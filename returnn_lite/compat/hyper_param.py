@@ -1,0 +1,44 @@
+"""
+Stand-in for the original's ``HyperParamTuning`` module: :class:`HyperParam` placeholders in configs.
+
+returnn_lite has no hyper-parameter tuning (``task = "hyper_param_tuning"``). A config may still define
+``HyperParam(...)`` values; where one reaches the network or the data description, construction fails with
+one line naming the option and the placeholder's default (see :func:`check_no_hyper_params`).
+"""
+
+from __future__ import annotations
+
+__all__ = ["HyperParam", "check_no_hyper_params"]
+
+
+class HyperParam:
+    """A hyper-parameter placeholder ``HyperParam(dtype, bounds, classes, log, default)`` as in the original."""
+
+    def __init__(self, dtype=None, bounds=None, classes=None, log=False, default=None):
+        self.dtype = dtype
+        self.bounds = bounds
+        self.classes = classes
+        self.log = log
+        self.default = default
+
+    def get_default_value(self):
+        return self.default
+
+    def __repr__(self):
+        return "HyperParam(%s, %r, default=%r)" % (getattr(self.dtype, "__name__", self.dtype), self.bounds,
+                                                   self.default)
+
+
+def check_no_hyper_params(value, where):
+    """Raise ValueError naming ``where`` (and the key path) if ``value`` contains a :class:`HyperParam`."""
+    stack = [(where, value)]
+    while stack:
+        path, v = stack.pop()
+        if isinstance(v, HyperParam):
+            raise ValueError(
+                "%s is a HyperParam placeholder (%r): returnn_lite does not do hyper-parameter tuning; "
+                "put a plain value there (e.g. its default %r)" % (path, v, v.default))
+        if isinstance(v, dict):
+            stack.extend(("%s[%r]" % (path, k), x) for k, x in v.items())
+        elif isinstance(v, (list, tuple)):
+            stack.extend(("%s[%i]" % (path, i), x) for i, x in enumerate(v))

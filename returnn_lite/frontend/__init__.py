@@ -1,0 +1,32 @@
+"""
+The RETURNN frontend (``rf``): backend-independent model code.
+
+    import returnn_lite.frontend as rf
+
+    rf.select_backend_returnn_layers_tf()   # rf calls build a RETURNN layer dict, compiled by TFNetwork
+
+Functions dispatch to the backend of their tensors (see :mod:`returnn_lite.frontend._backend`); bad input (dim
+mismatches, unknown dims, a loss marked twice) raises :class:`FrontendError` naming the model code's file:line.
+"""
+
+from __future__ import annotations
+
+from ..data import Dim, batch_dim, single_step_dim  # noqa: F401
+from ..data import Data as Tensor  # noqa: F401
+from ..tensor.tensor_dict import TensorDict  # noqa: F401
+from ._backend import (  # noqa: F401
+    Backend, get_backend_by_raw_tensor_type, get_backend_for_dims, get_backend_for_tensor, get_selected_backend,
+    is_backend_selected, select_backend_returnn_layers_tf, select_backend_tf, select_backend_torch)
+from ._utils import FrontendError  # noqa: F401
+from .array_ import *  # noqa: F401,F403
+from .array_ import slice  # noqa: F401 (shadows the builtin on purpose, as the original)
+from .math_ import *  # noqa: F401,F403
+from .math_ import abs, reduce, round  # noqa: F401
+from .module import (  # noqa: F401
+    Functional, Glorot, He, HeNormal, HeUniform, Module, ModuleList, Parameter, ParamInit, Sequential,
+    VarianceScaling, init)
+from .nn import (  # noqa: F401
+    LSTM, BatchNorm, Conv1d, Conv2d, Embedding, GenericSelfAttention, LayerNorm, Linear, Loop, LstmState,
+    SelfAttention, State, cond, conv, cross_entropy, ctc_loss, dot_attention, dropout, make_conv_out_spatial_dims,
+    max_pool, max_pool1d, pool, pool1d, random, random_normal, random_uniform, scan, set_random_seed, while_loop)
+from .run_ctx import Loss, RunCtx, get_run_ctx, init_forward_step_run_ctx, init_train_step_run_ctx  # noqa: F401

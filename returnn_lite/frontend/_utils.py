@@ -1,0 +1,86 @@
+"""Shared helpers of rf: the model-code call site for errors, dim checks, output dims of broadcast ops."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+_PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # returnn_lite/
+
+
+class FrontendError(Exception):
+    """Bad rf usage (dim mismatch, unknown dim, ...); the message names the model code's call site."""
+
+
+def call_site():
+    """'file:line' of the innermost frame outside returnn_lite (the model code that called rf)."""
+    f = sys._getframe(1)
+    while f is not None:
+        fn = os.path.abspath(f.f_code.co_filename) if not f.f_code.co_filename.startswith("<") else \
+            f.f_code.co_filename
+        if not fn.startswith(_PKG_DIR + os.sep):
+            return "%s:%i" % (f.f_code.co_filename, f.f_lineno)
+        f = f.f_back
+    return "<unknown>"
+
+
+def error(func, msg):
+    """A FrontendError 'rf.<func> at <file:line>: msg'."""
+    return FrontendError("rf.%s at %s: %s" % (func, call_site(), msg))
+
+
+def dims_str(dims):
+    return "[%s]" % ", ".join(d.short_repr() for d in dims)
+
+
+def is_tensor(x):
+    from ..data import Data
+
+    return isinstance(x, Data)
+
+
+def as_dims(axis):
+    from ..data import Dim
+
+    if isinstance(axis, Dim):
+        return [axis]
+    return list(axis)
+
+
+def check_dims_in(func, tensor, dims, what="axis"):
+    for d in dims:
+        if d not in tensor.dims:
+            raise error(func, "%s %s is not a dim of %s %s" % (
+                what, d.short_repr(), tensor.name, dims_str(tensor.dims)))
+
+
+def broadcast_dims(func, tensors, allow_broadcast_all_sources=False, dim_order=None):
+    """Dims of the result of an elementwise op: the union; unless allowed, one operand must have all of them."""
+    tensors = [t for t in tensors if is_tensor(t)]
+    out = []
+    for t in tensors:
+        for d in t.dims:
+            if d not in out:
+                out.append(d)
+    if not allow_broadcast_all_sources and len(tensors) > 1:
+        if not any(len(set(t.dims)) == len(out) for t in tensors):
+            raise error(func, "dims do not match: %s; no operand has all dims %s (use "
+                        "allow_broadcast_all_sources=True to broadcast all sources)" % (
+                            ", ".join("%s %s" % (t.name, dims_str(t.dims)) for t in tensors), dims_str(out)))
+    # the order of the operand with most dims first
+    if tensors:
+        big = max(tensors, key=lambda t: len(t.dims))
+        out = list(big.dims) + [d for d in out if d not in big.dims]
+    if dim_order is not None:
+        out = [d for d in dim_order if d in out] + [d for d in out if d not in dim_order]
+    return out
+
+
+def result_dtype(values):
+    for v in values:
+        if is_tensor(v):
+            return v.dtype
+    for v in values:
+        if isinstance(v, float):
+            return "float32"
+    return "int32"

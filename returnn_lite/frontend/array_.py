@@ -1,0 +1,271 @@
+"""rf array ops: constants, concat, pad, gather, slice/split, merge_dims/split_dims, expand_dim/squeeze, ranges."""
+
+from __future__ import annotations
+
+from ._backend import get_backend_for_tensor, get_selected_backend
+from ._utils import as_dims, check_dims_in, dims_str, error, is_tensor
+
+
+def convert_to_tensor(value, *, dims=(), dtype=None, sparse_dim=None, name=None, device=None, _backend=None):
+    """A Tensor from a Python/numpy value (dims must match its shape); a Tensor is returned as it is."""
+    if is_tensor(value):
+        return value
+    if dtype is None:
+        dtype = "float32" if isinstance(value, float) else "bool" if isinstance(value, bool) else \
+            "int32" if isinstance(value, int) else str(getattr(value, "dtype", "float32"))
+    return (_backend or get_selected_backend()).convert_to_tensor(
+        value, dims=list(dims), dtype=dtype, sparse_dim=sparse_dim, name=name)
+
+
+constant = convert_to_tensor
+
+
+def full(*, dims, fill_value, dtype=None, sparse_dim=None, feature_dim=None, device=None):
+    if dtype is None:
+        dtype = fill_value.dtype if is_tensor(fill_value) else "float32" if isinstance(fill_value, float) else \
+            "bool" if isinstance(fill_value, bool) else "int32"
+    return get_selected_backend().full(list(dims), fill_value, dtype=dtype, sparse_dim=sparse_dim,
+                                       feature_dim=feature_dim)
+
+
+def zeros(dims, *, dtype="float32", sparse_dim=None, feature_dim=None, device=None):
+    return full(dims=dims, fill_value=0, dtype=dtype, sparse_dim=sparse_dim, feature_dim=feature_dim)
+
+
+def ones(dims, *, dtype="float32", sparse_dim=None, feature_dim=None, device=None):
+    return full(dims=dims, fill_value=1, dtype=dtype, sparse_dim=sparse_dim, feature_dim=feature_dim)
+
+
+def zeros_like(x):
+    return zeros(x.dims, dtype=x.dtype, sparse_dim=x.sparse_dim)
+
+
+def ones_like(x):
+    return ones(x.dims, dtype=x.dtype, sparse_dim=x.sparse_dim)
+
+
+def copy(x):
+    return get_backend_for_tensor(x).copy(x)
+
+
+def stop_gradient(x):
+    return get_backend_for_tensor(x).stop_gradient(x)
+
+
+def range_over_dim(dim, *, dtype=None, device=None):
+    """[dim] -> 0, 1, ..., (int32, sparse_dim=dim)."""
+    return get_selected_backend().range_over_dim(dim, dtype=dtype or "int32")
+
+
+def dim_value(dim):
+    """Scalar Tensor: the size of a static dim, the padded length of a dynamic one, the batch size."""
+    return get_selected_backend().dim_value_tensor(dim)
+
+
+def sequence_mask(dims):
+    """Bool Tensor, True within the sequence lengths of the dynamic dims among ``dims``."""
+    from . import math_
+
+    mask = None
+    for d in as_dims(dims):
+        if d.dimension is not None or d.is_batch_dim():
+            continue
+        m = math_.compare(range_over_dim(d), "less", d.get_size_tensor(), allow_broadcast_all_sources=True)
+        mask = m if mask is None else math_.logical_and(mask, m, allow_broadcast_all_sources=True)
+    return mask
+
+
+def concat(*sources, allow_broadcast=False, out_dim=None):
+    """concat((x, x_dim), (y, y_dim), ..., out_dim=) -> (Tensor, out_dim); out_dim defaults to the sum of dims."""
+    if not sources:
+        raise error("concat", "no sources")
+    for src in sources:
+        if not (isinstance(src, (tuple, list)) and len(src) == 2 and is_tensor(src[0])):
+            raise error("concat", "sources must be (Tensor, Dim) pairs, got %r" % (src,))
+        check_dims_in("concat", src[0], [src[1]])
+    if out_dim is None:
+        out_dim = sources[0][1]
+        for _, d in sources[1:]:
+            out_dim = out_dim + d
+    else:
+        total = sum(d.dimension for _, d in sources) if all(d.dimension is not None for _, d in sources) else None
+        if out_dim.dimension is not None and total is not None and out_dim.dimension != total:
+            raise error("concat", "out_dim %s does not match the sum %i of the concatenated dims %s" % (
+                out_dim.short_repr(), total, dims_str([d for _, d in sources])))
+    others = None
+    for x, d in sources:
+        rest = set(x.dims) - {d}
+        if others is None:
+            others = rest
+        elif rest != others and not allow_broadcast:
+            raise error("concat", "the other dims of the sources differ: %s (use allow_broadcast=True)" % (
+                "; ".join("%s %s" % (x.name, dims_str(x.dims)) for x, _ in sources)))
+    out = get_backend_for_tensor(sources[0][0]).concat(*sources, allow_broadcast=allow_broadcast, out_dim=out_dim)
+    return out, out_dim
+
+
+def concat_features(*sources, allow_broadcast=False):
+    pairs = [(x, x.feature_dim) for x in sources]
+    return concat(*pairs, allow_broadcast=allow_broadcast)[0]
+
+
+def pad(source, *, axes, padding, out_dims=None, mode="constant", value=None, handle_dynamic_dims=None):
+    """Pad each of ``axes`` by (left, right) ints; -> (Tensor, out_dims) with ``left + dim + right`` dims."""
+    axes = as_dims(axes)
+    check_dims_in("pad", source, axes)
+    padding = [tuple(p) for p in padding]
+    if len(padding) != len(axes):
+        raise error("pad", "%i axes but %i paddings" % (len(axes), len(padding)))
+    for p in padding:
+        if not all(isinstance(v, int) for v in p):
+            raise error("pad", "only int paddings are supported, got %r" % (p,))
+    if mode not in ("constant", "reflect", "replicate"):
+        raise error("pad", "unknown mode %r" % mode)
+    if out_dims is None:
+        out_dims = [left + a + right if (left or right) else a for a, (left, right) in zip(axes, padding)]
+    else:
+        out_dims = list(out_dims)
+        for a, (left, right), o in zip(axes, padding, out_dims):
+            if a.dimension is not None and o.dimension is not None and o.dimension != a.dimension + left + right:
+                raise error("pad", "out dim %s does not match %s padded by %r" % (
+                    o.short_repr(), a.short_repr(), (left, right)))
+            if o.dimension is None and o is not a and o.__dict__.get("_derived_from") is None and \
+                    o.dyn_size is None and a.dimension is None:
+                o.__dict__["_derived_from"] = ("add", (a, left + right))
+    if handle_dynamic_dims is None:
+        handle_dynamic_dims = True
+    out = get_backend_for_tensor(source).pad(
+        source, axes=axes, padding=padding, out_dims=out_dims, handle_dynamic_dims=handle_dynamic_dims, mode=mode,
+        value=0 if value is None else value)
+    return out, out_dims
+
+
+def gather(source, *, indices, axis=None, clip_to_valid=False):
+    """source[..., indices, ...] along axis: the axis is replaced by the dims of indices (int: axis removed)."""
+    if axis is None:
+        if is_tensor(indices) and indices.sparse_dim is not None and indices.sparse_dim in source.dims:
+            axis = indices.sparse_dim
+        else:
+            raise error("gather", "axis not given and indices have no sparse dim of the source")
+    check_dims_in("gather", source, [axis])
+    if is_tensor(indices) and axis in indices.dims:
+        raise error("gather", "indices %s must not have the gathered axis %s" % (
+            dims_str(indices.dims), axis.short_repr()))
+    return get_backend_for_tensor(source).gather(source, indices=indices, axis=axis, clip_to_valid=clip_to_valid)
+
+
+def slice(source, *, axis, start=None, end=None, step=None, size=None, out_dim=None):  # noqa: A001
+    """Static slice [start:end:step] of axis -> (Tensor, out_dim)."""
+    from ..data import Dim
+
+    check_dims_in("slice", source, [axis])
+    for v in (start, end, step):
+        if v is not None and not isinstance(v, int):
+            raise error("slice", "only int start/end/step are supported, got %r" % (v,))
+    if isinstance(size, Dim):
+        out_dim = size
+        end = (start or 0) + size.dimension if size.dimension is not None else end
+    elif isinstance(size, int):
+        end = (start or 0) + size
+    if axis.dimension is None:
+        raise error("slice", "only static axes are supported, %s is dynamic" % axis.short_repr())
+    n = len(range(axis.dimension)[start:end:step])
+    if out_dim is None:
+        out_dim = Dim(n, name="%s:slice" % axis.description)
+    elif out_dim.dimension != n:
+        raise error("slice", "out_dim %s does not match the slice size %i" % (out_dim.short_repr(), n))
+    out = get_backend_for_tensor(source).slice(source, axis=axis, start=start, end=end, step=step, size=None,
+                                               out_dim=out_dim)
+    return out, out_dim
+
+
+def split(source, *, axis, out_dims):
+    """Split axis into consecutive parts of the sizes of out_dims (which must sum up to it)."""
+    check_dims_in("split", source, [axis])
+    out_dims = list(out_dims)
+    if any(d.dimension is None for d in out_dims) or axis.dimension is None:
+        raise error("split", "only static dims are supported: %s -> %s" % (axis.short_repr(), dims_str(out_dims)))
+    if sum(d.dimension for d in out_dims) != axis.dimension:
+        raise error("split", "out dims %s do not sum up to %s" % (dims_str(out_dims), axis.short_repr()))
+    return tuple(get_backend_for_tensor(source).split(source, axis=axis, out_dims=out_dims))
+
+
+def merge_dims(source, *, dims, out_dim=None):
+    """Flatten ``dims`` (in this order) into one dim -> (Tensor, out_dim)."""
+    from ..data import Dim
+
+    dims = list(dims)
+    check_dims_in("merge_dims", source, dims)
+    if out_dim is None:
+        if all(d.dimension is not None for d in dims):
+            n = 1
+            for d in dims:
+                n *= d.dimension
+            out_dim = Dim(n, name="merged(%s)" % ",".join(d.description for d in dims))
+        else:
+            out_dim = dims[0]
+            for d in dims[1:]:
+                out_dim = out_dim * d
+    out = get_backend_for_tensor(source).merge_dims(source, dims=dims, out_dim=out_dim)
+    return out, out_dim
+
+
+def split_dims(source, *, axis, dims, pad_to_multiples=None, pad_value=None):
+    """Split ``axis`` into ``dims`` (row-major); at most one of dims may be dynamic."""
+    dims = list(dims)
+    check_dims_in("split_dims", source, [axis])
+    if pad_to_multiples:
+        raise error("split_dims", "pad_to_multiples is not supported")
+    static = [d.dimension for d in dims if d.dimension is not None]
+    if axis.dimension is not None:
+        n = 1
+        for s in static:
+            n *= s
+        if len(static) == len(dims) and n != axis.dimension:
+            raise error("split_dims", "dims %s do not multiply to %s" % (dims_str(dims), axis.short_repr()))
+    elif len(static) < len(dims) - 1:
+        raise error("split_dims", "at most one of the dims %s may be dynamic" % dims_str(dims))
+    return get_backend_for_tensor(source).split_dims(source, axis=axis, dims=dims)
+
+
+def reshape(source, in_dims, out_dims):
+    check_dims_in("reshape", source, list(in_dims))
+    return get_backend_for_tensor(source).reshape(source, list(in_dims), list(out_dims))
+
+
+def expand_dim(source, dim):
+    """Add ``dim`` (broadcast: the values are repeated along it)."""
+    if dim in source.dims:
+        raise error("expand_dim", "%s already has dim %s" % (dims_str(source.dims), dim.short_repr()))
+    return get_backend_for_tensor(source).expand_dim(source, dim)
+
+
+def expand_dims(source, dims):
+    for d in dims:
+        source = expand_dim(source, d)
+    return source
+
+
+def squeeze(source, axis):
+    check_dims_in("squeeze", source, [axis])
+    if axis.dimension != 1:
+        raise error("squeeze", "axis %s has not size 1" % axis.short_repr())
+    return get_backend_for_tensor(source).squeeze(source, axis)
+
+
+def replace_dim(source, *, in_dim, out_dim=None):
+    """The same values with ``in_dim`` replaced by ``out_dim`` (same size; new dim by default) -> (Tensor, out_dim)."""
+    from ..data import Dim
+
+    check_dims_in("replace_dim", source, [in_dim])
+    if out_dim is None:
+        out_dim = in_dim.copy(same_as_self=False, description="%s:replaced" % in_dim.description)
+        if in_dim.dimension is None:
+            out_dim.__dict__["_derived_from"] = ("add", (in_dim, 0))
+    if not isinstance(out_dim, Dim):
+        raise error("replace_dim", "out_dim must be a Dim")
+    return get_backend_for_tensor(source).replace_dim(source, in_dim=in_dim, out_dim=out_dim), out_dim
+
+
+def cum_concat_step(source, *, prev_accum, axis, out_spatial_dim=None):
+    raise error("cum_concat_step", "not supported by returnn_lite's layers backend (needs rf.Loop)")

@@ -1,0 +1,487 @@
+"""rf modules and functions built from the rf primitives: Linear, Embedding, Conv1d/2d, pooling, LayerNorm,
+BatchNorm, LSTM, attention, losses, dropout, random, State, cond."""
+
+from __future__ import annotations
+
+from ..data import Dim
+from . import array_, math_
+from ._backend import get_backend_for_tensor, get_selected_backend
+from ._utils import check_dims_in, dims_str, error, is_tensor
+from .module import Glorot, Module, Parameter
+
+
+# ---- linear ----
+class Linear(Module):
+    """y = x . weight + bias over in_dim; params ``weight`` [in_dim, out_dim], ``bias`` [out_dim]."""
+
+    def __init__(self, in_dim, out_dim, *, with_bias=True):
+        super().__init__()
+        if not isinstance(in_dim, Dim) or not isinstance(out_dim, Dim):
+            raise error("Linear", "in_dim and out_dim must be Dims, got %r, %r" % (in_dim, out_dim))
+        self.in_dim = in_dim
+        self.out_dim = out_dim
+        self.weight = Parameter([in_dim, out_dim])
+        self.weight.initial = Glorot()
+        self.with_bias = with_bias
+        if with_bias:
+            self.bias = Parameter([out_dim])
+            self.bias.initial = 0.0
+
+    def __call__(self, source):
+        if not is_tensor(source):
+            raise error("Linear", "expects a Tensor, got %r" % (source,))
+        if self.in_dim not in source.dims:
+            raise error("Linear", "in_dim %s is not a dim of the input %s" % (
+                self.in_dim.short_repr(), dims_str(source.dims)))
+        out = math_.matmul(source, self.weight, reduce=self.in_dim)
+        if self.with_bias:
+            out = out + self.bias
+        return out
+
+
+class Embedding(Module):
+    """Lookup of sparse indices (sparse_dim in_dim) in ``weight`` [in_dim, out_dim]."""
+
+    def __init__(self, in_dim, out_dim):
+        super().__init__()
+        self.in_dim = in_dim
+        self.out_dim = out_dim
+        self.weight = Parameter([in_dim, out_dim])
+        self.weight.initial = Glorot()
+
+    def __call__(self, source):
+        if not is_tensor(source) or source.sparse_dim != self.in_dim:
+            raise error("Embedding", "expects sparse indices with sparse_dim %s, got %r" % (
+                self.in_dim.short_repr(), source))
+        return array_.gather(self.weight, indices=source, axis=self.in_dim)
+
+
+# ---- conv and pooling ----
+def _as_tuple(x, n):
+    if isinstance(x, (list, tuple)):
+        if len(x) != n:
+            raise ValueError("expected %i values, got %r" % (n, x))
+        return tuple(x)
+    return (x,) * n
+
+
+def make_conv_out_spatial_dims(in_spatial_dims, *, filter_size, padding, strides=1, dilation_rate=1,
+                               description_prefix=None):
+    """The output spatial dims of a conv/pool (new dims; dynamic ones with lengths derived from the inputs)."""
+    n = len(in_spatial_dims)
+    filter_size, strides, dilation_rate = _as_tuple(filter_size, n), _as_tuple(strides, n), _as_tuple(dilation_rate, n)
+    padding = padding.lower()
+    out = []
+    for d, fs, st, dil in zip(in_spatial_dims, filter_size, strides, dilation_rate):
+        if padding == "same" and st == 1:
+            out.append(d)
+            continue
+        if padding == "valid":
+            ext = (fs - 1) * dil
+            new = d - ext if ext else d
+        else:
+            new = d
+        if st != 1:
+            new = new.ceildiv_right(st) if isinstance(new, Dim) else -(-new // st)
+        if new is d:
+            new = d.copy(same_as_self=False)
+        out.append(new)
+    return out
+
+
+class _ConvN(Module):
+    nd = None
+
+    def __init__(self, in_dim, out_dim, filter_size, *, padding, strides=1, dilation_rate=1, groups=None,
+                 with_bias=True):
+        super().__init__()
+        self.in_dim = in_dim
+        self.out_dim = out_dim
+        fs = _as_tuple(filter_size, self.nd)
+        self.filter_size = [d if isinstance(d, Dim) else Dim(int(d), name="filter-dim%i" % i)
+                            for i, d in enumerate(fs)]
+        self.padding = padding
+        self.strides = strides
+        self.dilation_rate = dilation_rate
+        if groups not in (None, 1):
+            raise error("Conv%id" % self.nd, "groups=%r is not supported" % groups)
+        self.groups = groups
+        self.filter = Parameter([out_dim, in_dim] + self.filter_size)
+        self.filter.initial = Glorot()
+        self.with_bias = with_bias
+        if with_bias:
+            self.bias = Parameter([out_dim])
+            self.bias.initial = 0.0
+
+    def _call(self, source, in_spatial_dims, out_spatial_dims=None):
+        return conv(source, in_dim=self.in_dim, out_dim=self.out_dim, in_spatial_dims=in_spatial_dims,
+                    out_spatial_dims=out_spatial_dims, filter=self.filter, filter_size=self.filter_size,
+                    padding=self.padding, strides=self.strides, dilation_rate=self.dilation_rate,
+                    bias=self.bias if self.with_bias else None)
+
+
+class Conv1d(_ConvN):
+    """1D conv: ``(y, out_spatial_dim) = conv(x, in_spatial_dim=)``; params filter [out, in, k], bias [out]."""
+
+    nd = 1
+
+    def __call__(self, source, *, in_spatial_dim, out_spatial_dim=None):
+        out, (out_spatial_dim,) = self._call(
+            source, [in_spatial_dim], [out_spatial_dim] if out_spatial_dim is not None else None)
+        return out, out_spatial_dim
+
+
+class Conv2d(_ConvN):
+    nd = 2
+
+    def __call__(self, source, *, in_spatial_dims, out_spatial_dims=None):
+        return self._call(source, list(in_spatial_dims), out_spatial_dims)
+
+
+def conv(source, *, in_dim, out_dim, in_spatial_dims, out_spatial_dims=None, filter, filter_size, padding,  # noqa
+         strides=1, dilation_rate=1, groups=None, bias=None):
+    in_spatial_dims = list(in_spatial_dims)
+    check_dims_in("conv", source, [in_dim] + in_spatial_dims)
+    if padding.lower() not in ("same", "valid"):
+        raise error("conv", "padding must be 'same' or 'valid', got %r" % padding)
+    if out_spatial_dims is None:
+        out_spatial_dims = make_conv_out_spatial_dims(
+            in_spatial_dims, filter_size=[d.dimension for d in filter_size], padding=padding, strides=strides,
+            dilation_rate=dilation_rate)
+    out = get_backend_for_tensor(source).conv(
+        source, in_dim=in_dim, out_dim=out_dim, in_spatial_dims=in_spatial_dims, out_spatial_dims=out_spatial_dims,
+        filter=filter, filter_size=filter_size, padding=padding, strides=strides, dilation_rate=dilation_rate,
+        groups=groups, bias=bias)
+    return out, out_spatial_dims
+
+
+def pool(source, *, mode, pool_size, padding="valid", dilation_rate=1, strides=None, in_spatial_dims,
+         out_spatial_dims=None):
+    in_spatial_dims = list(in_spatial_dims)
+    check_dims_in("pool", source, in_spatial_dims)
+    n = len(in_spatial_dims)
+    pool_size = _as_tuple(pool_size, n)
+    strides = pool_size if strides is None else _as_tuple(strides, n)
+    if mode not in ("max", "avg"):
+        raise error("pool", "mode must be 'max' or 'avg', got %r" % mode)
+    if out_spatial_dims is None:
+        out_spatial_dims = make_conv_out_spatial_dims(
+            in_spatial_dims, filter_size=pool_size, padding=padding, strides=strides, dilation_rate=dilation_rate)
+    out = get_backend_for_tensor(source).pool(
+        source, mode=mode, pool_size=pool_size, padding=padding, dilation_rate=_as_tuple(dilation_rate, n),
+        strides=strides, in_spatial_dims=in_spatial_dims, out_spatial_dims=out_spatial_dims)
+    return out, out_spatial_dims
+
+
+def max_pool(source, *, pool_size, padding="valid", dilation_rate=1, strides=None, in_spatial_dims,
+             out_spatial_dims=None):
+    return pool(source, mode="max", pool_size=pool_size, padding=padding, dilation_rate=dilation_rate,
+                strides=strides, in_spatial_dims=in_spatial_dims, out_spatial_dims=out_spatial_dims)
+
+
+def pool1d(source, *, mode, pool_size, padding="valid", dilation_rate=1, strides=None, in_spatial_dim,
+           out_spatial_dim=None):
+    out, (d,) = pool(source, mode=mode, pool_size=pool_size, padding=padding, dilation_rate=dilation_rate,
+                     strides=strides, in_spatial_dims=[in_spatial_dim],
+                     out_spatial_dims=[out_spatial_dim] if out_spatial_dim is not None else None)
+    return out, d
+
+
+def max_pool1d(source, *, pool_size, padding="valid", dilation_rate=1, strides=None, in_spatial_dim,
+               out_spatial_dim=None):
+    return pool1d(source, mode="max", pool_size=pool_size, padding=padding, dilation_rate=dilation_rate,
+                  strides=strides, in_spatial_dim=in_spatial_dim, out_spatial_dim=out_spatial_dim)
+
+
+# ---- normalization ----
+class LayerNorm(Module):
+    """(x - mean) / sqrt(var + eps) * scale + bias over in_dim; params ``scale`` (1), ``bias`` (0)."""
+
+    def __init__(self, in_dim, *, eps=1e-6, with_bias=True):
+        super().__init__()
+        self.in_dim = in_dim
+        self.eps = eps
+        self.scale = Parameter([in_dim])
+        self.scale.initial = 1.0
+        self.with_bias = with_bias
+        if with_bias:
+            self.bias = Parameter([in_dim])
+            self.bias.initial = 0.0
+
+    def __call__(self, x):
+        check_dims_in("LayerNorm", x, [self.in_dim], what="in_dim")
+        mean = math_.reduce_mean(x, axis=self.in_dim)
+        variance = math_.reduce_mean(math_.squared_difference(x, mean), axis=self.in_dim)
+        norm_x = (x - mean) * math_.rsqrt(variance + self.eps)
+        out = norm_x * self.scale
+        if self.with_bias:
+            out = out + self.bias
+        return out
+
+
+class BatchNorm(Module):
+    """
+    Batch norm over in_dim: params ``running_mean``, ``running_variance`` (auxiliary), ``gamma``, ``beta``.
+    Training: normalized by the (masked) batch statistics, running stats updated with momentum; else the running ones.
+    """
+
+    def __init__(self, in_dim, *, affine=True, momentum=0.1, eps=1e-3, use_mask=None, **_unused):
+        super().__init__()
+        if _unused:
+            raise error("BatchNorm", "unsupported option(s) %s" % sorted(_unused))
+        self.in_dim = in_dim
+        self.affine = affine
+        self.momentum = momentum
+        self.eps = eps
+        self.use_mask = use_mask
+        self.running_mean = Parameter([in_dim], auxiliary=True)
+        self.running_mean.initial = 0.0
+        self.running_variance = Parameter([in_dim], auxiliary=True)
+        self.running_variance.initial = 1.0
+        if affine:
+            self.gamma = Parameter([in_dim])
+            self.gamma.initial = 1.0
+            self.beta = Parameter([in_dim])
+            self.beta.initial = 0.0
+
+    def __call__(self, source):
+        check_dims_in("BatchNorm", source, [self.in_dim], what="in_dim")
+        return get_backend_for_tensor(source).batch_norm(
+            source, in_dim=self.in_dim, running_mean=self.running_mean, running_variance=self.running_variance,
+            gamma=self.gamma if self.affine else None, beta=self.beta if self.affine else None, epsilon=self.eps,
+            momentum=self.momentum, affine=self.affine, use_mask=True if self.use_mask is None else self.use_mask)
+
+
+# ---- recurrent ----
+class State(dict):
+    """Nested state (attribute access to the dict entries), as rf.State."""
+
+    def __getattr__(self, item):
+        try:
+            return self[item]
+        except KeyError:
+            raise AttributeError(item) from None
+
+    def __setattr__(self, key, value):
+        self[key] = value
+
+
+class LstmState(State):
+    def __init__(self, *_args, h=None, c=None, **kwargs):
+        super().__init__(**kwargs)
+        if _args:
+            if len(_args) == 1 and isinstance(_args[0], dict):
+                self.update(_args[0])
+            else:
+                raise TypeError("LstmState(h=, c=)")
+        if h is not None:
+            self["h"] = h
+        if c is not None:
+            self["c"] = c
+
+
+class LSTM(Module):
+    """
+    LSTM (gate order i, f, g, o as PyTorch) over a spatial dim (or one step with ``single_step_dim``):
+    params ``ff_weight`` [4*out, in], ``rec_weight`` [4*out, out], ``bias`` [4*out].
+    ``(out, new_state) = lstm(x, state=, spatial_dim=)``.
+    """
+
+    def __init__(self, in_dim, out_dim, *, with_bias=True):
+        super().__init__()
+        self.in_dim = in_dim
+        self.out_dim = out_dim
+        self.gates_dim = 4 * out_dim
+        self.ff_weight = Parameter([self.gates_dim, in_dim])
+        self.ff_weight.initial = Glorot()
+        self.rec_weight = Parameter([self.gates_dim, out_dim])
+        self.rec_weight.initial = Glorot()
+        self.with_bias = with_bias
+        if with_bias:
+            self.bias = Parameter([self.gates_dim])
+            self.bias.initial = 0.0
+
+    def default_initial_state(self, *, batch_dims):
+        return LstmState(h=array_.zeros(list(batch_dims) + [self.out_dim]),
+                         c=array_.zeros(list(batch_dims) + [self.out_dim]))
+
+    def __call__(self, source, *, state, spatial_dim):
+        check_dims_in("LSTM", source, [self.in_dim], what="in_dim")
+        if spatial_dim is not single_step_dim():
+            check_dims_in("LSTM", source, [spatial_dim], what="spatial_dim")
+        if not self.with_bias:
+            raise error("LSTM", "with_bias=False is not supported")
+        out, (h, c) = get_backend_for_tensor(source).lstm(
+            source, state_h=state.h, state_c=state.c, ff_weight=self.ff_weight, rec_weight=self.rec_weight,
+            bias=self.bias, spatial_dim=spatial_dim, in_dim=self.in_dim, out_dim=self.out_dim)
+        return out, LstmState(h=h, c=c)
+
+
+def single_step_dim():
+    from ..data import single_step_dim as d
+
+    return d
+
+
+# ---- attention ----
+def dot_attention(query, keys, values, *, key_dim, axis, att_dropout=0.0, att_dropout_broadcast=None):
+    """softmax(query . keys / sqrt(key_dim) over axis) . values; padded frames of axis are masked."""
+    check_dims_in("dot_attention", query, [key_dim], what="key_dim")
+    check_dims_in("dot_attention", keys, [key_dim, axis])
+    check_dims_in("dot_attention", values, [axis])
+    query = query * (key_dim.dimension ** -0.5)
+    energy = math_.matmul(query, keys, reduce=key_dim)
+    att_weights = math_.softmax(energy, axis=axis)
+    att_weights = dropout(att_weights, att_dropout, axis=axis if att_dropout_broadcast else None)
+    return math_.matmul(att_weights, values, reduce=axis)
+
+
+class GenericSelfAttention(Module):
+    """Multi-head self attention; params ``qkv`` (Linear in -> heads*(2*key+value)), ``proj`` (Linear)."""
+
+    def __init__(self, in_dim, proj_dim, *, key_dim_total, value_dim_total, num_heads, with_bias=True,
+                 att_dropout=0.1, att_dropout_broadcast=None):
+        super().__init__()
+        self.in_dim = in_dim
+        self.out_dim = proj_dim if proj_dim else value_dim_total
+        if isinstance(num_heads, int):
+            num_heads = Dim(num_heads, name="num_heads")
+        self.key_dim_total = key_dim_total
+        self.key_dim_per_head = Dim(key_dim_total.dimension // num_heads.dimension, name="key-dim-per-head")
+        self.value_dim_total = value_dim_total
+        self.value_dim_per_head = Dim(value_dim_total.dimension // num_heads.dimension, name="value-dim-per-head")
+        self.num_heads = num_heads
+        self.qkv_dim_total = 2 * key_dim_total + value_dim_total
+        self.qkv_dim_per_head = 2 * self.key_dim_per_head + self.value_dim_per_head
+        self.qkv = Linear(in_dim, self.qkv_dim_total, with_bias=with_bias)
+        if proj_dim:
+            self.proj = Linear(value_dim_total, proj_dim, with_bias=with_bias)
+        else:
+            self.proj = None
+        self.att_dropout = att_dropout
+        self.att_dropout_broadcast = att_dropout_broadcast
+
+    def forward_qkv(self, source):
+        qkv = self.qkv(source)
+        qkv = array_.split_dims(qkv, axis=self.qkv_dim_total, dims=(self.num_heads, self.qkv_dim_per_head))
+        q, k, v = array_.split(qkv, axis=self.qkv_dim_per_head,
+                               out_dims=(self.key_dim_per_head, self.key_dim_per_head, self.value_dim_per_head))
+        return q, k, v
+
+    def attention(self, q, k, v, *, kv_axis):
+        att = dot_attention(q, k, v, key_dim=self.key_dim_per_head, axis=kv_axis, att_dropout=self.att_dropout,
+                            att_dropout_broadcast=self.att_dropout_broadcast)
+        output, _ = array_.merge_dims(att, dims=(self.num_heads, self.value_dim_per_head),
+                                      out_dim=self.value_dim_total)
+        if self.proj:
+            output = self.proj(output)
+        return output
+
+
+class SelfAttention(GenericSelfAttention):
+    """Self attention over ``axis`` (all frames see all frames within the lengths)."""
+
+    def __call__(self, source, *, axis):
+        check_dims_in("SelfAttention", source, [self.in_dim, axis])
+        q, k, v = self.forward_qkv(source)
+        kv_axis = axis.copy(same_as_self=False, description="%s:kv" % axis.description)
+        if axis.dimension is None:
+            kv_axis.__dict__["_derived_from"] = ("add", (axis, 0))
+        k, _ = array_.replace_dim(k, in_dim=axis, out_dim=kv_axis)
+        v, _ = array_.replace_dim(v, in_dim=axis, out_dim=kv_axis)
+        return self.attention(q, k, v, kv_axis=kv_axis)
+
+
+# ---- losses ----
+def cross_entropy(*, estimated, target, axis, estimated_type):
+    """-sum_axis target * log(estimated); target sparse (indices) or dense (probs); estimated probs/log-probs/logits."""
+    check_dims_in("cross_entropy", estimated, [axis])
+    if target.sparse_dim is not None and target.sparse_dim != axis:
+        raise error("cross_entropy", "target sparse_dim %s differs from axis %s" % (
+            target.sparse_dim.short_repr(), axis.short_repr()))
+    if estimated_type == "logits":
+        return get_backend_for_tensor(estimated).softmax_cross_entropy_with_logits(
+            logits=estimated, targets=target, axis=axis)
+    if estimated_type == "probs":
+        log_prob = math_.safe_log(estimated)
+    elif estimated_type == "log-probs":
+        log_prob = estimated
+    else:
+        raise error("cross_entropy", "estimated_type must be 'probs', 'log-probs' or 'logits', got %r" % (
+            estimated_type,))
+    if target.sparse_dim is not None:
+        return -array_.gather(log_prob, indices=target, axis=axis)
+    return -math_.matmul(target, log_prob, reduce=axis)
+
+
+def ctc_loss(*, logits, targets, input_spatial_dim, targets_spatial_dim, blank_index, max_approx=False,
+             logits_normalized=False):
+    """CTC: -log p(targets | logits) per sequence (dims of logits without the time and class dims)."""
+    check_dims_in("ctc_loss", logits, [input_spatial_dim])
+    check_dims_in("ctc_loss", targets, [targets_spatial_dim])
+    if max_approx:
+        raise error("ctc_loss", "max_approx=True is not supported")
+    return get_backend_for_tensor(logits).ctc_loss(
+        logits=logits, targets=targets, input_spatial_dim=input_spatial_dim,
+        targets_spatial_dim=targets_spatial_dim, blank_index=blank_index, max_approx=max_approx)
+
+
+# ---- dropout and random ----
+def dropout(source, drop_prob, *, axis=None, on_forward=False):
+    """Dropout in training (identity otherwise); axis: the mask varies only along these dims (and batch)."""
+    if not drop_prob:
+        return source
+    if axis is True:
+        axis = source.feature_dim
+    axes = None if axis is None or axis is False else ([axis] if isinstance(axis, Dim) else list(axis))
+    if axes:
+        check_dims_in("dropout", source, axes)
+    return get_backend_for_tensor(source).dropout(source, drop_prob, axis=axes, on_forward=on_forward)
+
+
+def random(*, dims, dtype="float32", distribution, mean=None, stddev=None, bound=None, minval=None, maxval=None,
+           seed=None, sparse_dim=None, **kwargs):
+    if kwargs:
+        raise error("random", "unsupported option(s) %s" % sorted(kwargs))
+    return get_selected_backend().random(
+        dims=list(dims), dtype=dtype, distribution=distribution, mean=mean, stddev=stddev, bound=bound,
+        minval=minval, maxval=maxval, seed=seed, sparse_dim=sparse_dim)
+
+
+def random_normal(dims, *, mean=0.0, stddev=1.0, dtype="float32", seed=None):
+    return random(dims=dims, dtype=dtype, distribution="normal", mean=mean, stddev=stddev, seed=seed)
+
+
+def random_uniform(dims, *, minval=0.0, maxval=1.0, dtype="float32", seed=None, sparse_dim=None):
+    return random(dims=dims, dtype=dtype, distribution="uniform", minval=minval, maxval=maxval, seed=seed,
+                  sparse_dim=sparse_dim)
+
+
+def set_random_seed(seed):
+    from ._backend import _global_backend
+
+    if _global_backend[0] is not None:
+        _global_backend[0].set_random_seed(seed)
+
+
+# ---- control flow ----
+def cond(pred, true_fn, false_fn):
+    """true_fn() if pred else false_fn(); a Tensor pred goes to the backend (layers: both branches + where)."""
+    if isinstance(pred, bool) or not is_tensor(pred):
+        return true_fn() if pred else false_fn()
+    if pred.dims:
+        raise error("cond", "pred must be a scalar, got dims %s" % dims_str(pred.dims))
+    return get_backend_for_tensor(pred).cond(pred, true_fn, false_fn)
+
+
+def while_loop(cond, body, initial):  # noqa: A002
+    return get_selected_backend().while_loop(cond, body, initial)
+
+
+def scan(*_args, **_kwargs):
+    raise error("scan", "not supported by returnn_lite's layers backend yet (use rf.LSTM over a spatial dim)")
+
+
+class Loop:
+    def __init__(self, *_args, **_kwargs):
+        raise error("Loop", "not supported by returnn_lite's layers backend yet (use rf.LSTM over a spatial dim)")

@@ -1,0 +1,94 @@
+"""
+Config entry points on the layers backend: ``get_net_dict(epoch=, step=) -> (net_dict, model)`` runs the config's
+``get_model`` and ``train_step`` (task "train"/"eval") or ``forward_step`` (task "forward"/"search") under a
+:class:`NetDictBuilder`; the result is a plain layer dict for :class:`returnn_lite.network.TFNetwork`.
+"""
+
+from __future__ import annotations
+
+from ..data import Data
+from ..tensor.tensor_dict import TensorDict
+from ._net import Layer, NetDictBuilder
+
+
+def extern_data_tensors(extern_data_opts, builder):
+    """The extern data as rf Tensors whose raw tensors are the ``data:KEY`` layers; their dims are reset."""
+    td = TensorDict()
+    for key, opts in extern_data_opts.items():
+        if isinstance(opts, Data):
+            opts = opts.get_kwargs()
+            opts.pop("name", None)
+        opts = dict(opts)
+        opts.pop("available_for_inference", None)
+        t = Data(name=key, **opts)
+        t.placeholder = Layer("data:%s" % key, {}, builder)
+        for d in t.dims:
+            if d.dimension is None and not d.is_batch_dim():
+                d.reset_eager()
+        td.data[key] = t
+    return td
+
+
+def get_net_dict(*, epoch, step, config=None, task=None):
+    """(net_dict, model) from the config (default: the global config) on the RETURNN-layers backend."""
+    from .. import frontend as rf
+    from ..config import get_global_config
+
+    if config is None:
+        config = get_global_config()
+    backend = config.value("backend", "tensorflow")
+    if backend not in ("tensorflow", "tf", "returnn_layers_tf"):
+        raise ValueError("config backend=%r: returnn_lite runs rf configs (get_model/train_step) only on the "
+                         "RETURNN-layers backend (backend = \"tensorflow\")" % backend)
+    rf.select_backend_returnn_layers_tf()
+    extern_data_opts = config.typed_value("extern_data")
+    if not extern_data_opts:
+        raise ValueError("get_net_dict: the config has no extern_data")
+    get_model = config.typed_value("get_model")
+    if get_model is None:
+        raise ValueError("get_net_dict: the config defines no get_model(*, epoch, step, **_)")
+    if task is None:
+        task = config.value("task", "train")
+    builder = NetDictBuilder()
+    with builder:
+        extern_data = extern_data_tensors(extern_data_opts, builder)
+        model = get_model(epoch=epoch, step=step)
+        register_params(model, builder)
+        if task in ("train", "eval"):
+            step_func = config.typed_value("train_step")
+            if step_func is None:
+                raise ValueError("get_net_dict: task %r needs train_step(*, model, extern_data, **_) in the config"
+                                 % task)
+            rf.init_train_step_run_ctx(train_flag=(task == "train"), step=step, epoch=epoch)
+        else:
+            step_func = config.typed_value("forward_step")
+            if step_func is None:
+                raise ValueError("get_net_dict: task %r needs forward_step(*, model, extern_data, **_) in the config"
+                                 % task)
+            rf.init_forward_step_run_ctx(epoch=epoch, step=step)
+        step_func(model=model, extern_data=extern_data)
+    return builder.net_dict, model
+
+
+def register_params(model, builder):
+    """A variable layer per param of the model (``a.b`` -> layer ``a/b``); module paths for the name scopes."""
+    from ..frontend.module import Module
+    from ._backend import ReturnnLayersBackend
+
+    if not isinstance(model, Module):
+        raise TypeError("get_model must return an rf.Module, got %r" % (model,))
+    for path, mod in model.named_modules():
+        mod._rfl_path = path
+    for name, param in model.named_parameters():
+        param.rf_name = name
+        ReturnnLayersBackend.create_parameter_raw(param, name=name.replace(".", "/"))
+
+
+def get_net_dict_for_engine(config, *, epoch, task):
+    """The engine's hook: the layer dict of a config with get_model/train_step (forward_step) instead of network."""
+    from ..config import global_config_ctx
+
+    task = {"train": "train", "eval": "eval", "forward": "forward", "search": "forward"}.get(task, "train")
+    with global_config_ctx(config):
+        net_dict, _model = get_net_dict(epoch=epoch, step=0, config=config, task=task)
+    return net_dict

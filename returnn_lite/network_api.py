@@ -1,0 +1,339 @@
+"""
+The public TFNetwork methods of the original (seed 003) that config code calls and that the compiler itself does
+not need: :class:`NetworkAPIMixin`, a base class of :class:`returnn_lite.network.TFNetwork` (so also of every
+subnetwork, e.g. those inside rec units).
+
+- ``get_config()``: the Config of the root network, else the global one, else an empty one. SpecAugment and
+  fusion ``eval`` layers do ``self.network.get_config().typed_value("transform")(...)``.
+- ``global_train_step``: the global step variable; during construction it exists (created on first use), so
+  schedules like ``tf.greater_equal(network.global_train_step, 1000)`` work.
+- ``get_epoch_step``, ``get_seq_tags``, ``get_global_batch_info``, ``make_subnet``, ``layer_creation_scope``,
+  ``get_saveable_params_list``, ``get_saveable_param_replace_dict``, ``declare_train_params``,
+  ``get_var_assigner``, ``get_all_rec_time_dims``, ``set_rec_step_info``, graph-reset and run-finished callbacks,
+  run opts, ``get_network_stack``/``get_current_network``/``register_network_scope``,
+  ``register_post_control_dependencies``/``get_post_control_dependencies`` (static, per TF graph, as the original).
+
+Also :func:`strip_net_dict_meta`: net dict keys starting with ``#`` (``#config``, ``#copy_param_mode``,
+``#repetition``, ``#info``...) are metadata for the engine/pretraining, never layers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import tensorflow as tf
+
+tf1 = tf.compat.v1
+
+__all__ = ["NetworkAPIMixin", "strip_net_dict_meta", "BatchInfo", "VarAssigner"]
+
+_POST_CONTROL_DEPS_COLLECTION = "_RETURNN_post_control_dependencies"
+_NET_DICT_SUB_KEYS = ("unit", "subnetwork")
+
+
+def strip_net_dict_meta(net_dict, check=False):
+    """
+    A copy of net_dict without ``#``-keys, also inside ``unit``/``subnetwork`` dicts (the dict itself if none).
+    With check: HyperParam placeholders (hyper-parameter tuning configs) fail with one line naming the option.
+    """
+    if not isinstance(net_dict, dict):
+        return net_dict
+    if check:
+        from .compat.hyper_param import check_no_hyper_params
+
+        check_no_hyper_params({k: v for k, v in net_dict.items() if not str(k).startswith("#")}, "network")
+    changed = False
+    out = {}
+    for key, desc in net_dict.items():
+        if isinstance(key, str) and key.startswith("#"):
+            changed = True
+            continue
+        if isinstance(desc, dict):
+            new_desc = desc
+            for sub_key in _NET_DICT_SUB_KEYS:
+                sub = desc.get(sub_key)
+                if isinstance(sub, dict):
+                    new_sub = strip_net_dict_meta(sub)
+                    if new_sub is not sub:
+                        if new_desc is desc:
+                            new_desc = dict(desc)
+                        new_desc[sub_key] = new_sub
+            if new_desc is not desc:
+                changed = True
+            desc = new_desc
+        out[key] = desc
+    return out if changed else net_dict
+
+
+class BatchInfo:
+    """The global batch: ``dim`` is the batch size (scalar int32 tensor) of the extern data."""
+
+    def __init__(self, dim):
+        self.dim = dim
+        self.virtual_dims = []
+
+    def __repr__(self):
+        return "BatchInfo(dim=%r)" % (self.dim,)
+
+
+class VarAssigner:
+    """Assigns numpy values to one variable (feeding its initializer; no new ops per call)."""
+
+    def __init__(self, var):
+        self.var = var
+
+    def assign(self, value, session):
+        session.run(self.var.initializer, feed_dict={self.var.initial_value: value})
+
+
+class _SubnetHandle:
+    """What :meth:`NetworkAPIMixin.make_subnet` returns: a child network plus its net dict."""
+
+    def __init__(self, parent_net, name, opts):
+        from .network import TFNetwork
+
+        self.parent_net = parent_net
+        self.name = name
+        self.opts = opts or {}
+        net_dict = self.opts.get("subnetwork", self.opts) if isinstance(self.opts, dict) else {}
+        self.net_dict = strip_net_dict_meta(net_dict)
+        self.net = TFNetwork(parent_net=parent_net, extern_data=parent_net.extern_data, name=name,
+                             absolute_name_prefix=parent_net.get_absolute_name_prefix() + name + "/")
+        self.net._net_dict = self.net_dict
+
+    def have_layer(self, name):
+        return name in self.net_dict
+
+    def get_layer_desc(self, name):
+        return self.net_dict[name]
+
+    def get_layer_class(self, name):
+        from .layers.base import get_layer_class
+
+        return get_layer_class(self.net_dict[name]["class"])
+
+    def construct_layer(self, name, parent_get_layer=None):
+        return self.net.construct_layer(self.net_dict, name)
+
+    def construct_all(self, parent_get_layer=None):
+        for name in self.net_dict:
+            self.construct_layer(name)
+
+
+def _constructing(net):
+    while net is not None:
+        if getattr(net, "_constructing", None):
+            return True
+        net = net.parent_net
+    return False
+
+
+class NetworkAPIMixin:
+    """Public TFNetwork API of the original beyond what construction needs (see the module doc)."""
+
+    _network_stack = []
+
+    # ---- config, steps, batch
+
+    def get_config(self, consider_global_config=True, fallback_dummy_config=True):
+        net = self
+        while net is not None:
+            if getattr(net, "config", None) is not None:
+                return net.config
+            net = net.parent_net
+        from .config import Config, get_global_config
+
+        if consider_global_config:
+            config = get_global_config(raise_exception=False)
+            if config is not None:
+                return config
+        return Config() if fallback_dummy_config else None
+
+    @property
+    def global_train_step(self):
+        """The global step (int64 variable of the root network); created on first use during construction."""
+        root = self.get_root_network()
+        var = root.__dict__.get("_global_train_step_var")
+        if var is None and _constructing(self) and not root.__dict__.get("_creating_global_train_step"):
+            root.__dict__["_creating_global_train_step"] = True
+            graph = tf1.get_default_graph()
+            ctx = graph._get_control_flow_context()  # noqa: SLF001 (create it outside of loops/conds)
+            graph._set_control_flow_context(None)  # noqa: SLF001
+            try:
+                with tf.control_dependencies(None), graph.name_scope(None):
+                    var = root.get_global_train_step_var()
+            finally:
+                graph._set_control_flow_context(ctx)  # noqa: SLF001
+                root.__dict__["_creating_global_train_step"] = False
+        return var
+
+    @global_train_step.setter
+    def global_train_step(self, value):
+        self.__dict__["_global_train_step_var"] = value
+
+    def get_epoch_step(self):
+        """Scalar int64 tensor: the step within the current epoch (fed by the engine, default 0)."""
+        graph = tf1.get_default_graph()
+        step = getattr(graph, "_returnn_lite_epoch_step", None)
+        if step is None:
+            with tf.control_dependencies(None), tf.name_scope("globals/"):
+                step = tf1.placeholder_with_default(tf.constant(0, dtype=tf.int64), shape=(), name="epoch_step")
+            graph._returnn_lite_epoch_step = step
+        return step
+
+    def get_global_batch_info(self):
+        return BatchInfo(self.get_data_batch_dim())
+
+    def get_seq_tags(self, mark_data_key_as_used=True, beam=None):
+        """(batch,) string tensor of the sequence tags, via extern data key ``seq_tag`` (added if missing)."""
+        from .data import Data
+
+        root = self.get_root_network()
+        if not root.extern_data.has_data("seq_tag"):
+            root.extern_data.register_data(Data(name="seq_tag", shape=(), dtype="string",
+                                                auto_create_placeholders=True))
+        data = self.get_extern_data("seq_tag", mark_data_key_as_used=mark_data_key_as_used)
+        return data.placeholder
+
+    # ---- construction helpers
+
+    def make_subnet(self, name, opts):
+        """A subnetwork ``name`` of this network with the net dict ``opts`` (or ``opts["subnetwork"]``)."""
+        return _SubnetHandle(self, name, opts)
+
+    @contextlib.contextmanager
+    def layer_creation_scope(self, name):
+        from .util import get_valid_scope_name_from_str
+
+        with tf.name_scope(self.get_absolute_name_scope_prefix() + get_valid_scope_name_from_str(name) + "/") as s:
+            yield s
+
+    def get_root_ctx_network(self):
+        return self.get_root_network(), self.get_absolute_name_prefix()
+
+    def get_control_flow_ctx(self):
+        return None
+
+    def is_extra_internal_template_construction(self):
+        return None
+
+    def get_all_rec_time_dims(self):
+        dims = set()
+        net = self
+        while net is not None:
+            for d in (net.inside_rec_time_dim, net.over_rec_time_dim):
+                if d is not None:
+                    dims.add(d)
+            net = net.parent_net
+        return dims
+
+    def set_rec_step_info(self, i, end_flag=None, end_flag_source=None, seq_lens=None):
+        from .layers.rec.subnet import RecStepInfo
+
+        info = RecStepInfo(i, seq_lens, self.get_inside_rec_time_dim())
+        info.end_flag = end_flag
+        info.end_flag_source = end_flag_source
+        self.rec_step_info = info
+
+    # ---- params
+
+    def get_saveable_param_replace_dict(self):
+        return {p: p for p in self.get_params_list()}
+
+    def get_saveable_params_list(self):
+        params = list(self.get_params_list())
+        step = self.get_root_network().__dict__.get("_global_train_step_var")
+        if step is not None:
+            params.append(step)
+        return params
+
+    def declare_train_params(self, hidden_layer_selection=None, with_output=None, global_trainable=None):
+        """Which layers train: all (default), none (global_trainable=False) or the selection (+ outputs)."""
+        for layer in self.get_all_layers_deep():
+            if global_trainable is not None and not global_trainable:
+                layer.trainable = False
+            elif hidden_layer_selection is not None:
+                is_out = layer.is_output_layer()
+                layer.trainable = layer.name in hidden_layer_selection or bool(is_out and with_output)
+
+    def get_var_assigner(self, var):
+        return VarAssigner(var)
+
+    # ---- post control dependencies (static, per graph, as the original)
+
+    @staticmethod
+    def register_post_control_dependencies(deps):
+        """Ops to run after each train step (e.g. batch norm statistics updates) in the current graph."""
+        tf1.get_default_graph().get_collection_ref(_POST_CONTROL_DEPS_COLLECTION).extend(deps)
+
+    @staticmethod
+    def get_post_control_dependencies():
+        return list(tf1.get_default_graph().get_collection(_POST_CONTROL_DEPS_COLLECTION))
+
+    # ---- callbacks and run opts
+
+    def _root_list(self, attr):
+        root = self.get_root_network()
+        if attr not in root.__dict__:
+            root.__dict__[attr] = []
+        return root.__dict__[attr]
+
+    def register_graph_reset_callback(self, cb):
+        self._root_list("_graph_reset_callbacks").append(cb)
+
+    def get_graph_reset_callbacks(self):
+        return list(self._root_list("_graph_reset_callbacks"))
+
+    def call_graph_reset_callbacks(self):
+        for cb in self.get_graph_reset_callbacks():
+            cb()
+
+    def set_run_opts(self, epoch, dataset_name):
+        self.get_root_network().__dict__["_run_opts"] = {"epoch": epoch, "dataset_name": dataset_name}
+
+    def get_run_opts(self):
+        opts = self.get_root_network().__dict__.get("_run_opts")
+        if opts is None:
+            raise ValueError("get_run_opts: no run in progress (set_run_opts was not called)")
+        return opts
+
+    def register_run_finished_callback(self, cb):
+        self._root_list("_run_finished_callbacks").append(cb)
+
+    def set_run_finished(self, error_occurred=False):
+        callbacks = self._root_list("_run_finished_callbacks")
+        if not error_occurred:
+            for cb in callbacks:
+                cb()
+        del callbacks[:]
+        self.get_root_network().__dict__.pop("_run_opts", None)
+
+    # ---- network stack
+
+    @classmethod
+    def get_network_stack(cls):
+        return list(NetworkAPIMixin._network_stack)
+
+    @classmethod
+    def get_current_network(cls, must_exist=True):
+        if NetworkAPIMixin._network_stack:
+            return NetworkAPIMixin._network_stack[-1]
+        if must_exist:
+            raise ValueError("get_current_network: no network is registered (register_network_scope)")
+        return None
+
+    @contextlib.contextmanager
+    def register_network_scope(self):
+        NetworkAPIMixin._network_stack.append(self)
+        try:
+            yield self
+        finally:
+            NetworkAPIMixin._network_stack.remove(self)
+
+    # ---- search choices by beam (bookkeeping only)
+
+    def register_search_choices_for_beam(self, beam, search_choices):
+        self.get_root_network().__dict__.setdefault("_search_choices_by_beam", {})[beam] = search_choices
+
+    def get_search_choices_from_beam(self, beam):
+        return self.get_root_network().__dict__.get("_search_choices_by_beam", {}).get(beam)

@@ -1,0 +1,206 @@
+"""
+Configs written in the style of published setups (tests/configs/legacy/): old module names at load time and at
+construction time, the `config` global, '#' net dict keys, pretraining with WrapEpochValue, SpecAugment with
+get_config() and global_train_step, TF1 names in eval strings, the num_outputs forms.
+"""
+
+import os
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from returnn_lite.config import Config, ConfigError
+from returnn_lite.extern_data import ExternData
+from returnn_lite.network import TFNetwork
+from returnn_lite.pretrain import Pretrain, WrapEpochValue, get_net_dict_for_epoch, pretrain_from_config
+from returnn_lite.testing import random_feed
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+LEGACY = os.path.join(HERE, "configs", "legacy")
+tf1 = tf.compat.v1
+
+
+def _load(name, **overrides):
+    config = Config()
+    config.load_file(os.path.join(LEGACY, name))
+    config.update(overrides)
+    return config
+
+
+def _construct(config, epoch=1, train_flag=True):
+    graph = tf.Graph()
+    with graph.as_default():
+        net = TFNetwork(config=config, train_flag=train_flag)
+        net.construct_from_dict(get_net_dict_for_epoch(config, epoch))
+        net.get_objective()
+    return graph, net
+
+
+def _returnn_modules():
+    return [m for m in sys.modules if m in ("Pretrain", "Util", "TFUtil") or m.split(".")[0] == "returnn"]
+
+
+def test_old_module_names_at_load_time():
+    config = _load("pretrain_wrap_epoch.config")
+    assert config.typed_value("layer_dim") == 16  # config.int(...) via the `config` global
+    assert config.typed_value("demo_name").endswith("pretrain_wrap_epoch")  # __file__
+    assert "config" not in config.keys()
+    tf_util = config.typed_value("TFUtil")
+    assert callable(tf_util.where_bc) and callable(tf_util.safe_log)
+    assert _returnn_modules() == []  # nothing left behind in sys.modules
+
+
+def test_pretrain_grows_network_per_epoch():
+    config = _load("pretrain_wrap_epoch.config")
+    pretrain = pretrain_from_config(config)
+    # 2 custom steps + the full net, each repeated twice
+    assert pretrain.get_train_num_epochs() == 6
+    layers = []
+    for epoch in range(1, 8):
+        net_dict = get_net_dict_for_epoch(config, epoch, pretrain=pretrain)
+        layers.append(sorted(k for k in net_dict if k.startswith("lstm")))
+        assert net_dict["lstm0"]["dropout"] == pytest.approx(min(0.1 * epoch, 0.3))  # WrapEpochValue resolved
+    assert layers[0] == layers[1] == ["lstm0"]
+    assert layers[2] == layers[3] == ["lstm0", "lstm1"]
+    assert layers[4] == layers[6] == ["lstm0", "lstm1", "lstm2"]
+    graph, net = _construct(config, epoch=1)
+    assert sorted(n for n in net.layers if n.startswith("lstm")) == ["lstm0"]
+    assert "#info" not in net.layers and "#config" not in net.layers
+    graph, net = _construct(config, epoch=5)
+    assert net.get_num_params() == sum(int(np.prod(p.shape)) for p in net.get_params_list())
+    assert sorted(n for n in net.layers if n.startswith("lstm")) == ["lstm0", "lstm1", "lstm2"]
+
+
+def test_pretrain_default_from_output():
+    net = {
+        "h0": {"class": "linear", "activation": "tanh", "n_out": 5},
+        "h1": {"class": "linear", "activation": "tanh", "n_out": 5, "from": "h0"},
+        "h2": {"class": "linear", "activation": "tanh", "n_out": 5, "from": ["h1"]},
+        "output": {"class": "softmax", "loss": "ce", "from": ["h2"]},
+    }
+    config = Config({"network": net, "pretrain": "default", "num_inputs": 3, "num_outputs": 2})
+    pretrain = pretrain_from_config(config)
+    nets = [pretrain.get_network_json_for_epoch(e) for e in range(1, 5)]
+    assert [sorted(n) for n in nets] == [["h0", "output"], ["h0", "h1", "output"], ["h0", "h1", "h2", "output"]] * 1 + [
+        ["h0", "h1", "h2", "output"]]
+    assert nets[0]["output"]["from"] == ["h0"]
+    assert pretrain.get_train_num_epochs() == 3
+    reps = Pretrain(net, repetitions={"default": 1, "final": 3, 0: 2})
+    assert reps.repetitions == [2, 1, 3] and reps.get_train_num_epochs() == 6
+
+
+def test_pretrain_line_format_config(tmp_path):
+    fn = tmp_path / "pretrain.config"
+    fn.write_text("train GeneratingDataset::Task12AXDataset(num_seqs=10)\nnum_inputs 9\nnum_outputs 2\n"
+                  "hidden_size 10,10,10\nhidden_type forward\nactivation sigmoid\nbidirectional false\n"
+                  "pretrain default\nnum_epochs 5\n")
+    config = Config()
+    config.load_file(str(fn))
+    sizes = [len(get_net_dict_for_epoch(config, e)) for e in range(1, 5)]
+    assert sizes == [2, 3, 4, 4]
+    graph, net = _construct(config, epoch=1)
+    assert net.layers["hidden_0"].output.dim == 10
+
+
+def test_specaugment_eval_with_get_config_and_global_step():
+    config = _load("specaug_tf1.config")
+    graph, net = _construct(config)
+    assert "_hidden" in net.layers and "#source_info" not in net.layers
+    assert net.layers["_hidden"].params["W"].op.name == ".95.hidden/W"  # '_' is no valid TF scope start
+    step = net.global_train_step
+    assert step is not None and step.dtype.base_dtype == tf.int64
+    with graph.as_default(), tf1.Session(graph=graph) as session:
+        session.run(tf1.global_variables_initializer())
+        feed = random_feed(net, [7, 5, 6])
+        loss = session.run(net.get_objective(), feed_dict=feed)
+    assert np.isfinite(loss)  # the eval in the rec unit found the config via its subnetwork's get_config()
+
+
+def test_config_function_imports_resolve_at_construction_time():
+    config = Config()
+    config.load_string(
+        "#!rnn.py\n"
+        "def f(source, **kwargs):\n"
+        "    import tensorflow as tf\n"
+        "    from TFUtil import where_bc, nd_indices\n"
+        "    from returnn.tf.util.basic import safe_log\n"
+        "    import returnn.tf.compat as tf_compat\n"
+        "    x = source(0)\n"
+        "    return where_bc(tf.greater(x, 0.), safe_log(tf.to_float(x) + 1.), tf_compat.v1.zeros_like(x))\n"
+        "network = {'output': {'class': 'eval', 'from': 'data', 'eval': f, 'loss': 'mse', 'target': 'data'}}\n"
+        "num_inputs = 3\n", filename="fn.config")
+    graph, net = _construct(config)
+    with graph.as_default(), tf1.Session(graph=graph) as session:
+        feed = random_feed(net, [4, 2])
+        out = session.run(net.layers["output"].output.placeholder, feed_dict=feed)
+    x = list(feed.values())[0]
+    np.testing.assert_allclose(out, np.where(x > 0, np.log(np.maximum(x, 0) + 1), 0), rtol=1e-5)
+
+
+def test_unknown_old_name_fails_naming_module_and_name():
+    config = Config()
+    with pytest.raises(ConfigError, match=r"x.config:2.*TFUtil.*no_such_helper"):
+        config.load_string("#!rnn.py\nfrom TFUtil import no_such_helper\n", filename="x.config")
+    with pytest.raises(ConfigError, match=r"returnn.tf.util.ken_lm"):
+        Config().load_string("#!rnn.py\nimport returnn.tf.util.ken_lm\n", filename="y.config")
+
+
+def test_hyper_param_clear_error():
+    config = Config()
+    config.load_string("#!rnn.py\nfrom HyperParamTuning import HyperParam\n"
+                       "num_outputs = {'classes': [HyperParam(int, [1, 10], default=2), 1]}\n", filename="h.config")
+    with pytest.raises(ValueError, match=r"num_outputs.*HyperParam.*hyper-parameter tuning"):
+        ExternData().init_from_config(config)
+
+
+@pytest.mark.parametrize("num_inputs, num_outputs, expect", [
+    (9, 2, {"data": (9, False, "float32"), "classes": (2, True, "int32")}),
+    (None, {"data": [10, 1], "classes": [10, 1]}, {"data": (10, True, "int32"), "classes": (10, True, "int32")}),
+    (205, {"data": {"sparse": True, "dim": 205, "dtype": "uint8"}, "classes": {"sparse": True, "dim": 205,
+                                                                            "dtype": "uint8"}},
+     {"data": (205, True, "uint8"), "classes": (205, True, "uint8")}),
+    (9, {"classes": (5, 1)}, {"data": (9, False, "float32"), "classes": (5, True, "int32")}),
+    (9, {"classes": 7, "data": 9}, {"data": (9, False, "float32"), "classes": (7, True, "int32")}),
+    (40, {"classes": {"dim": 30, "sparse": True, "dtype": "int32"}},
+     {"data": (40, False, "float32"), "classes": (30, True, "int32")}),
+])
+def test_num_outputs_forms(num_inputs, num_outputs, expect):
+    opts = {"num_outputs": num_outputs}
+    if num_inputs is not None:
+        opts["num_inputs"] = num_inputs
+    with tf.Graph().as_default():
+        extern_data = ExternData()
+        extern_data.init_from_config(Config(opts))
+        got = {k: (d.dim, d.sparse, d.dtype) for k, d in extern_data.data.items()}
+    assert got == expect
+
+
+def test_extern_data_with_dim_objects():
+    config = Config()
+    config.load_string("#!rnn.py\nfrom returnn.tf.util.data import Dim, FeatureDim\n"
+                       "feat = FeatureDim('feat', 6)\n"
+                       "extern_data = {'data': {'dim': feat}, 'classes': {'dim': 3, 'sparse': True}}\n",
+                       filename="d.config")
+    with tf.Graph().as_default():
+        extern_data = ExternData()
+        extern_data.init_from_config(config)
+        assert extern_data.data["data"].dim == 6
+
+
+def test_wrap_epoch_value_without_pretrain():
+    config = Config({"num_inputs": 3, "num_outputs": 2, "network": {
+        "output": {"class": "softmax", "loss": "ce", "dropout": WrapEpochValue(lambda epoch: epoch * 0.1)}}})
+    assert get_net_dict_for_epoch(config, 3)["output"]["dropout"] == pytest.approx(0.3)
+
+
+def test_get_network_with_kwargs():
+    config = Config()
+    config.load_string("#!rnn.py\nnum_inputs = 3\nnum_outputs = 2\n"
+                       "def get_network(epoch, **kwargs):\n"
+                       "    return {'output': {'class': 'softmax', 'loss': 'ce', 'n_out': 2}, '#epoch': epoch}\n",
+                       filename="g.config")
+    assert get_net_dict_for_epoch(config, 4)["#epoch"] == 4
+    graph, net = _construct(config, epoch=4)
+    assert "output" in net.layers and "#epoch" not in net.layers
