@@ -25,11 +25,12 @@ from .errors import (  # noqa: F401 (re-exported: part of this module's API, as 
     NetworkLayerException,
 )
 from .extern_data import DataNotFound, ExternData
+from .layer_options import check_explicit_output, validate_layer_desc
 from .layer_ref import data_key, parse_layer_ref
 from .layers.base import InternalLayer, LayerBase, get_layer_class
 from .losses.holder import LossHolder  # noqa: F401 (part of this module's API, as in the original)
 from .network_api import NetworkAPIMixin, strip_net_dict_meta
-from .util import did_you_mean
+from .util import NotSpecified, did_you_mean
 
 tf1 = tf.compat.v1
 _BASE_CONSTRUCT_CHILDREN = LayerBase.construct_children.__func__
@@ -140,6 +141,7 @@ class TFNetwork(NetworkAPIMixin):
         """Build every layer that is an output, has a loss, or is marked is_output_layer."""
         net_dict = strip_net_dict_meta(net_dict, check=self.parent_net is None)  # "#config"...: metadata
         self._net_dict = net_dict
+        self._validate_net_dict(net_dict)
         # layers registered as extern data first (others may use them as target), as the original
         for name, desc in sorted(net_dict.items(), key=lambda kv: (
                 not (isinstance(kv[1], dict) and kv[1].get("register_as_extern_data")), kv[0])):
@@ -148,6 +150,20 @@ class TFNetwork(NetworkAPIMixin):
             if (name == "output" or name.endswith(":output") or desc.get("loss") or desc.get("is_output_layer")
                     or desc.get("register_as_extern_data")):
                 self.construct_layer(net_dict, name, get_layer=get_layer)
+
+    def _validate_net_dict(self, net_dict):
+        """The options of every layer dict, also of layers that are never built (e.g. an is_output_layer typo)."""
+        for name, desc in net_dict.items():
+            if not isinstance(desc, dict):
+                raise NetworkLayerException("layer description must be a dict, got %r" % (desc,), name, network=self)
+            class_name = desc.get("class")
+            try:
+                if class_name is None:
+                    raise ValueError("no 'class' given")
+                validate_layer_desc(get_layer_class(class_name), {k: v for k, v in desc.items() if k != "class"})
+            except Exception as exc:
+                raise NetworkLayerException("%s: %s" % (type(exc).__name__, exc), name, self, net_dict,
+                                            layer_class=class_name) from exc
 
     # ---- reference resolution: one parser (layer_ref.py), one scope chain ----
     def owns_layer(self, name):
@@ -186,12 +202,15 @@ class TFNetwork(NetworkAPIMixin):
             if class_name is None:
                 raise ValueError("no 'class' given")
             layer_class = get_layer_class(class_name)
+            validate_layer_desc(layer_class, desc)
             layer_class.transform_config_dict(desc, network=self, get_layer=get_layer)
             self._adapt_source_beams(name, desc)
             if layer_class.construct_children.__func__ is not _BASE_CONSTRUCT_CHILDREN:
                 with tf.name_scope(self._layer_name_scope(name)):
                     layer_class.construct_children(desc, name=name, network=self, get_layer=get_layer)
-            return (add_layer or self.add_layer)(name=name, layer_class=layer_class, **desc)
+            layer = (add_layer or self.add_layer)(name=name, layer_class=layer_class, **desc)
+            check_explicit_output(layer, net_dict[name])
+            return layer
         except NetworkLayerException:
             raise
         except NetworkConstructionDependencyLoopException:
@@ -263,7 +282,14 @@ class TFNetwork(NetworkAPIMixin):
             assign_output_beam(layer_class, output, layer_desc)
             layer = layer_class(name=name, network=self, output=output, **layer_desc)
         layer.kwargs = layer_desc
-        _check_output_matches_template(layer)
+        try:
+            _check_output_matches_template(layer)
+        except ValueError as exc:
+            given = [k for k in ("out_type", "n_out") if layer_desc.get(k, NotGiven) not in (None, NotGiven, NotSpecified)]
+            if given:
+                raise LayerOptionError("%s: option %s contradicts the real output" % (exc, "/".join(given)),
+                                       given[0]) from exc
+            raise
         self.layers[name] = layer
         if layer.loss is not None and self.eval_flag:
             self._register_loss(name, layer)

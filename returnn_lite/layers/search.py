@@ -108,6 +108,7 @@ class ChoiceLayer(LayerBase):
     """
 
     layer_class = "choice"
+    option_types = {"cheating": (bool, str), "scheduled_sampling": (bool, dict)}  # cheating="exclusive"
 
     def __init__(self, beam_size=NotSpecified, keep_beams=False, search=NotSpecified, input_type="prob",
                  prob_scale=1.0, base_beam_score_scale=1.0, random_sample_scale=0.0, length_normalization=True,

@@ -289,6 +289,7 @@ class HDFDumpLayer(LayerBase):
     """
 
     layer_class = "hdf_dump"
+    unsupported_options = {"dump_per_run": (False,)}
 
     def __init__(self, filename, extra=None, dump_whole_batches=False, labels=None, extend_existing_file=False,
                  dump_per_run=False, **kwargs):
@@ -478,6 +479,7 @@ class FramewiseStatisticsLayer(LayerBase):
 
 class _NeedsSprintLayer(LayerBase):
     _why = ""
+    accepts_any_options = True  # refused as a whole (transform_config_dict), whatever the options
 
     @classmethod
     def transform_config_dict(cls, d, network, get_layer):

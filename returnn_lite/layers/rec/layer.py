@@ -55,6 +55,7 @@ class _CellMixin:
     """Runs a cell unit over the time axis of self.input_data, or one step inside a rec loop."""
 
     initial_output_from_state = "h"  # inside a rec loop, prev:layer at the first step is the initial h
+    n_out_is_output_dim = False  # n_out is the number of units (the output dim differs e.g. with num_proj)
 
     def _build_cell(self, cell_class, unit_opts, initial_state, direction, var_prefix, step_only):
         inp = self.input_data
@@ -137,6 +138,7 @@ class RnnCellLayer(_CellMixin, ConcatInputLayer):
     """One step of a cell unit (inside a rec loop); outside a loop it runs over the time axis."""
 
     layer_class = "rnn_cell"
+    unsupported_options = {"weights_init": (None,)}
     recurrent = True
 
     def __init__(self, unit, unit_opts=None, initial_state=None, initial_output=None, weights_init=None,
@@ -200,6 +202,7 @@ class RecLayer(_CellMixin, ConcatInputLayer):
     """
 
     layer_class = "rec"
+    options_read_elsewhere = dict(LayerBase.options_read_elsewhere, include_eos="the rec loop (layers/rec/subnet.py)")
     recurrent = True
 
     def __init__(self, unit="lstm", unit_opts=None, direction=None, input_projection=True, initial_state=None,
@@ -213,6 +216,14 @@ class RecLayer(_CellMixin, ConcatInputLayer):
         self._extra_params = []
         self.final_state = None
         self.subnet = None
+        self._param_inits = {"forward": forward_weights_init, "recurrent": recurrent_weights_init, "bias": bias_init}
+        for opt, value in (("unroll", unroll), ("debug", debug), ("axis", axis), ("in_dim", in_dim),
+                           ("out_dim", out_dim)):
+            if value not in (None, False):
+                raise NotImplementedError("rec layer %r: option %s=%r is not supported" % (self.name, opt, value))
+        if not isinstance(unit, str) and any(v is not None for v in self._param_inits.values()):
+            raise NotImplementedError("rec layer %r: forward_weights_init/recurrent_weights_init/bias_init only apply "
+                                      "to a cell unit, not to a subnetwork unit" % self.name)
         for opt, value, default in (("input_projection", input_projection, True),
                                     ("use_global_rec_step_offset", use_global_rec_step_offset, False),
                                     ("cheating", cheating, False)):
@@ -281,6 +292,19 @@ class RecLayer(_CellMixin, ConcatInputLayer):
             return {}
         return cls._cell_rec_initial_extra_outputs(
             _cells.get_cell_class(unit), batch_dim, rec_layer, n_out, unit_opts, initial_state, "rec/", name)
+
+    # cell param name (after "rec/") -> which of the options forward_weights_init/recurrent_weights_init/bias_init
+    _PARAM_INIT_KIND = {"W": "forward", "W_ff": "forward", "kernel": "forward", "gates/kernel": "forward",
+                        "candidate/kernel": "forward", "W_re": "recurrent", "b": "bias", "bias": "bias",
+                        "gates/bias": "bias", "candidate/bias": "bias"}
+
+    def create_param(self, name, shape, initializer=None, **kwargs):
+        """The cell's params, with the initializers of the options forward_weights_init etc. where given."""
+        kind = self._PARAM_INIT_KIND.get(name[len("rec/"):] if name.startswith("rec/") else name)
+        custom = getattr(self, "_param_inits", {}).get(kind)
+        if custom is not None:
+            initializer = custom
+        return super().create_param(name, shape, initializer=initializer, **kwargs)
 
     # ---- sub-layers (subnetwork unit) ----
     def get_subnet_scope_prefix(self):
@@ -352,6 +376,7 @@ class RecUnstackLayer(LayerBase):
     """
 
     layer_class = "rec_unstack"
+    unsupported_options = {"declare_rec_time": (NotSpecified, False)}
 
     def __init__(self, axis="T", declare_rec_time=NotSpecified, **kwargs):
         super().__init__(**kwargs)
