@@ -13,6 +13,8 @@ The per-step subnetwork of a rec layer (``"unit": {...}``).
 
 from __future__ import annotations
 
+import collections
+
 import tensorflow as tf
 
 from ...data import Data, Dim, SearchBeam, batch_dim
@@ -454,6 +456,18 @@ class RecTemplateBuilder:
         return InternalLayer(name=ref, network=self.net, output=frame)
 
 
+class LoopState(collections.namedtuple("LoopState", ["i", "prev", "extra", "acc", "logits", "end", "search"])):
+    """
+    The variables of the rec loop, by name: ``i`` the step; ``prev`` sub-layer -> its output of the previous step;
+    ``extra`` (sub-layer, state name) -> its state (e.g. an LSTM's c and h); ``acc`` sub-layer -> TensorArray of
+    its outputs; ``logits`` sub-layer -> TensorArray of its logits (for its loss); ``end`` {"ended", "lens"} per
+    sequence or hypothesis where the loop tracks ends; ``search`` {"scores" [B, beam], "src_beams" TensorArray}
+    under search.
+    """
+
+    __slots__ = ()
+
+
 class RecSubnetLoop:
     """Builds a rec layer with a subnetwork unit (see module doc)."""
 
@@ -620,26 +634,20 @@ class RecSubnetLoop:
                     pretiled[ref] = InternalLayer(name=ref, network=net,
                                                   output=layer.output.copy_as_batch_major().copy_extend_with_beam(
                                                       root_beam))
-        n_state = 2 if track_end else 0  # ended flags, lengths
-        n_search = 2 if beam is not None else 0  # beam scores, src_beams TensorArray
 
-        def body(i, *args):
-            args = list(args)
-            prevs = dict(zip(prev_names, args[:len(prev_names)]))
-            args = args[len(prev_names):]
+        def body(*state):
+            state = LoopState(*state)
+            i, prevs = state.i, state.prev
             extras = {}
-            for (x, k), v in zip(extra_keys, args[:len(extra_keys)]):
+            for (x, k), v in state.extra.items():
                 extras.setdefault(x, {})[k] = v
-            tail = args[len(args) - n_state - n_search:]
-            tas = args[len(extra_keys):len(args) - n_state - n_search]
-            ended = lens = beam_in = None
-            if track_end:
-                ended, lens = tail[:2]
+            ended, lens = state.end.get("ended"), state.end.get("lens")
+            beam_in = None
             loop = _SubNet(net, rec.name, scope, inside_rec_time_dim=time_dim)
             loop.parent_layer = rec
             if beam is not None:
                 beam_in = SearchBeam(k_beam, name="%s/prev:%s" % (rec.get_absolute_name(), tpl.choice_names[0]))
-                beam_in.beam_scores = tail[n_state]
+                beam_in.beam_scores = state.search["scores"]
                 beam_in.active_size = tf.where(i > 0, k_beam, 1)
             loop.rec_step_info = RecStepInfo(i, seq_len, time_dim, prev_end_flag=ended if beam is not None else None,
                                              prev_seq_lens=lens)
@@ -711,20 +719,17 @@ class RecSubnetLoop:
             else:
                 on_beam = lambda x, data: data  # noqa: E731
                 state_on_beam = old_on_beam = lambda x, value: value  # noqa: E731
-            new_prev = [self._gate(loop, x, self._as_template_layout(on_beam(x, loop.layers[x].output),
-                                                                     tpl.templates[x].output),
-                                   old_on_beam(x, prevs[x])) for x in prev_names]
-            new_extra = [self._gate(loop, x, state_on_beam(x, loop.layers[x].rec_vars_outputs[k]),
-                                    old_on_beam(x, extras[x][k])) for x, k in extra_keys]
-            new_tas = []
-            for ta, x in zip(tas[:len(acc_names)], acc_names):
-                new_tas.append(ta.write(i, self._as_template_layout(on_beam(x, loop.layers[x].output),
-                                                                    tpl.templates[x].output)))
-            logit_tas = tas[len(acc_names):]
-            for ta, x in zip(logit_tas, loss_layers):
-                oba = getattr(loop.layers[x], "output_before_activation", None)
-                new_tas.append(ta.write(i, oba.data.placeholder))
-            res = [i + 1] + new_prev + new_extra + new_tas
+            new_prev = {x: self._gate(loop, x, self._as_template_layout(on_beam(x, loop.layers[x].output),
+                                                                        tpl.templates[x].output),
+                                      old_on_beam(x, prevs[x])) for x in prev_names}
+            new_extra = {(x, k): self._gate(loop, x, state_on_beam(x, loop.layers[x].rec_vars_outputs[k]),
+                                            old_on_beam(x, extras[x][k])) for x, k in extra_keys}
+            new_acc = {x: ta.write(i, self._as_template_layout(on_beam(x, loop.layers[x].output),
+                                                               tpl.templates[x].output))
+                       for x, ta in state.acc.items()}
+            new_logits = {x: ta.write(i, loop.layers[x].output_before_activation.data.placeholder)
+                          for x, ta in state.logits.items()}
+            new_end, new_search = {}, {}
             if track_end:  # a sequence ends with the first frame where 'end' is True
                 if beam is not None:
                     ended, lens = (select_beam_tensor(v, beam_in, beam_out) for v in (ended, lens))
@@ -742,57 +747,66 @@ class RecSubnetLoop:
                         end = tf.logical_or(end, i >= tile_batch(seq_len, k_beam))
                 # (without search the end frame is part of the sequence; under search only with include_eos)
                 last = i + 1 if beam is None or tpl.include_eos else i
-                res += [tf.logical_or(ended, end), tf.where(ended, lens, tf.where(end, tf.fill(tf.shape(lens), last),
-                                                                                  tf.fill(tf.shape(lens), i + 1)))]
+                new_end = {"ended": tf.logical_or(ended, end),
+                           "lens": tf.where(ended, lens, tf.where(end, tf.fill(tf.shape(lens), last),
+                                                                  tf.fill(tf.shape(lens), i + 1)))}
             if beam is not None:
-                res += [beam_out.beam_scores, tail[n_state + 1].write(i, beam_out.src_beams)]
-            return res
+                new_search = {"scores": beam_out.beam_scores,
+                              "src_beams": state.search["src_beams"].write(i, beam_out.src_beams)}
+            return LoopState(i + 1, new_prev, new_extra, new_acc, new_logits, new_end, new_search)
 
         ta_size = 0 if dynamic else n_time
-        tas = [tf.TensorArray(tf.as_dtype(tpl.templates[x].output.dtype), size=ta_size, dynamic_size=dynamic,
-                              element_shape=tf.TensorShape(tpl.templates[x].output.batch_shape)) for x in acc_names]
         self._loss_logits = [x for x in loss_layers if x in acc_names]
-        tas += [tf.TensorArray(tf.float32, size=ta_size, dynamic_size=dynamic, infer_shape=False)
-                for x in self._loss_logits]
         loss_layers[:] = self._loss_logits
-        init = [tf.constant(0)] + prev_init + [extra_init[x][k] for x, k in extra_keys] + tas
-        invariants = ([tf.TensorShape([])] + [tf.TensorShape(tpl.templates[x].output.batch_shape) for x in prev_names]
-                      + [tf.TensorShape([None] * extra_init[x][k].shape.rank) for x, k in extra_keys]
-                      + [tf.TensorShape(None) for _ in tas])
-        cond = lambda i, *_: i < n_time  # noqa: E731
-        if track_end:
-            init += [tf.zeros([batch_dim * k_beam], tf.bool), tf.zeros([batch_dim * k_beam], tf.int32)]
-            invariants += [tf.TensorShape([None]), tf.TensorShape([None])]
-        if dynamic:
-            def cond(i, *args):
-                return tf.logical_and(i < n_time, tf.logical_not(tf.reduce_all(args[-2 - n_search])))
-        if beam is not None:
-            init += [tf.zeros([batch_dim, k_beam]),
-                     tf.TensorArray(tf.int32, size=ta_size, dynamic_size=dynamic, element_shape=tf.TensorShape(
-                         [None, k_beam]))]
-            invariants += [tf.TensorShape([None, k_beam]), tf.TensorShape(None)]
-        res = _while_loop_all_intermediates(cond, body, init, invariants) if in_loop else None
+        int_shape = tf.TensorShape([None])
+        init = LoopState(
+            i=tf.constant(0),
+            prev=dict(zip(prev_names, prev_init)),
+            extra={(x, k): extra_init[x][k] for x, k in extra_keys},
+            acc={x: tf.TensorArray(tf.as_dtype(tpl.templates[x].output.dtype), size=ta_size, dynamic_size=dynamic,
+                                   element_shape=tf.TensorShape(tpl.templates[x].output.batch_shape))
+                 for x in acc_names},
+            logits={x: tf.TensorArray(tf.float32, size=ta_size, dynamic_size=dynamic, infer_shape=False)
+                    for x in loss_layers},
+            end={"ended": tf.zeros([batch_dim * k_beam], tf.bool), "lens": tf.zeros([batch_dim * k_beam], tf.int32)}
+            if track_end else {},
+            search={"scores": tf.zeros([batch_dim, k_beam]), "src_beams": tf.TensorArray(
+                tf.int32, size=ta_size, dynamic_size=dynamic, element_shape=tf.TensorShape([None, k_beam]))}
+            if beam is not None else {})
+        invariants = LoopState(
+            i=tf.TensorShape([]),
+            prev={x: tf.TensorShape(tpl.templates[x].output.batch_shape) for x in prev_names},
+            extra={key: tf.TensorShape([None] * v.shape.rank) for key, v in init.extra.items()},
+            acc={x: tf.TensorShape(None) for x in init.acc}, logits={x: tf.TensorShape(None) for x in init.logits},
+            end={k: int_shape for k in init.end},
+            search={"scores": tf.TensorShape([None, k_beam]), "src_beams": tf.TensorShape(None)}
+            if beam is not None else {})
+
+        def cond(*state):
+            state = LoopState(*state)
+            if dynamic:
+                return tf.logical_and(state.i < n_time, tf.logical_not(tf.reduce_all(state.end["ended"])))
+            return state.i < n_time
+
+        res = LoopState(*_while_loop_all_intermediates(cond, body, init, invariants)) if in_loop else None
         backtrack = None
         if res is not None:
-            n_steps = res[0]
+            n_steps = res.i
             if beam is not None:
-                scores, src_beams_ta = res[-2:]
-                res = res[:-2]
-                src_beams = src_beams_ta.stack()  # [T, B, K]
-                beam.beam_scores = self._final_beam_scores(scores, n_steps, res[-2] if dynamic else None)
+                src_beams = res.search["src_beams"].stack()  # [T, B, K]
+                beam.beam_scores = self._final_beam_scores(res.search["scores"], n_steps,
+                                                           res.end["ended"] if dynamic else None)
                 beam.src_beams = src_beams[-1]
                 backtrack = _backtrack_indices(src_beams)
             if track_end:
-                ended, lens = res[-2:]
-                res = res[:-2]
+                ended, lens = res.end["ended"], res.end["lens"]
                 if dynamic:
                     tpl.out_time_dim.dyn_size = tf.where(ended, lens, tf.fill(tf.shape(lens), n_steps))
                     if beam is not None:  # per sequence: its best hypothesis did not end (cut at max_seq_len)
                         rec.search_unfinished = tf.logical_not(tf.reshape(ended, [-1, k_beam])[:, 0])
             if beam is not None and not dynamic:
                 tpl.out_time_dim.dyn_size = tile_batch(seq_len, k_beam)
-            res = res[1 + len(prev_names) + len(extra_keys):]
-            for x, ta in zip(acc_names, res[:len(acc_names)]):
+            for x, ta in sorted(res.acc.items()):
                 step_tpl = tpl.templates[x].output
                 out = step_tpl.copy_template_adding_time_dim(
                     0, tpl.out_time_dim if x in has_beam or dynamic else time_dim, name="%s/%s" % (rec.name, x))
@@ -800,7 +814,7 @@ class RecSubnetLoop:
                 if x in has_beam:
                     out.placeholder = _apply_backtrack(out.placeholder, backtrack, k_beam)
                 self.accumulated[x] = _AccumulatedLayer(x, self.loop_net, out, self.loop_net.layers[x])
-            for x, ta in zip(loss_layers, res[len(acc_names):]):
+            for x, ta in sorted(res.logits.items()):
                 logits = ta.stack()
                 layer = self.accumulated[x]
                 layer.set_logits(logits)
