@@ -834,6 +834,11 @@ class RecSubnetLoop:
             for x in sorted(self.accumulated):
                 layer = self.accumulated[x]
                 if layer.loss is not None:
+                    if layer.output.beam is not None:
+                        raise NotImplementedError(
+                            "rec layer %r: sub-layer %r has a loss, which is not computed on the search beam (the "
+                            "hypotheses do not follow the target); set loss_only_on_non_search=True on it, or build "
+                            "the search network without eval_flag" % (rec.name, x))
                     key = net.get_absolute_name_prefix() + rec.name + "/" + x
                     net.get_root_network().losses_dict[key] = LossHolder(
                         name=key, loss=layer.loss, layer_output=layer.output, layer=layer, network=net)
