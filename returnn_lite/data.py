@@ -943,6 +943,15 @@ class Data(TensorFrontendMixin):
                     and s.dims[fi].dimension not in (None, 1) and common.dims[fj].dimension not in (None, 1)):
                 raise ValueError("feature axes do not match: %s vs %s (sources %s)" % (
                     s.dims[fi].short_repr(), common.dims[fj].short_repr(), ", ".join(x.short_repr() for x in sources)))
+            if (fi is not None and fj is not None and fi not in mapping and fj not in mapping.values()
+                    and (s.dims[fi].dimension == 1) != (common.dims[fj].dimension == 1)):
+                # feature dims 1 and N: one feature axis, broadcast (as the original)
+                if common.dims[fj].dimension == 1:
+                    dims = list(common.dims)
+                    dims[fj] = s.dims[fi]
+                    common = common.copy_template_new_dim_tags(dims, keep_special_axes=True)
+                mapping = dict(mapping)
+                mapping[fi] = fj
             for i, d in enumerate(s.dims):
                 if i not in mapping and d.dimension != 1:
                     common = common.copy_add_dim_by_tag(d, unbroadcast=True)

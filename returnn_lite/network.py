@@ -17,6 +17,7 @@ import numpy as np
 import tensorflow as tf
 
 from .data import Data, Dim
+from .error_hints import check_unreached_layers, describe_build_error, precheck_layer_desc
 from .errors import (  # noqa: F401 (re-exported: part of this module's API, as in the original)
     LayerNotFound,
     LayerOptionError,
@@ -147,6 +148,8 @@ class TFNetwork(NetworkAPIMixin):
             if (name == "output" or name.endswith(":output") or desc.get("loss") or desc.get("is_output_layer")
                     or desc.get("register_as_extern_data")):
                 self.construct_layer(net_dict, name, get_layer=get_layer)
+        if self.parent_net is None:
+            check_unreached_layers(self, net_dict)
 
     def construct_layer(self, net_dict, name, get_layer=None, add_layer=None, check_existing=True):
         """Construct name (and, recursively, what it depends on) unless it exists already."""
@@ -188,6 +191,7 @@ class TFNetwork(NetworkAPIMixin):
         try:
             if class_name is None:
                 raise ValueError("no 'class' given")
+            precheck_layer_desc(desc)
             layer_class = get_layer_class(class_name)
             desc["_name"] = name
             desc["_network"] = self
@@ -201,7 +205,7 @@ class TFNetwork(NetworkAPIMixin):
         except NetworkConstructionDependencyLoopException:
             raise
         except Exception as exc:
-            msg = "%s: %s" % (type(exc).__name__, exc) if not isinstance(exc, NetworkError) else str(exc)
+            msg = describe_build_error(exc, net_dict.get(name))
             raise NetworkLayerException(msg, name, self, net_dict, layer_class=class_name) from exc
         finally:
             self._constructing.remove(name)

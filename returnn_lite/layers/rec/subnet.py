@@ -840,6 +840,7 @@ class RecSubnetLoop:
                             "hypotheses do not follow the target); set loss_only_on_non_search=True on it, or build "
                             "the search network without eval_flag" % (rec.name, x))
                     key = net.get_absolute_name_prefix() + rec.name + "/" + x
+                    _check_loss_dims(layer, key)
                     net.get_root_network().losses_dict[key] = LossHolder(
                         name=key, loss=layer.loss, layer_output=layer.output, layer=layer, network=net)
 
@@ -955,6 +956,15 @@ class RecSubnetLoop:
         seq_len = self.tpl.out_time_dim.dyn_size
         x = acc.copy_as_batch_major().placeholder  # [B, T, ...]
         return tf.gather(x, tf.maximum(seq_len - 1, 0), axis=1, batch_dims=1)
+
+
+def _check_loss_dims(layer, key):
+    """The same dim checks of output vs target as for losses outside a rec unit."""
+    target = layer._get_target_value() if layer.loss.need_target and layer.target else None
+    try:
+        layer.loss.check_dims(layer, target)
+    except ValueError as exc:
+        raise ValueError("rec unit layer %r: %s" % (key, exc)) from None
 
 
 def _backtrack_indices(src_beams):
