@@ -58,7 +58,7 @@ class _BeamAdaptedLayer(InternalLayer):
         self.params = {}
 
     def get_last_hidden_state(self, key):
-        from .rec.layer import last_hidden_state
+        from .rec.state import last_hidden_state
 
         if self.rec_vars_outputs:
             return last_hidden_state(self.rec_vars_outputs, key)

@@ -11,16 +11,10 @@ from ...data import Data, Dim, batch_dim
 from ...util import NotSpecified
 from ..base import ConcatInputLayer, LayerBase, concat_sources_template
 from . import cells as _cells
+from .state import last_hidden_state
+from .subnet import RecSubnetLoop
 
 tf1 = tf.compat.v1
-
-
-def last_hidden_state(state, key="*"):
-    """Concatenation of the state parts (sorted by name, i.e. c before h), or one part."""
-    if key not in (None, "*") and key in state:
-        return state[key]
-    parts = [state[k] for k in sorted(state)]
-    return parts[0] if len(parts) == 1 else tf.concat(parts, axis=-1)
 
 
 def _initial_cell_state(layer, cell, initial_state, batch_dim, var_prefix):
@@ -221,8 +215,6 @@ class RecLayer(_CellMixin, ConcatInputLayer):
             if value != default:
                 raise NotImplementedError("rec layer %r: option %s=%r is not supported" % (self.name, opt, value))
         if isinstance(unit, dict):
-            from .subnet import RecSubnetLoop
-
             if back_prop is False:
                 raise NotImplementedError("rec layer %r: option back_prop=False is not supported with a subnetwork "
                                           "unit" % self.name)
@@ -253,8 +245,6 @@ class RecLayer(_CellMixin, ConcatInputLayer):
         if d.get("initial_state") is not None:
             d["initial_state"] = _resolve_initial_state(d["initial_state"], get_layer)
         if isinstance(unit, dict):
-            from .subnet import RecSubnetLoop
-
             d["_subnet_template"] = RecSubnetLoop.make_template(d, network, get_layer)
         else:
             _cells.get_cell_class(unit)
