@@ -192,10 +192,11 @@ class SearchBeam:
     ([B, beam_size] int32, the index in the dependency's beam of each hypothesis) and ``beam_scores`` ([B, beam]).
     """
 
-    def __init__(self, beam_size, dependency=None, name=None):
+    def __init__(self, beam_size, dependency=None, name=None, invariant=False):
         self.beam_size = int(beam_size)
         self.dependency = dependency
         self.name = name
+        self.invariant = invariant  # data on it is the same for all hypotheses of a sequence (repeated, not searched)
         self.src_beams = None
         self.beam_scores = None
         self._tiled_dims = {}
@@ -212,6 +213,13 @@ class SearchBeam:
     def get_combined_beam(*beams, owner=None):
         """The beam data of all these beams is brought to (the newest one); None if none has a beam."""
         res = None
+        searched = [b for b in beams if b is not None and not b.invariant]
+        if searched:  # repeated data (an invariant beam) goes with any searched beam of its size
+            sizes = {b.beam_size for b in beams if b is not None}
+            if len(sizes) > 1:
+                raise ValueError("%sbeam mismatch: sources on beams of different sizes %s" % (
+                    "%s: " % owner if owner else "", sorted(sizes)))
+            beams = searched
         for b in beams:
             if b is None or b is res:
                 continue
@@ -995,6 +1003,10 @@ class Data(TensorFrontendMixin):
             return self.copy()
         if self.beam is None:
             return self.copy_extend_with_beam(beam)
+        if self.beam.invariant and self.beam.beam_size == beam.beam_size:  # repeated data: the same on any beam
+            data = self.copy()
+            data.beam = beam
+            return data
         chain = []
         b = beam
         while b is not None and b is not self.beam:

@@ -134,7 +134,8 @@ class Engine:
     # ---- entry
 
     def run(self):
-        tasks = {"train": self.train, "eval": self.eval_task, "forward": self.forward_task}
+        tasks = {"train": self.train, "eval": self.eval_task, "forward": self.forward_task,
+                 "search": self.search_task}
         if self.task not in tasks:
             raise EngineError("unknown task %r; supported: %s" % (self.task, ", ".join(sorted(tasks))))
         for key in ("train", "dev", "eval", "eval_datasets"):  # e.g. Sprint datasets: refused before anything is built
@@ -282,7 +283,7 @@ class Engine:
         with self.graph.as_default():
             tf1.set_random_seed(config.int("random_seed", 42))
             extern_data = self._extern_data(dataset)
-            if self.task == "forward":
+            if self.task in ("forward", "search"):
                 self.train_flag, eval_flag = False, False
             elif train:
                 with tf.name_scope("globals/"):
@@ -292,7 +293,8 @@ class Engine:
             else:
                 self.train_flag, eval_flag = False, True
             self.network = TFNetwork(config=config, extern_data=extern_data, train_flag=self.train_flag,
-                                     eval_flag=eval_flag, rnd_seed=config.int("random_seed", 42))
+                                     eval_flag=eval_flag, rnd_seed=config.int("random_seed", 42),
+                                     search_flag=self.task == "search")
             with returnn_import_hook(), global_config_ctx(config):
                 self.network.construct_from_dict(net_dict)
             self.network.get_global_train_step_var()
@@ -601,7 +603,8 @@ class Engine:
                 continue
             used = lrc.get_learning_rate_for_epoch(start_epoch)
             given = self.config.typed_value(key)
-            if key == "learning_rate" and used == self.config.float(key, 0.0):
+            wanted = _rate_for_epoch(given, start_epoch) if key == "learning_rates" else self.config.float(key, 0.0)
+            if wanted is None or used == wanted:
                 continue
             self.log.v1("notice: ++%s %s is not used: resuming after epoch %i, the learning-rate file %r continues "
                         "with learning rate %s for epoch %i (delete the file or set learning_rates per epoch in the "
@@ -731,6 +734,11 @@ class Engine:
         self._init_for_inference(dataset)
         self.forward_to_hdf(dataset, output_file)
 
+    def search_task(self):
+        from .search import search_task
+
+        return search_task(self)
+
     def forward_to_hdf(self, dataset, output_file):
         layer_name = self.config.value("forward_output_layer", None)
         if layer_name:
@@ -768,6 +776,18 @@ class Engine:
             raise
         writer.close()
         self.log.v1("forward: wrote %i seqs of layer %r to %s" % (n, layer.name, output_file))
+
+
+def _rate_for_epoch(rates, epoch):
+    """``learning_rates`` (list: first epochs, then the last one; dict: epoch -> rate) for one epoch, or None."""
+    try:
+        if isinstance(rates, dict):
+            return float(rates[epoch]) if epoch in rates else None
+        if isinstance(rates, (list, tuple)) and rates:
+            return float(rates[min(epoch, len(rates)) - 1])
+    except (TypeError, ValueError):
+        return None
+    return None
 
 
 def _scalar(score):

@@ -216,6 +216,8 @@ class CombineLayer(LayerBase):
         if kind == "eval":
             x = _run_eval(eval, self, xs, eval_locals)
         else:
+            if len({x.dtype.base_dtype for x in xs}) > 1:  # mixed int/float sources: in the template's dtype
+                xs = [tf.cast(x, self.output.dtype) for x in xs]
             x = _COMBINE_KINDS[kind](xs) if kind in _COMBINE_KINDS else _fold(_combine_tf_func(kind), xs)
         if with_bias:
             b = self.create_param("b", (self.output.dim,), 0.0)

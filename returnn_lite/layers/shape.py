@@ -826,6 +826,9 @@ class RepeatLayer(ConcatInputLayer):
 
     @classmethod
     def get_out_data_from_opts(cls, name, repetitions, axis="T", sources=(), **kwargs):
+        if not isinstance(repetitions, LayerBase) and (
+                not isinstance(repetitions, int) or isinstance(repetitions, bool) or repetitions < 0):
+            raise ValueError("repeat: option 'repetitions' must be an int >= 0 or a layer, got %r" % (repetitions,))
         data = concat_sources_template(sources, name="%s_output" % name)
         if cls._broadcast_batch(data, repetitions):
             data = data.copy_add_batch_dim(0)
