@@ -42,6 +42,9 @@ class Backend:
     name = None
     RawTensorType = None
     is_tensorflow = False
+    # optional fused implementations (None: rf composes them from the primitives)
+    linear = None  # linear(source, *, weight, bias, in_dim)
+    layer_norm = None  # layer_norm(x, *, in_dim, scale, bias, eps)
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -55,9 +58,14 @@ for _m in BACKEND_METHODS:
 
 def select_backend_returnn_layers_tf():
     """rf calls build a RETURNN layer dict (see :func:`returnn_lite.frontend_layers.get_net_dict`)."""
-    from ..frontend_layers import ReturnnLayersBackend
+    _global_backend[0] = _load_backend("returnn_lite.frontend_layers", "ReturnnLayersBackend")
 
-    _global_backend[0] = ReturnnLayersBackend
+
+def _load_backend(module_name, class_name):
+    """Backends are plugins: loaded by module name (they import the frontend, not the other way round)."""
+    import importlib
+
+    return getattr(importlib.import_module(module_name), class_name)
 
 
 def select_backend_torch():

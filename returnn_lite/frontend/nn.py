@@ -33,10 +33,12 @@ class Linear(Module):
         if self.in_dim not in source.dims:
             raise error("Linear", "in_dim %s is not a dim of the input %s" % (
                 self.in_dim.short_repr(), dims_str(source.dims)))
+        bias = self.bias if self.with_bias else None
+        fused = get_backend_for_tensor(source).linear
+        if fused is not None:
+            return fused(source, weight=self.weight, bias=bias, in_dim=self.in_dim)
         out = math_.matmul(source, self.weight, reduce=self.in_dim)
-        if self.with_bias:
-            out = out + self.bias
-        return out
+        return out + bias if bias is not None else out
 
 
 class Embedding(Module):
@@ -210,13 +212,14 @@ class LayerNorm(Module):
 
     def __call__(self, x):
         check_dims_in("LayerNorm", x, [self.in_dim], what="in_dim")
+        bias = self.bias if self.with_bias else None
+        fused = get_backend_for_tensor(x).layer_norm
+        if fused is not None:
+            return fused(x, in_dim=self.in_dim, scale=self.scale, bias=bias, eps=self.eps)
         mean = math_.reduce_mean(x, axis=self.in_dim)
         variance = math_.reduce_mean(math_.squared_difference(x, mean), axis=self.in_dim)
-        norm_x = (x - mean) * math_.rsqrt(variance + self.eps)
-        out = norm_x * self.scale
-        if self.with_bias:
-            out = out + self.bias
-        return out
+        out = (x - mean) * math_.rsqrt(variance + self.eps) * self.scale
+        return out + bias if bias is not None else out
 
 
 class BatchNorm(Module):

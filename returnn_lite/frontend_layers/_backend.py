@@ -233,6 +233,19 @@ class ReturnnLayersBackend(Backend):
         dims = [d for d in a.dims if d not in reduce] + [d for d in b.dims if d not in reduce and d not in a.dims]
         return _make("matmul", [a, b], dims, a.dtype, opts={"reduce": reduce, "use_mask": use_mask}, name="dot")
 
+    @staticmethod
+    def linear(source, *, weight, bias, in_dim):
+        """Fused x . weight + bias (one layer)."""
+        dims = [d for d in source.dims if d != in_dim] + [d for d in weight.dims if d != in_dim]
+        return _make("matmul", [source, weight] + ([bias] if bias is not None else []), dims, source.dtype,
+                     opts={"reduce": [in_dim], "use_mask": False}, name="linear")
+
+    @staticmethod
+    def layer_norm(x, *, in_dim, scale, bias, eps):
+        """Fused layer norm over in_dim (one layer)."""
+        return _make("layer_norm", [x, scale] + ([bias] if bias is not None else []), x.dims, x.dtype,
+                     opts={"in_dim": in_dim, "eps": eps})
+
     # ---- shapes ----
     @staticmethod
     def concat(*sources, allow_broadcast=False, out_dim):
@@ -242,10 +255,13 @@ class ReturnnLayersBackend(Backend):
             for d in x.dims:
                 if d not in dims and all(d != a for _, a in sources):
                     dims.append(d)
-        for x, a in sources:
-            if a.dimension is None:
-                raise FrontendError("rf.concat at %s: concatenating dynamic dims (%s) is not supported" % (
-                    call_site(), a.short_repr()))
+        if any(a.dimension is None for _, a in sources):
+            if out_dim.dimension is None and out_dim.complete_dyn_size() is None and \
+                    out_dim.__dict__.get("_derived_from") is None:
+                total = sources[0][1]
+                for _, a in sources[1:]:
+                    total = total + a
+                out_dim.__dict__["_derived_from"] = ("add", (total, 0))
         return _make("concat", [x for x, _ in sources], dims, first.dtype,
                      opts={"axes": [a for _, a in sources], "out_dim": out_dim})
 

@@ -207,3 +207,22 @@ def test_error_param_of_module_outside_model():
 def test_torch_backend_not_implemented():
     with pytest.raises(NotImplementedError, match="not implemented yet"):
         rf.select_backend_torch()
+
+
+def test_concat_dynamic_dims():
+    t1, t2, f = Dim(None, name="t1"), Dim(None, name="t2"), Dim(2, name="f")
+    extern_data = {"a": {"dims": (batch_dim, t1, f), "dtype": "float32"},
+                   "b": {"dims": (batch_dim, t2, f), "dtype": "float32"}}
+
+    def step(*, model, extern_data, **_):
+        y, d = rf.concat((extern_data["a"], t1), (extern_data["b"], t2))
+        y.mark_as_output("y", shape=(batch_dim, d, f))
+        d.get_size_tensor().mark_as_output("lens", shape=(batch_dim,))
+
+    a = np.arange(12).reshape(2, 3, 2).astype("float32")
+    b = -np.arange(1, 9).reshape(2, 2, 2).astype("float32")
+    res, _, _ = _build_and_run(extern_data, lambda **_: _Empty(), step, {
+        "a": a, "b": b, "size:t1": np.array([3, 1], "int32"), "size:t2": np.array([2, 1], "int32")})
+    assert res["lens"].tolist() == [5, 2]
+    np.testing.assert_array_equal(res["y"][0], np.concatenate([a[0], b[0]]))
+    np.testing.assert_array_equal(res["y"][1, :2], np.concatenate([a[1, :1], b[1, :1]]))
