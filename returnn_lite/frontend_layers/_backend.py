@@ -30,6 +30,14 @@ def _raw_name(t):
     if not isinstance(raw, Layer):
         raise FrontendError("rf at %s: tensor %r has a raw tensor of type %s, not a layer of the layers backend" % (
             call_site(), t.name, type(raw).__name__))
+    builder = get_current_builder()
+    if raw.builder is not builder and raw.builder is builder.parent:  # inside a loop body: an outer layer
+        return "base:" + raw.name
+    if raw.builder is not builder and not raw.name.startswith("data:"):
+        raise FrontendError("rf at %s: tensor %r is from another loop level (only the direct outer level "
+                            "can be used inside a loop body)" % (call_site(), t.name))
+    if raw.builder is not builder:
+        return "base:" + raw.name
     return raw.name
 
 
@@ -436,6 +444,12 @@ class ReturnnLayersBackend(Backend):
         return out, (h, c)
 
     # ---- control flow ----
+    @staticmethod
+    def scan(*, spatial_dim, initial, xs, ys, body):
+        from ._loop import scan
+
+        return scan(spatial_dim=spatial_dim, initial=initial, xs=xs, ys=ys, body=body)
+
     @staticmethod
     def cond(pred, true_fn, false_fn):
         """Both branches are built; the result is selected with ``where`` (nested structures of Tensors)."""
