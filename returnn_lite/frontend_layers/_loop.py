@@ -11,6 +11,7 @@ import tensorflow as tf
 
 from ..data import Data
 from ..frontend._utils import FrontendError, call_site, dims_str, is_tensor
+from ._emit import _make, _raw_name
 from ._layer import align_exact, dim_value, op, to_out
 from ._net import NetDictBuilder, get_current_builder
 
@@ -44,8 +45,6 @@ def _pack(struct, flat):
 
 
 def scan(*, spatial_dim, initial, xs, ys, body):
-    from ._backend import _make, _raw_name
-
     outer = get_current_builder()
     site = call_site()
     xs_flat, init_flat = _flatten(xs), _flatten(initial)
