@@ -494,6 +494,7 @@ def scan(*, spatial_dim=None, initial=None, xs=None, ys=None, body, cond=None, m
     return get_selected_backend().scan(spatial_dim=spatial_dim, initial=initial, xs=xs, ys=ys, body=body)
 
 
-class Loop:
-    def __init__(self, *_args, **_kwargs):
-        raise error("Loop", "not supported by returnn_lite's layers backend yet (use rf.LSTM over a spatial dim)")
+def Loop(*, axis=None, max_seq_len=None):  # noqa: N802 (original's class name)
+    """``loop = rf.Loop(axis=time_dim)``; ``loop.state.h = ...``; ``with loop: x_t = loop.unstack(x); ...;
+    loop.state.h = new_h; y = loop.stack(y_t)`` (see the backend's loop)."""
+    return get_selected_backend().loop(axis=axis, max_seq_len=max_seq_len)

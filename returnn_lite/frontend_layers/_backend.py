@@ -397,6 +397,12 @@ class ReturnnLayersBackend(Backend):
         return scan(spatial_dim=spatial_dim, initial=initial, xs=xs, ys=ys, body=body)
 
     @staticmethod
+    def loop(*, axis=None, max_seq_len=None):
+        from ._loop import Loop
+
+        return Loop(axis=axis, max_seq_len=max_seq_len)
+
+    @staticmethod
     def cond(pred, true_fn, false_fn):
         """Both branches are built; the result is selected with ``where`` (nested structures of Tensors)."""
         from ..frontend import math_

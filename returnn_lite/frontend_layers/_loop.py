@@ -44,63 +44,197 @@ def _pack(struct, flat):
     return rec(struct)
 
 
-def scan(*, spatial_dim, initial, xs, ys, body):
-    outer = get_current_builder()
-    site = call_site()
-    xs_flat, init_flat = _flatten(xs), _flatten(initial)
-    for x in xs_flat:
-        if spatial_dim not in x.dims:
-            raise FrontendError("rf.scan at %s: xs entry %r %s does not have the spatial_dim %s" % (
-                site, x.name, dims_str(x.dims), spatial_dim.short_repr()))
-    sub = NetDictBuilder(parent=outer)
-    sub.scope = list(outer.scope)
+class _LoopRecorder:
+    """Records a loop body into its own per-frame layer dict and emits the ``loop`` layer (+ output layers)."""
 
-    def _input(key, template):
+    def __init__(self, spatial_dim, func):
+        self.outer = get_current_builder()
+        self.sub = NetDictBuilder(parent=self.outer)
+        self.sub.scope = list(self.outer.scope)
+        self.spatial_dim = spatial_dim
+        self.func = func
+        self.site = call_site()
+        self.xs, self.inits = [], []
+
+    def _input(self, key, dims, like):
+        template = Data(key, dims=dims, dtype=like.dtype, sparse_dim=like.sparse_dim)
         d = {"class": "frontend_op", "op": "loop_input", "from": [], "out": template, "opts": {"key": key}}
-        layer = sub.add_layer(key, d, absolute=True)
-        return Data(key, dims=list(template.dims), dtype=template.dtype, sparse_dim=template.sparse_dim,
-                    placeholder=layer)
+        layer = self.sub.add_layer(key, d, absolute=True)
+        return Data(key, dims=list(dims), dtype=like.dtype, sparse_dim=like.sparse_dim, placeholder=layer)
 
-    x_frames, s_prev = [], []
-    for i, x in enumerate(xs_flat):
-        x_frames.append(_input("x%i" % i, Data("x%i" % i, dims=[d for d in x.dims if d != spatial_dim],
-                                                dtype=x.dtype, sparse_dim=x.sparse_dim)))
-    for i, s in enumerate(init_flat):
-        s_prev.append(_input("prev_s%i" % i, Data("s%i" % i, dims=list(s.dims), dtype=s.dtype,
-                                                  sparse_dim=s.sparse_dim)))
-    with sub:
-        y_t, s_new = body(_pack(xs, x_frames), _pack(initial, s_prev))
-        y_flat, s_new_flat = _flatten(y_t), _flatten(s_new)
-        if len(s_new_flat) != len(init_flat):
-            raise FrontendError("rf.scan at %s: the body returned %i state tensors, initial has %i" % (
-                site, len(s_new_flat), len(init_flat)))
-        out_names = []
-        for kind, tensors, templates in (("y", y_flat, _flatten(ys) or y_flat), ("s", s_new_flat, init_flat)):
-            for i, (t, tpl) in enumerate(zip(tensors, templates)):
-                if set(t.dims) != set(tpl.dims if kind == "s" else [d for d in tpl.dims if d != spatial_dim]):
-                    raise FrontendError("rf.scan at %s: body output %s%i has dims %s, expected %s" % (
-                        site, kind, i, dims_str(t.dims), dims_str(tpl.dims)))
+    def unstack(self, x):
+        if self.spatial_dim not in x.dims:
+            raise FrontendError("rf.%s at %s: %r %s does not have the loop dim %s" % (
+                self.func, call_site(), x.name, dims_str(x.dims), self.spatial_dim.short_repr()))
+        self.xs.append(x)
+        return self._input("x%i" % (len(self.xs) - 1), [d for d in x.dims if d != self.spatial_dim], x)
+
+    def prev_state(self, init):
+        self.inits.append(init)
+        return self._input("prev_s%i" % (len(self.inits) - 1), list(init.dims), init)
+
+    def add_outputs(self, ys, new_states):
+        """Inside the body (sub builder current): copy layers out_y<i>, out_s<i>."""
+        if len(new_states) != len(self.inits):
+            raise FrontendError("rf.%s at %s: %i new state tensors, but %i initial ones" % (
+                self.func, self.site, len(new_states), len(self.inits)))
+        self.y_specs, self.s_specs = [], []
+        for kind, tensors, specs in (("y", ys, self.y_specs), ("s", new_states, self.s_specs)):
+            for i, t in enumerate(tensors):
+                if kind == "s" and set(t.dims) != set(self.inits[i].dims):
+                    raise FrontendError("rf.%s at %s: new state %i has dims %s, the initial one %s" % (
+                        self.func, self.site, i, dims_str(t.dims), dims_str(self.inits[i].dims)))
                 name = "out_%s%i" % (kind, i)
-                sub.add_layer(name, {"class": "frontend_op", "op": "copy", "from": [_raw_name(t)],
-                                     "out": Data(name, dims=list(t.dims), dtype=t.dtype, sparse_dim=t.sparse_dim)},
-                              absolute=True)
-                out_names.append((kind, name, t))
-    y_specs = [(n, t) for k, n, t in out_names if k == "y"]
-    s_specs = [(n, t0) for (k, n, t), t0 in zip([o for o in out_names if o[0] == "s"], init_flat)]
-    if not y_specs:
-        raise FrontendError("rf.scan at %s: the body returns no ys" % site)
-    main_name, main_t = y_specs[0]
-    opts = {"sub_net_dict": sub.net_dict, "spatial_dim": spatial_dim, "n_x": len(xs_flat),
-            "outputs": [(n, list(t.dims)) for n, t in y_specs + s_specs], "n_y": len(y_specs)}
-    loop = _make("loop", xs_flat + init_flat, [spatial_dim] + list(main_t.dims), main_t.dtype,
-                 sparse_dim=main_t.sparse_dim, opts=opts, name="loop")
-    ys_out = [loop]
-    for n, t in y_specs[1:]:
-        ys_out.append(_make("extra", [loop], [spatial_dim] + list(t.dims), t.dtype, sparse_dim=t.sparse_dim,
-                            opts={"key": n, "dims": [spatial_dim] + list(t.dims)}, name="loop_" + n))
-    s_out = [_make("extra", [loop], list(t.dims), t.dtype, sparse_dim=t.sparse_dim,
-                   opts={"key": n, "dims": list(t.dims)}, name="loop_" + n) for n, t in s_specs]
-    return _pack(ys if _flatten(ys) else y_t, ys_out), _pack(initial, s_out), spatial_dim
+                self.sub.add_layer(name, {"class": "frontend_op", "op": "copy", "from": [_raw_name(t)],
+                                          "out": Data(name, dims=list(t.dims), dtype=t.dtype,
+                                                      sparse_dim=t.sparse_dim)}, absolute=True)
+                specs.append((name, t))
+
+    def emit(self):
+        """With the outer builder current: the loop layer and one layer per stacked y / final state."""
+        sd = self.spatial_dim
+        outputs = [(n, list(t.dims)) for n, t in self.y_specs + self.s_specs]
+        opts = {"sub_net_dict": self.sub.net_dict, "spatial_dim": sd, "n_x": len(self.xs), "outputs": outputs,
+                "n_y": len(self.y_specs)}
+        loop = _make("loop", self.xs + self.inits, [], "int32", opts=opts, name="loop")
+        ys = [_make("extra", [loop], [sd] + list(t.dims), t.dtype, sparse_dim=t.sparse_dim,
+                    opts={"key": n, "dims": [sd] + list(t.dims)}, name="loop_" + n) for n, t in self.y_specs]
+        finals = [_make("extra", [loop], list(init.dims), init.dtype, sparse_dim=init.sparse_dim,
+                        opts={"key": n, "dims": list(init.dims)}, name="loop_" + n)
+                  for (n, _t), init in zip(self.s_specs, self.inits)]
+        return ys, finals
+
+
+def scan(*, spatial_dim, initial, xs, ys, body):
+    rec = _LoopRecorder(spatial_dim, "scan")
+    xs_flat, init_flat = _flatten(xs), _flatten(initial)
+    x_frames = [rec.unstack(x) for x in xs_flat]
+    s_prev = [rec.prev_state(s) for s in init_flat]
+    with rec.sub:
+        y_t, s_new = body(_pack(xs, x_frames), _pack(initial, s_prev))
+        y_flat = _flatten(y_t)
+        for i, (t, tpl) in enumerate(zip(y_flat, _flatten(ys))):
+            if set(t.dims) != set(d for d in tpl.dims if d != spatial_dim):
+                raise FrontendError("rf.scan at %s: body output y%i has dims %s, expected %s" % (
+                    rec.site, i, dims_str(t.dims), dims_str(tpl.dims)))
+        rec.add_outputs(y_flat, _flatten(s_new))
+    ys_out, s_out = rec.emit()
+    return _pack(y_t, ys_out), _pack(initial, s_out), spatial_dim
+
+
+class Loop:
+    """
+    ``rf.Loop(axis=time_dim)``: ``loop.state.x = initial`` before, ``with loop:`` the per-frame body with
+    ``loop.unstack(x)``, ``loop.state.x`` (previous / new value) and ``y = loop.stack(y_t)``; after the block the
+    stacked tensors and ``loop.state.x`` (final values) are available. The loop runs over ``axis`` with its lengths.
+    """
+
+    def __init__(self, *, axis=None, max_seq_len=None):
+        if axis is None or max_seq_len is not None:
+            raise FrontendError("rf.Loop at %s: only loops over a given axis are supported (no max_seq_len / "
+                                "loop.end)" % call_site())
+        object.__setattr__(self, "_rec", _LoopRecorder(axis, "Loop"))
+        object.__setattr__(self, "axis", axis)
+        object.__setattr__(self, "state", _LoopState(self))
+        object.__setattr__(self, "_phase", "init")
+        object.__setattr__(self, "_stacked", [])
+
+    def __enter__(self):
+        if self._phase != "init":
+            raise FrontendError("rf.Loop at %s: a loop can be entered once" % call_site())
+        self.state._enter()
+        object.__setattr__(self, "_phase", "body")
+        self._rec.sub.__enter__()
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        rec = self._rec
+        try:
+            if exc_type is None:
+                rec.add_outputs([t for t, _ in self._stacked], self.state._new_values())
+        finally:
+            rec.sub.__exit__(exc_type, exc, tb)
+        if exc_type is not None:
+            return False
+        ys, finals = rec.emit()
+        for (_t, result), y in zip(self._stacked, ys):
+            result.placeholder = y.placeholder
+            result.name = y.name
+        self.state._exit(finals)
+        object.__setattr__(self, "_phase", "done")
+        return False
+
+    def unstack(self, source, **_kwargs):
+        self._check_body("unstack")
+        return self._rec.unstack(source)
+
+    def stack(self, source):
+        """The frames of source, stacked along the loop axis (valid after the with block)."""
+        self._check_body("stack")
+        result = Data("loop_stack", dims=[self.axis] + list(source.dims), dtype=source.dtype,
+                      sparse_dim=source.sparse_dim)
+        self._stacked.append((source, result))
+        return result
+
+    def end(self, *_args, **_kwargs):
+        raise FrontendError("rf.Loop.end at %s: loops with a dynamic end are not supported" % call_site())
+
+    def _check_body(self, what):
+        if self._phase != "body":
+            raise FrontendError("rf.Loop.%s at %s: only inside `with loop:`" % (what, call_site()))
+
+
+class _LoopState:
+    """``loop.state``: initial values before the loop, previous/new values inside, final values after."""
+
+    def __init__(self, loop):
+        object.__setattr__(self, "_loop", loop)
+        object.__setattr__(self, "_names", [])
+        object.__setattr__(self, "_values", {})
+        object.__setattr__(self, "_structs", {})
+        object.__setattr__(self, "_new", {})
+
+    def __setattr__(self, key, value):
+        phase = self._loop._phase
+        if phase == "init":
+            if key not in self._names:
+                self._names.append(key)
+            self._values[key] = value
+        elif phase == "body":
+            if key not in self._names:
+                raise FrontendError("rf.Loop at %s: state %r was not set before the loop" % (call_site(), key))
+            self._new[key] = value
+        else:
+            raise FrontendError("rf.Loop at %s: the loop is done, its state is read-only" % call_site())
+
+    def __getattr__(self, key):
+        if key.startswith("_"):
+            raise AttributeError(key)
+        if key in self._new:
+            return self._new[key]
+        if key in self._values:
+            return self._values[key]
+        raise AttributeError("loop state has no %r" % key)
+
+    def _enter(self):
+        rec = self._loop._rec
+        for key in self._names:
+            init = self._values[key]
+            self._structs[key] = init
+            self._values[key] = _pack(init, [rec.prev_state(t) for t in _flatten(init)])
+
+    def _new_values(self):
+        flat = []
+        for key in self._names:
+            flat.extend(_flatten(self._new.get(key, self._values[key])))
+        return flat
+
+    def _exit(self, finals):
+        it = iter(finals)
+        for key in self._names:
+            n = len(_flatten(self._structs[key]))
+            self._values[key] = _pack(self._structs[key], [next(it) for _ in range(n)])
+        self._new.clear()
 
 
 @op("loop_input")
@@ -159,11 +293,9 @@ def _loop(layer, inputs, out, sub_net_dict, spatial_dim, n_x, outputs, n_y):
     final_s, final_tas = res[1:1 + len(s_init)], res[1 + len(s_init):]
     for (name, dims), v in zip(s_outputs, final_s):
         layer.extra[name] = v
-    stacked = []
     for (name, dims), ta in zip(y_outputs, final_tas):
-        stacked.append(ta.stack())
-        layer.extra[name] = stacked[-1]
-    return to_out(stacked[0], [spatial_dim] + list(y_outputs[0][1]), out)
+        layer.extra[name] = ta.stack()
+    return tf.cast(n_time, tf.int32)
 
 
 def _dtype_of(sub_net_dict, name):

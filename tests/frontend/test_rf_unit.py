@@ -261,3 +261,23 @@ def test_scan_cumsum_and_lstm_cell_loop():
     np.testing.assert_allclose(res["ys"][0], res["y_ref"][0], rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(res["ys"][1, :2], res["y_ref"][1, :2], rtol=1e-5, atol=1e-6)
     assert net_dict["loop"]["op"] == "loop" and "x0" in net_dict["loop"]["opts"]["sub_net_dict"]
+
+
+def test_loop_state_unstack_stack():
+    time_dim, feat, extern_data = _data_3d(3)
+
+    def step(*, model, extern_data, **_):
+        x = extern_data["data"]
+        loop = rf.Loop(axis=time_dim)
+        loop.state.acc = rf.zeros([batch_dim, feat])
+        with loop:
+            x_t = loop.unstack(x)
+            loop.state.acc = loop.state.acc + x_t
+            y = loop.stack(loop.state.acc * 2.0)
+        y.mark_as_output("y", shape=(batch_dim, time_dim, feat))
+        loop.state.acc.mark_as_output("last", shape=(batch_dim, feat))
+
+    x = np.random.RandomState(5).randn(2, 4, 3).astype("float32")
+    res, _, _ = _build_and_run(extern_data, lambda **_: _Empty(), step, {"data": x, "size:time": np.array([4, 3], "int32")})
+    np.testing.assert_allclose(res["y"][0], 2 * np.cumsum(x[0], axis=0), rtol=1e-5)
+    np.testing.assert_allclose(res["last"][1], x[1, :3].sum(0), rtol=1e-5)
