@@ -45,7 +45,9 @@ template <typename T>
 using CMat = Eigen::TensorMap<Eigen::Tensor<const T, 2, Eigen::RowMajor>, Eigen::Unaligned>;
 
 template <typename T>
-inline T sigmoid(T x) { return T(1) / (T(1) + std::exp(-x)); }
+using Arr = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>, Eigen::Unaligned>;
+template <typename T>
+using CArr = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>, Eigen::Unaligned>;
 
 REGISTER_OP("NativeLstm2")
     .Input("z: T")           // [T, B, 4n] input projection (x W + b)
@@ -191,24 +193,17 @@ class NativeLstm2Op : public OpKernel {
           }
           const T* zz = z_p + (off + b) * n4;
           const T* r = rec + b * n4;
-          T* cs = c_state + b * n;
-          T* hs = h_state + b * n;
-          for (int64_t k = 0; k < n; ++k) {
-            const T gj = std::tanh(zz[k] + r[k]);
-            const T gi = sigmoid(zz[n + k] + r[n + k]);
-            const T gf = sigmoid(zz[2 * n + k] + r[2 * n + k]);
-            const T go = sigmoid(zz[3 * n + k] + r[3 * n + k]);
-            const T cn = gf * cs[k] + gi * gj;
-            const T hn = go * std::tanh(cn);
-            g[k] = gj;
-            g[n + k] = gi;
-            g[2 * n + k] = gf;
-            g[3 * n + k] = go;
-            c[k] = cn;
-            y[k] = hn;
-            cs[k] = cn;
-            hs[k] = hn;
-          }
+          // vectorised gate math (Eigen's packet tanh/logistic, as TF's own Tanh/Sigmoid kernels)
+          Arr<T> gj(g, n), gi(g + n, n), gf(g + 2 * n, n), go(g + 3 * n, n), cs(c_state + b * n, n),
+              hs(h_state + b * n, n), cn(c, n), yn(y, n);
+          gj = (CArr<T>(zz, n) + CArr<T>(r, n)).tanh();
+          gi = (CArr<T>(zz + n, n) + CArr<T>(r + n, n)).logistic();
+          gf = (CArr<T>(zz + 2 * n, n) + CArr<T>(r + 2 * n, n)).logistic();
+          go = (CArr<T>(zz + 3 * n, n) + CArr<T>(r + 3 * n, n)).logistic();
+          cn = gf * cs + gi * gj;
+          yn = go * cn.tanh();
+          cs = cn;
+          hs = yn;
         }
       });
     }
@@ -305,21 +300,17 @@ class NativeLstm2GradOp : public OpKernel {
           const T* cp = first ? c0_p + b * n : c_p + (t_prev * n_batch + b) * n;
           std::copy_n(hp, n, hp_out);
           const T* g = g_p + (off + b) * n4;
-          const T* c = c_p + (off + b) * n;
-          const T* dy = dy_p + (off + b) * n;
-          T* dcs = dc_state + b * n;
-          T* dhs = dh_state + b * n;
-          for (int64_t k = 0; k < n; ++k) {
-            const T gj = g[k], gi = g[n + k], gf = g[2 * n + k], go = g[3 * n + k];
-            const T tc = std::tanh(c[k]);
-            const T dh = dy[k] + dhs[k];
-            const T dc = dcs[k] + dh * go * (T(1) - tc * tc);
-            dz[k] = dc * gi * (T(1) - gj * gj);
-            dz[n + k] = dc * gj * gi * (T(1) - gi);
-            dz[2 * n + k] = dc * cp[k] * gf * (T(1) - gf);
-            dz[3 * n + k] = dh * tc * go * (T(1) - go);
-            dcs[k] = dc * gf;
-          }
+          CArr<T> gj(g, n), gi(g + n, n), gf(g + 2 * n, n), go(g + 3 * n, n), c(c_p + (off + b) * n, n),
+              dy(dy_p + (off + b) * n, n), cpa(cp, n);
+          Arr<T> dcs(dc_state + b * n, n), dhs(dh_state + b * n, n), dzj(dz, n), dzi(dz + n, n),
+              dzf(dz + 2 * n, n), dzo(dz + 3 * n, n);
+          // no temporaries: dcs becomes dc (the grad of the new cell state) in place, then dc * f
+          dzo = (dy + dhs) * c.tanh() * go * (T(1) - go);
+          dcs += (dy + dhs) * go * (T(1) - c.tanh().square());
+          dzj = dcs * gi * (T(1) - gj.square());
+          dzi = dcs * gj * gi * (T(1) - gi);
+          dzf = dcs * cpa * gf * (T(1) - gf);
+          dcs *= gf;
         }
       });
       CMat<T> dz_m(dz_p + off * n4, n_batch, n4);

@@ -17,6 +17,7 @@ import numpy as np
 import tensorflow as tf
 
 from .data import Data, Dim
+from .error_hints import check_unreached_layers, describe_build_error, precheck_layer_desc
 from .errors import (  # noqa: F401 (re-exported: part of this module's API, as in the original)
     LayerNotFound,
     LayerOptionError,
@@ -87,6 +88,7 @@ class TFNetwork(NetworkAPIMixin):
         self.extern_data = extern_data
         self.parent_layer = parent_layer
         self.parent_net = parent_net
+        self.extra_parent_net = extra_parent_net
         self.name = name or (parent_layer.name if parent_layer is not None else "")
         self._absolute_name_prefix = absolute_name_prefix
         if train_flag is None:
@@ -146,6 +148,8 @@ class TFNetwork(NetworkAPIMixin):
             if (name == "output" or name.endswith(":output") or desc.get("loss") or desc.get("is_output_layer")
                     or desc.get("register_as_extern_data")):
                 self.construct_layer(net_dict, name, get_layer=get_layer)
+        if self.parent_net is None:
+            check_unreached_layers(self, net_dict)
 
     def construct_layer(self, net_dict, name, get_layer=None, add_layer=None, check_existing=True):
         """Construct name (and, recursively, what it depends on) unless it exists already."""
@@ -153,6 +157,15 @@ class TFNetwork(NetworkAPIMixin):
             return self.layers[name]
         if name == "data" or name.startswith("data:"):
             return self._get_extern_data_layer(name)
+        if name.startswith("extra.") or self.extra_parent_net is not None:  # extra networks (see extra_net.py)
+            from .extra_net import get_extra_net, layer_from_extra_or_main, split_extra_name
+
+            extra = split_extra_name(name)
+            if extra is not None:
+                return get_extra_net(self, extra[0]).get_layer(extra[1])
+            layer = layer_from_extra_or_main(self, name)
+            if layer is not None:
+                return layer
         if name.startswith("base:"):
             if self.parent_net is None:
                 raise LayerNotFound("%r: there is no base network (this is the root network)" % name, name, self)
@@ -178,6 +191,7 @@ class TFNetwork(NetworkAPIMixin):
         try:
             if class_name is None:
                 raise ValueError("no 'class' given")
+            precheck_layer_desc(desc)
             layer_class = get_layer_class(class_name)
             desc["_name"] = name
             desc["_network"] = self
@@ -191,7 +205,7 @@ class TFNetwork(NetworkAPIMixin):
         except NetworkConstructionDependencyLoopException:
             raise
         except Exception as exc:
-            msg = "%s: %s" % (type(exc).__name__, exc) if not isinstance(exc, NetworkError) else str(exc)
+            msg = describe_build_error(exc, net_dict.get(name))
             raise NetworkLayerException(msg, name, self, net_dict, layer_class=class_name) from exc
         finally:
             self._constructing.remove(name)

@@ -62,7 +62,9 @@ class _CellMixin:
         n_units = self.n_out if isinstance(self.n_out, int) else self.output.dim
         cell = cell_class(self, n_in, n_units, **(unit_opts or {}))
         self.cell = cell
-        batch_dim = self.network.get_data_batch_dim()
+        # the input's own batch size (time_chunking before the rec layer changes it), else the global one
+        batch_dim = (tf.shape(inp.placeholder)[inp.batch_dim_axis] if inp.have_batch_axis()
+                     else self.network.get_data_batch_dim())
         if inp.have_time_axis() and not self._is_per_step(inp):
             x = inp.copy_as_time_batch_major() if inp.have_batch_axis() else inp.copy_as_time_major()
             seq_len = inp.get_time_dim_tag().dyn_size

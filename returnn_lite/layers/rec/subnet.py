@@ -196,8 +196,7 @@ class RecSubnetTemplate:
 
     def get_output_template(self, name):
         out = self.templates["output"].output
-        res = out.copy_template_adding_time_dim(0, self.out_time_dim if out.beam is not None else self.time_dim,
-                                                name="%s_output" % name)
+        res = out.copy_template_adding_time_dim(0, self.out_time_dim, name="%s_output" % name)
         return res
 
 
@@ -240,6 +239,12 @@ class RecSubnetLoop:
                 raise ValueError("rec layer %r: a loop ended by its 'end' layer needs max_seq_len" % name)
             time_dim = Dim(None, kind=Dim.Types.Spatial, description="%s:rec-time" % name)
             dynamic_end = True
+        cheating = any(unit[c].get("cheating") for c in searching)
+        if searching and not dynamic_end and "end" in unit and not cheating:
+            dynamic_end = True  # a search over input frames still ends each hypothesis by its 'end' layer
+            tpl_out_time_dim = Dim(None, kind=Dim.Types.Spatial, description="%s:rec-time" % name)
+        else:
+            tpl_out_time_dim = time_dim if dynamic_end else None
         tpl = RecSubnetTemplate(name, network, unit, sources, target, input_data, time_dim)
         tpl.dynamic_end = dynamic_end
         tpl.gates = gates
@@ -378,8 +383,9 @@ class RecSubnetLoop:
 
         tpl.needed = set(needed)
         build_all()
-        for _ in range(3):  # derive once more where a prev: template was guessed, until nothing changes
-            if not guessed:
+        changed = False
+        for _ in range(5):  # derive once more where a prev: template was guessed, until nothing changes
+            if not guessed and not changed:
                 break
             earlier = dict(tpl.templates)
             prev_fallback.clear()
@@ -411,8 +417,8 @@ class RecSubnetLoop:
                 raise NotImplementedError("rec layer %r: a search beam without a choice layer in the unit" % name)
         tpl.include_eos = bool(d.get("include_eos"))
         # under search, each hypothesis has its own length: the output gets its own time axis
-        tpl.out_time_dim = time_dim if dynamic_end or tpl.beam is None else Dim(
-            None, kind=Dim.Types.Spatial, description="%s:rec-time-beam" % name)
+        tpl.out_time_dim = tpl_out_time_dim or (time_dim if tpl.beam is None else Dim(
+            None, kind=Dim.Types.Spatial, description="%s:rec-time-beam" % name))
         return tpl
 
     # ---- real construction ----
@@ -457,6 +463,16 @@ class RecSubnetLoop:
         return [x for x in names if in_loop[x]], [x for x in names if not in_loop[x]]
 
     def build(self):
+        if self.tpl.beam is not None and self.rec_layer.network.train_flag is False:
+            # a search is never differentiated: TF's v1 control flow (no function graph, no intermediates kept for
+            # gradients) builds the loop about 3x faster
+            from .cells import control_flow_v1
+
+            with control_flow_v1():
+                return self._build()
+        return self._build()
+
+    def _build(self):
         rec = self.rec_layer
         net = rec.network
         tpl = self.tpl
@@ -503,7 +519,7 @@ class RecSubnetLoop:
 
         # the loop
         dynamic = tpl.dynamic_end
-        if dynamic:
+        if dynamic and (self.max_seq_len is not None or seq_len is None):
             n_time = self._max_seq_len(net)
         else:
             n_time = tf.reduce_max(seq_len) if seq_len is not None else None
@@ -549,6 +565,20 @@ class RecSubnetLoop:
         extra_keys = [(x, k) for x in sorted(extra_init) for k in sorted(extra_init[x])]
         loss_layers = [x for x in in_loop if tpl.templates[x].kwargs.get("loss") is not None and net.eval_flag]
         track_end = dynamic or beam is not None
+        pretiled = {}  # base: layers used only by layers on the beam: repeated per hypothesis once, outside the loop
+        if beam is not None:
+            root_beam = SearchBeam(k_beam, name="%s/repeated" % rec.get_absolute_name(), invariant=True)
+            users = {}
+            for x in in_loop:
+                for ref in tpl.deps.get(x, ()):
+                    if ref.startswith("base:"):
+                        users.setdefault(ref, set()).add(x)
+            for ref, xs in sorted(users.items()):
+                layer = outer(ref)
+                if xs <= has_beam and layer.output.beam is None and layer.output.have_batch_axis():
+                    pretiled[ref] = InternalLayer(name=ref, network=net,
+                                                  output=layer.output.copy_as_batch_major().copy_extend_with_beam(
+                                                      root_beam))
         n_state = 2 if track_end else 0  # ended flags, lengths
         n_search = 2 if beam is not None else 0  # beam scores, src_beams TensorArray
 
@@ -610,6 +640,8 @@ class RecSubnetLoop:
                 elif ref in full:  # moved out: its frame (or itself, if it does not have the loop's time axis)
                     res = self._frame_layer(ref, full[ref].output, frame_source, i, loop) if _frame_template(
                         full[ref].output, time_dim) is not None else full[ref]
+                elif ref in pretiled:
+                    res = pretiled[ref]
                 else:
                     layer = outer(ref)
                     res = self._frame_layer(ref, layer.output, frame_source, i, loop) if _frame_template(
@@ -655,7 +687,7 @@ class RecSubnetLoop:
             if track_end:  # a sequence ends with the first frame where 'end' is True
                 if beam is not None:
                     ended, lens = (select_beam_tensor(v, beam_in, beam_out) for v in (ended, lens))
-                if "end" in loop.layers:
+                if "end" in loop.layers and dynamic:  # (a loop over known lengths ignores it, as the original)
                     end = loop.layers["end"].output
                     if beam is not None and (end.beam is not None or end.have_batch_axis()):
                         end = end.copy_select_beam(beam_out)
@@ -713,14 +745,16 @@ class RecSubnetLoop:
                 ended, lens = res[-2:]
                 res = res[:-2]
                 if dynamic:
-                    time_dim.dyn_size = tf.where(ended, lens, tf.fill(tf.shape(lens), n_steps))
+                    tpl.out_time_dim.dyn_size = tf.where(ended, lens, tf.fill(tf.shape(lens), n_steps))
+                    if beam is not None:  # per sequence: its best hypothesis did not end (cut at max_seq_len)
+                        rec.search_unfinished = tf.logical_not(tf.reshape(ended, [-1, k_beam])[:, 0])
             if beam is not None and not dynamic:
                 tpl.out_time_dim.dyn_size = tile_batch(seq_len, k_beam)
             res = res[1 + len(prev_names) + len(extra_keys):]
             for x, ta in zip(acc_names, res[:len(acc_names)]):
                 step_tpl = tpl.templates[x].output
                 out = step_tpl.copy_template_adding_time_dim(
-                    0, tpl.out_time_dim if x in has_beam else time_dim, name="%s/%s" % (rec.name, x))
+                    0, tpl.out_time_dim if x in has_beam or dynamic else time_dim, name="%s/%s" % (rec.name, x))
                 out.placeholder = ta.stack()
                 if x in has_beam:
                     out.placeholder = _apply_backtrack(out.placeholder, backtrack, k_beam)
@@ -746,6 +780,7 @@ class RecSubnetLoop:
                 layer = self.accumulated[x]
                 if layer.loss is not None:
                     key = net.get_absolute_name_prefix() + rec.name + "/" + x
+                    _check_loss_dims(layer, key)
                     net.get_root_network().losses_dict[key] = LossHolder(
                         name=key, loss=layer.loss, layer_output=layer.output, layer=layer, network=net)
 
@@ -755,7 +790,7 @@ class RecSubnetLoop:
         length of the loop) reports its final scores times T**exponent / (T + 1) (T: the number of steps).
         """
         kwargs = self.tpl.templates[self.tpl.choice_names[0]].kwargs
-        if not kwargs.get("length_normalization", True):
+        if not kwargs.get("length_normalization", True) or self.tpl.include_eos:
             return scores
         exponent = kwargs.get("length_normalization_exponent", 1.0)
         t = tf.cast(n_steps, tf.float32)
@@ -858,9 +893,18 @@ class RecSubnetLoop:
 
     def get_last_frame(self, name):
         acc = self.accumulated[name].output
-        seq_len = self.time_dim.dyn_size
+        seq_len = self.tpl.out_time_dim.dyn_size
         x = acc.copy_as_batch_major().placeholder  # [B, T, ...]
         return tf.gather(x, tf.maximum(seq_len - 1, 0), axis=1, batch_dims=1)
+
+
+def _check_loss_dims(layer, key):
+    """The same dim checks of output vs target as for losses outside a rec unit."""
+    target = layer._get_target_value() if layer.loss.need_target and layer.target else None
+    try:
+        layer.loss.check_dims(layer, target)
+    except ValueError as exc:
+        raise ValueError("rec unit layer %r: %s" % (key, exc)) from None
 
 
 def _backtrack_indices(src_beams):
