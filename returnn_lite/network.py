@@ -17,6 +17,7 @@ import numpy as np
 import tensorflow as tf
 
 from .data import Data, Dim
+from .error_hints import check_unreached_layers, describe_build_error, precheck_layer_desc
 from .errors import (  # noqa: F401 (re-exported: part of this module's API, as in the original)
     LayerNotFound,
     LayerOptionError,
@@ -90,6 +91,7 @@ class TFNetwork(NetworkAPIMixin):
         self.extern_data = extern_data
         self.parent_layer = parent_layer
         self.parent_net = parent_net
+        self.extra_parent_net = extra_parent_net
         self.name = name or (parent_layer.name if parent_layer is not None else "")
         self._absolute_name_prefix = absolute_name_prefix
         if train_flag is None:
@@ -150,6 +152,8 @@ class TFNetwork(NetworkAPIMixin):
             if (name == "output" or name.endswith(":output") or desc.get("loss") or desc.get("is_output_layer")
                     or desc.get("register_as_extern_data")):
                 self.construct_layer(net_dict, name, get_layer=get_layer)
+        if self.parent_net is None:
+            check_unreached_layers(self, net_dict)
 
     def _validate_net_dict(self, net_dict):
         """The options of every layer dict, also of layers that are never built (e.g. an is_output_layer typo)."""
@@ -179,6 +183,12 @@ class TFNetwork(NetworkAPIMixin):
         if name in self.layers:
             return self.layers[name]
         ref = parse_layer_ref(name)
+        if ref.kind == "data":
+            return self._get_extern_data_layer(name)
+        if ref.kind == "extra" or self.extra_parent_net is not None:  # extra networks (see extra_net.py)
+            layer = self._resolve_extra(ref, name)
+            if layer is not None:
+                return layer
         if ref.kind != "layer":
             return self._resolve_prefixed(ref, name, net_dict, get_layer)
         if name not in net_dict:
@@ -201,6 +211,7 @@ class TFNetwork(NetworkAPIMixin):
         try:
             if class_name is None:
                 raise ValueError("no 'class' given")
+            precheck_layer_desc(desc)
             layer_class = get_layer_class(class_name)
             validate_layer_desc(layer_class, desc)
             layer_class.transform_config_dict(desc, network=self, get_layer=get_layer)
@@ -216,7 +227,7 @@ class TFNetwork(NetworkAPIMixin):
         except NetworkConstructionDependencyLoopException:
             raise
         except Exception as exc:
-            msg = "%s: %s" % (type(exc).__name__, exc) if not isinstance(exc, NetworkError) else str(exc)
+            msg = describe_build_error(exc, net_dict.get(name))
             raise NetworkLayerException(msg, name, self, net_dict, layer_class=class_name) from exc
         finally:
             self._constructing.remove(name)
@@ -232,9 +243,16 @@ class TFNetwork(NetworkAPIMixin):
         if ref.kind in ("prev", "step"):
             return self._resolve_in_loop(name)
         if ref.kind == "extra":
-            raise LayerNotFound("%r: extra networks ('extra.%s:') are not supported" % (name, ref.extra_net), name,
-                                self)
+            return self._resolve_extra(ref, name)
         return self.construct_layer(net_dict, ref.name, get_layer=get_layer)  # "layer:" prefix
+
+    def _resolve_extra(self, ref, name):
+        """extra.NET:ref in the extra network NET; inside an extra network, its own layers, else the main's."""
+        from .extra_net import get_extra_net, layer_from_extra_or_main
+
+        if ref.kind == "extra":
+            return get_extra_net(self, ref.extra_net).get_layer(ref.name)
+        return layer_from_extra_or_main(self, name)
 
     def _resolve_in_loop(self, name):
         """prev:X and :i: only a rec unit's network (or a child of one) resolves them."""

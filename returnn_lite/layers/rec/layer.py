@@ -11,16 +11,10 @@ from ...data import Data, Dim, batch_dim
 from ...util import NotSpecified
 from ..base import ConcatInputLayer, LayerBase, concat_sources_template
 from . import cells as _cells
+from .state import last_hidden_state
+from .subnet import RecSubnetLoop
 
 tf1 = tf.compat.v1
-
-
-def last_hidden_state(state, key="*"):
-    """Concatenation of the state parts (sorted by name, i.e. c before h), or one part."""
-    if key not in (None, "*") and key in state:
-        return state[key]
-    parts = [state[k] for k in sorted(state)]
-    return parts[0] if len(parts) == 1 else tf.concat(parts, axis=-1)
 
 
 def _initial_cell_state(layer, cell, initial_state, batch_dim, var_prefix):
@@ -63,7 +57,9 @@ class _CellMixin:
         n_units = self.n_out if isinstance(self.n_out, int) else self.output.dim
         cell = cell_class(self, n_in, n_units, **(unit_opts or {}))
         self.cell = cell
-        batch_dim = self.network.get_data_batch_dim()
+        # the input's own batch size (time_chunking before the rec layer changes it), else the global one
+        batch_dim = (tf.shape(inp.placeholder)[inp.batch_dim_axis] if inp.have_batch_axis()
+                     else self.network.get_data_batch_dim())
         if inp.have_time_axis() and not self._is_per_step(inp):
             x = inp.copy_as_time_batch_major() if inp.have_batch_axis() else inp.copy_as_time_major()
             seq_len = inp.get_time_dim_tag().dyn_size
@@ -230,8 +226,6 @@ class RecLayer(_CellMixin, ConcatInputLayer):
             if value != default:
                 raise NotImplementedError("rec layer %r: option %s=%r is not supported" % (self.name, opt, value))
         if not isinstance(unit, str):
-            from .subnet import RecSubnetLoop
-
             if back_prop is False:
                 raise NotImplementedError("rec layer %r: option back_prop=False is not supported with a subnetwork "
                                           "unit" % self.name)
@@ -271,8 +265,6 @@ class RecLayer(_CellMixin, ConcatInputLayer):
     def construct_children(cls, d, name, network, get_layer):
         """A subnetwork unit (dict): its per-step templates; ``unit`` becomes the RecSubnetTemplate."""
         if isinstance(d.get("unit", "lstm"), dict):
-            from .subnet import RecSubnetLoop
-
             d["unit"] = RecSubnetLoop.make_template(d, network, get_layer, name=name)
 
     @classmethod
