@@ -10,7 +10,8 @@ sequences of ~200 frames, softmax + cross entropy, SGD. In the same process, eac
 - ``tfcell``: returnn_lite with a TF-cell unit (``--tf-cell-unit``, default "standardlstm"; "" to skip).
 
 Prints per variant: frames/s (wall time and CPU time of the process, min over rounds), the seconds to build the
-net and its gradients (CPU time), the peak memory (RSS of a fresh process per variant running a few steps), and the ratios against plain.
+net and its gradients (CPU time), the peak memory (RSS of a fresh process per variant running a few steps), and
+the ratios against plain.
 
     python benchmarks/blstm_train.py [--layers 4] [--units 256] [--batch 16] [--time 200] [--steps 3] [--rounds 4]
 """

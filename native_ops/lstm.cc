@@ -45,7 +45,9 @@ template <typename T>
 using CMat = Eigen::TensorMap<Eigen::Tensor<const T, 2, Eigen::RowMajor>, Eigen::Unaligned>;
 
 template <typename T>
-inline T sigmoid(T x) { return T(1) / (T(1) + std::exp(-x)); }
+using Arr = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>, Eigen::Unaligned>;
+template <typename T>
+using CArr = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>, Eigen::Unaligned>;
 
 REGISTER_OP("NativeLstm2")
     .Input("z: T")           // [T, B, 4n] input projection (x W + b)
@@ -102,6 +104,19 @@ REGISTER_OP("NativeLstm2Grad")
       return Status();
     })
     .Doc("Gradient of NativeLstm2.");
+
+// The per-step work (GEMM [B, n] x [n, 4n] and the gate math) goes to TF's intra-op thread pool only when it is
+// large enough: for small steps the hand-off to the pool and back, 2-3 times per frame, costs more than it saves
+// (and much more on a loaded machine). The dW_re GEMM over all frames always uses the pool.
+static bool UsePool(int64_t n_batch, int64_t n) { return n_batch * n * 4 * n >= (int64_t(1) << 24); }
+
+template <typename F>
+static void for_batch(const CPUDevice& dev, bool use_pool, int64_t n_batch, const Eigen::TensorOpCost& cost, F f) {
+  if (use_pool)
+    dev.parallelFor(n_batch, cost, f);
+  else
+    f(0, n_batch);
+}
 
 // Shapes: checked once per call, with an error naming the input.
 static Status CheckShapes(const Tensor& w_re, const Tensor& c0, const Tensor& h0, const Tensor& lens, int64_t n_time,
@@ -165,6 +180,7 @@ class NativeLstm2Op : public OpKernel {
     CMat<T> h_m(h_state, n_batch, n);
     const Eigen::array<IdxPair, 1> prod = {IdxPair(1, 0)};
     const Eigen::TensorOpCost cost(sizeof(T) * 6 * n, sizeof(T) * 6 * n, 60 * n);
+    const bool use_pool = UsePool(n_batch, n);
 
     for (int64_t s = 0; s < n_time; ++s) {
       const int64_t t = reverse_ ? n_time - 1 - s : s;
@@ -177,8 +193,11 @@ class NativeLstm2Op : public OpKernel {
         std::fill_n(g_p + off * n4, n_batch * n4, T(0));
         continue;
       }
-      rec_m.device(dev) = h_m.contract(w, prod);
-      dev.parallelFor(n_batch, cost, [&](Eigen::Index b0, Eigen::Index b1) {
+      if (use_pool)
+        rec_m.device(dev) = h_m.contract(w, prod);
+      else
+        rec_m = h_m.contract(w, prod);
+      for_batch(dev, use_pool, n_batch, cost, [&](Eigen::Index b0, Eigen::Index b1) {
         for (Eigen::Index b = b0; b < b1; ++b) {
           T* y = y_p + (off + b) * n;
           T* c = c_p + (off + b) * n;
@@ -191,24 +210,17 @@ class NativeLstm2Op : public OpKernel {
           }
           const T* zz = z_p + (off + b) * n4;
           const T* r = rec + b * n4;
-          T* cs = c_state + b * n;
-          T* hs = h_state + b * n;
-          for (int64_t k = 0; k < n; ++k) {
-            const T gj = std::tanh(zz[k] + r[k]);
-            const T gi = sigmoid(zz[n + k] + r[n + k]);
-            const T gf = sigmoid(zz[2 * n + k] + r[2 * n + k]);
-            const T go = sigmoid(zz[3 * n + k] + r[3 * n + k]);
-            const T cn = gf * cs[k] + gi * gj;
-            const T hn = go * std::tanh(cn);
-            g[k] = gj;
-            g[n + k] = gi;
-            g[2 * n + k] = gf;
-            g[3 * n + k] = go;
-            c[k] = cn;
-            y[k] = hn;
-            cs[k] = cn;
-            hs[k] = hn;
-          }
+          // vectorised gate math (Eigen's packet tanh/logistic, as TF's own Tanh/Sigmoid kernels)
+          Arr<T> gj(g, n), gi(g + n, n), gf(g + 2 * n, n), go(g + 3 * n, n), cs(c_state + b * n, n),
+              hs(h_state + b * n, n), cn(c, n), yn(y, n);
+          gj = (CArr<T>(zz, n) + CArr<T>(r, n)).tanh();
+          gi = (CArr<T>(zz + n, n) + CArr<T>(r + n, n)).logistic();
+          gf = (CArr<T>(zz + 2 * n, n) + CArr<T>(r + 2 * n, n)).logistic();
+          go = (CArr<T>(zz + 3 * n, n) + CArr<T>(r + 3 * n, n)).logistic();
+          cn = gf * cs + gi * gj;
+          yn = go * cn.tanh();
+          cs = cn;
+          hs = yn;
         }
       });
     }
@@ -279,6 +291,7 @@ class NativeLstm2GradOp : public OpKernel {
     Mat<T> dhrec_m(dhrec, n_batch, n);
     const Eigen::array<IdxPair, 1> prod_t = {IdxPair(1, 1)};  // dz @ W_re^T
     const Eigen::TensorOpCost cost(sizeof(T) * 12 * n, sizeof(T) * 6 * n, 40 * n);
+    const bool use_pool = UsePool(n_batch, n);
 
     for (int64_t s = n_time - 1; s >= 0; --s) {
       const int64_t t = reverse_ ? n_time - 1 - s : s;
@@ -291,7 +304,7 @@ class NativeLstm2GradOp : public OpKernel {
         std::fill_n(hprev + off * n, n_batch * n, T(0));
         continue;
       }
-      dev.parallelFor(n_batch, cost, [&](Eigen::Index b0, Eigen::Index b1) {
+      for_batch(dev, use_pool, n_batch, cost, [&](Eigen::Index b0, Eigen::Index b1) {
         for (Eigen::Index b = b0; b < b1; ++b) {
           T* dz = dz_p + (off + b) * n4;
           T* hp_out = hprev + (off + b) * n;
@@ -305,25 +318,24 @@ class NativeLstm2GradOp : public OpKernel {
           const T* cp = first ? c0_p + b * n : c_p + (t_prev * n_batch + b) * n;
           std::copy_n(hp, n, hp_out);
           const T* g = g_p + (off + b) * n4;
-          const T* c = c_p + (off + b) * n;
-          const T* dy = dy_p + (off + b) * n;
-          T* dcs = dc_state + b * n;
-          T* dhs = dh_state + b * n;
-          for (int64_t k = 0; k < n; ++k) {
-            const T gj = g[k], gi = g[n + k], gf = g[2 * n + k], go = g[3 * n + k];
-            const T tc = std::tanh(c[k]);
-            const T dh = dy[k] + dhs[k];
-            const T dc = dcs[k] + dh * go * (T(1) - tc * tc);
-            dz[k] = dc * gi * (T(1) - gj * gj);
-            dz[n + k] = dc * gj * gi * (T(1) - gi);
-            dz[2 * n + k] = dc * cp[k] * gf * (T(1) - gf);
-            dz[3 * n + k] = dh * tc * go * (T(1) - go);
-            dcs[k] = dc * gf;
-          }
+          CArr<T> gj(g, n), gi(g + n, n), gf(g + 2 * n, n), go(g + 3 * n, n), c(c_p + (off + b) * n, n),
+              dy(dy_p + (off + b) * n, n), cpa(cp, n);
+          Arr<T> dcs(dc_state + b * n, n), dhs(dh_state + b * n, n), dzj(dz, n), dzi(dz + n, n),
+              dzf(dz + 2 * n, n), dzo(dz + 3 * n, n);
+          // no temporaries: dcs becomes dc (the grad of the new cell state) in place, then dc * f
+          dzo = (dy + dhs) * c.tanh() * go * (T(1) - go);
+          dcs += (dy + dhs) * go * (T(1) - c.tanh().square());
+          dzj = dcs * gi * (T(1) - gj.square());
+          dzi = dcs * gj * gi * (T(1) - gi);
+          dzf = dcs * cpa * gf * (T(1) - gf);
+          dcs *= gf;
         }
       });
       CMat<T> dz_m(dz_p + off * n4, n_batch, n4);
-      dhrec_m.device(dev) = dz_m.contract(w, prod_t);
+      if (use_pool)
+        dhrec_m.device(dev) = dz_m.contract(w, prod_t);
+      else
+        dhrec_m = dz_m.contract(w, prod_t);
       for (int64_t b = 0; b < n_batch; ++b)
         if (t < lens[b]) std::copy_n(dhrec + b * n, n, dh_state + b * n);
     }

@@ -110,11 +110,29 @@ def write_checkpoint(filename, values):
 
 # ---- network from a config ----
 
-def network_from_config(config_file, overrides=()):
+def network_from_config(config_file, overrides=(), native_ops=False, search=False):
     """
     Builds the config's network (no training: train_flag False) in a new graph with a session.
+    :param bool native_ops: False: TF's own ops only (same params; no compiling, the graph runs anywhere)
+    :param bool search: build with search_flag (beam search in choice layers)
     :return: Engine with .network, .session, .graph
     """
+    from . import native_op
+
+    old = os.environ.get(native_op.ENV_MODE)
+    if not native_ops:
+        os.environ[native_op.ENV_MODE] = "0"
+        overrides = list(overrides) + [(native_op.CONFIG_KEY, False)]
+    try:
+        return _network_from_config(config_file, overrides, search)
+    finally:
+        if old is None:
+            os.environ.pop(native_op.ENV_MODE, None)
+        else:
+            os.environ[native_op.ENV_MODE] = old
+
+
+def _network_from_config(config_file, overrides, search):
     from .config import Config
     from .engine.engine import Engine
     from .engine.progress import Log
@@ -134,7 +152,24 @@ def network_from_config(config_file, overrides=()):
             if dataset is not None:
                 break
     engine.task = "forward"
-    engine._build_graph(engine._get_net_dict(config.int("load_epoch", 1) or 1), dataset, train=False)
+    net_dict = engine._get_net_dict(config.int("load_epoch", 1) or 1)
+    if not search:
+        engine._build_graph(net_dict, dataset, train=False)
+        return engine
+    import tensorflow as tf
+    from .compat import returnn_import_hook
+    from .config import global_config_ctx
+    from .network import TFNetwork
+
+    engine.graph = tf.Graph()
+    with engine.graph.as_default():
+        tf.compat.v1.set_random_seed(config.int("random_seed", 42))
+        engine.network = TFNetwork(config=config, extern_data=engine._extern_data(dataset), train_flag=False,
+                                   eval_flag=False, search_flag=True, rnd_seed=config.int("random_seed", 42))
+        with returnn_import_hook(), global_config_ctx(config):
+            engine.network.construct_from_dict(net_dict)
+        engine.session = tf.compat.v1.Session(graph=engine.graph)
+        engine.network.initialize_params(engine.session)
     return engine
 
 
@@ -373,6 +408,8 @@ def cmd_average(args, out):
 def cmd_diff(args, out):
     a, b = Checkpoint(args.a), Checkpoint(args.b)
     names_a, names_b = set(a.names()), set(b.names())
+    if args.params_only:
+        names_a, names_b = set(a.param_names()), set(b.param_names())
     differ = 0
     for name in sorted(names_a - names_b):
         print("only in A: %s %s" % (name, list(a.shapes[name])), file=out)
@@ -457,6 +494,7 @@ def make_parser():
     s.add_argument("a")
     s.add_argument("b")
     s.add_argument("--atol", type=float, default=0.0, help="ignore differences up to this (default 0: exact)")
+    s.add_argument("--params-only", action="store_true", help="ignore optimizer state and the global step")
     s.set_defaults(func=cmd_diff)
     return p
 

@@ -88,6 +88,7 @@ class TFNetwork(NetworkAPIMixin):
         self.extern_data = extern_data
         self.parent_layer = parent_layer
         self.parent_net = parent_net
+        self.extra_parent_net = extra_parent_net
         self.name = name or (parent_layer.name if parent_layer is not None else "")
         self._absolute_name_prefix = absolute_name_prefix
         if train_flag is None:
@@ -156,6 +157,15 @@ class TFNetwork(NetworkAPIMixin):
             return self.layers[name]
         if name == "data" or name.startswith("data:"):
             return self._get_extern_data_layer(name)
+        if name.startswith("extra.") or self.extra_parent_net is not None:  # extra networks (see extra_net.py)
+            from .extra_net import get_extra_net, layer_from_extra_or_main, split_extra_name
+
+            extra = split_extra_name(name)
+            if extra is not None:
+                return get_extra_net(self, extra[0]).get_layer(extra[1])
+            layer = layer_from_extra_or_main(self, name)
+            if layer is not None:
+                return layer
         if name.startswith("base:"):
             if self.parent_net is None:
                 raise LayerNotFound("%r: there is no base network (this is the root network)" % name, name, self)

@@ -205,6 +205,8 @@ def test_average_and_diff(tmp_path):
     assert "max abs diff %.4g" % d in line
     assert "only in A: a/W/Adam" in text
     assert "differs:   global_step" in text
+    status, text = tool("diff", ckpts[0], out, "--params-only")
+    assert status == 1 and "Adam" not in text and "global_step" not in text and "0 tensors equal, 2 differ" in text
 
     bad = write_checkpoint(str(tmp_path / "bad"), {"a/W": np.zeros((2, 3), "float32"), "a/b": np.zeros(3, "float32")})
     status, _ = tool("average", ckpts[0], bad, str(tmp_path / "never"))

@@ -14,8 +14,6 @@ PKG = "returnn_lite"
 
 # cycles still to be removed elsewhere (each entry: the modules of one cycle)
 KNOWN_CYCLES = [
-    {"returnn_lite.datasets.meta", "returnn_lite.datasets.registry"},  # datasets (issue 20)
-    {"returnn_lite.layers.rec.layer", "returnn_lite.layers.rec.subnet"},  # rec loop restructure (issue 13)
 ]
 
 

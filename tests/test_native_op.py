@@ -5,8 +5,6 @@ The op is compiled once per test session (and cached across sessions); skipped w
 """
 
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -188,16 +186,25 @@ def test_compile_error_shows_message_and_command(tiny):
     assert str(tiny) in msg
 
 
+def _build_tiny(src, queue):
+    queue.put(native_op.build("tiny.cc", src=src)[0])
+
+
 def test_concurrent_builds(tiny):
-    code = ("import sys; from returnn_lite import native_op; "
-            "print(native_op.build('tiny.cc', src=sys.argv[1])[0])")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.getcwd()] + sys.path))
-    procs = [subprocess.Popen([sys.executable, "-c", code, str(tiny)], stdout=subprocess.PIPE, text=True, env=env)
-             for _ in range(2)]
-    libs = {p.communicate(timeout=120)[0].strip() for p in procs}
-    assert all(p.returncode == 0 for p in procs) and len(libs) == 1
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")  # two processes building the same entry at once
+    queue = ctx.Queue()
+    procs = [ctx.Process(target=_build_tiny, args=(str(tiny), queue)) for _ in range(2)]
+    for p in procs:
+        p.start()
+    libs = {queue.get(timeout=120) for _ in procs}
+    for p in procs:
+        p.join(timeout=60)
+    assert all(p.exitcode == 0 for p in procs) and len(libs) == 1
     lib = libs.pop()
     assert native_op.build("tiny.cc", src=str(tiny)) == (lib, 0.0)
+    assert [f for f in os.listdir(os.path.dirname(lib)) if f.startswith(".tmp-")] == []  # no temp files left
 
 
 def test_no_compiler_falls_back(monkeypatch, capsys):
@@ -210,3 +217,14 @@ def test_no_compiler_falls_back(monkeypatch, capsys):
     monkeypatch.setenv(native_op.ENV_MODE, "1")
     with pytest.raises(native_op.NativeOpError, match="no C\\+\\+ compiler"):
         native_op.lstm_module()
+
+
+def test_initial_state_dim_mismatch_names_layer():
+    from returnn_lite.testing import build_network
+
+    with tf.Graph().as_default():
+        with pytest.raises(Exception, match="'lstm'.*initial state 'h' has dim 3, the cell needs 4"):
+            build_network({"init": {"class": "linear", "activation": None, "n_out": 3, "from": "data"},
+                           "lstm": {"class": "rec", "unit": "nativelstm2", "n_out": 4, "from": "data",
+                                    "initial_state": {"c": "zeros", "h": "init"}},
+                           "output": {"class": "copy", "from": "lstm"}}, {"data": {"dim": 3}})

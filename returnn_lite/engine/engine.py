@@ -134,7 +134,8 @@ class Engine:
     # ---- entry
 
     def run(self):
-        tasks = {"train": self.train, "eval": self.eval_task, "forward": self.forward_task}
+        tasks = {"train": self.train, "eval": self.eval_task, "forward": self.forward_task,
+                 "search": self.search_task}
         if self.task not in tasks:
             raise EngineError("unknown task %r; supported: %s" % (self.task, ", ".join(sorted(tasks))))
         for key in ("train", "dev", "eval", "eval_datasets"):  # e.g. Sprint datasets: refused before anything is built
@@ -244,6 +245,23 @@ class Engine:
         self._apply_net_dict_config(net_dict.get("#config"))
         return net_dict
 
+    def init_network_from_config(self, config=None, epoch=None):
+        """
+        As the original's: build the config's network for ``epoch`` (default 1; pretraining and ``get_network``
+        apply) in the mode of the task (train: with losses and the update op). The data description comes from
+        ``extern_data``/``num_outputs``, else from the ``train`` dataset. Returns the network.
+        """
+        if config is not None:
+            self.config = config
+        config = self.config
+        dataset = None
+        if not (config.has("extern_data") or config.has("num_outputs") or config.has("num_inputs")):
+            dataset = self._load_dataset("train")
+        self.epoch = epoch or 1
+        with global_config_ctx(config):
+            self._build_graph(self._get_net_dict(self.epoch), dataset, train=self.task == "train")
+        return self.network
+
     def _apply_net_dict_config(self, overrides):
         """A net dict's "#config" entries override config values while that network is used (as the original)."""
         saved = self.__dict__.setdefault("_net_dict_config_saved", {})
@@ -265,7 +283,7 @@ class Engine:
         with self.graph.as_default():
             tf1.set_random_seed(config.int("random_seed", 42))
             extern_data = self._extern_data(dataset)
-            if self.task == "forward":
+            if self.task in ("forward", "search"):
                 self.train_flag, eval_flag = False, False
             elif train:
                 with tf.name_scope("globals/"):
@@ -275,7 +293,8 @@ class Engine:
             else:
                 self.train_flag, eval_flag = False, True
             self.network = TFNetwork(config=config, extern_data=extern_data, train_flag=self.train_flag,
-                                     eval_flag=eval_flag, rnd_seed=config.int("random_seed", 42))
+                                     eval_flag=eval_flag, rnd_seed=config.int("random_seed", 42),
+                                     search_flag=self.task == "search")
             with returnn_import_hook(), global_config_ctx(config):
                 self.network.construct_from_dict(net_dict)
             self.network.get_global_train_step_var()
@@ -714,6 +733,11 @@ class Engine:
             raise EngineError("task forward needs 'output_file' (the HDF file to write)")
         self._init_for_inference(dataset)
         self.forward_to_hdf(dataset, output_file)
+
+    def search_task(self):
+        from .search import search_task
+
+        return search_task(self, EngineError)
 
     def forward_to_hdf(self, dataset, output_file):
         layer_name = self.config.value("forward_output_layer", None)

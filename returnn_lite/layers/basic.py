@@ -233,7 +233,10 @@ class CombineLayer(LayerBase):
     @classmethod
     def get_out_data_from_opts(cls, name, sources=(), kind=None, out_type=None, n_out=NotSpecified, **kwargs):
         if not sources:
-            raise ValueError("needs at least one source")
+            if kind == "eval" and out_type and any(k in out_type for k in ("shape", "dims", "dim_tags")):
+                return _apply_out_type(None, out_type, name)  # e.g. a constant condition: no sources needed
+            raise ValueError("needs at least one source (an eval layer without sources needs an out_type "
+                             "with the shape, e.g. {'shape': (), 'batch_dim_axis': None, 'dtype': 'bool'})")
         common, _ = Data.get_common_data([s.output for s in sources], name="%s_output" % name), None
         if any(s.output.dtype != sources[0].output.dtype for s in sources) and kind != "eval":
             dtypes = sorted({s.output.dtype for s in sources})

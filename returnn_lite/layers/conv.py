@@ -236,6 +236,10 @@ class ConvLayer(_ConvBase):
         x, restore = _merge_batch(data.placeholder, n_batch)
         strides_ = list(strides)
         dil = list(dilation_rate)
+        subsample = None
+        if any(st > 1 for st in strides_) and any(d > 1 for d in dil):
+            # TF has no strided dilated conv: convolve with stride 1, then take every stride-th frame (as the original)
+            subsample, strides_ = strides_, [1] * len(strides_)
         if groups == 1:
             y = tf.nn.convolution(x, w, strides=strides_, padding=padding, dilations=dil)
         else:
@@ -243,6 +247,8 @@ class ConvLayer(_ConvBase):
             ws = tf.split(w, groups, axis=-1)
             y = tf.concat([tf.nn.convolution(xi, wi, strides=strides_, padding=padding, dilations=dil)
                            for xi, wi in zip(xs, ws)], axis=-1)
+        if subsample:
+            y = y[(slice(None),) + tuple(slice(None, None, st) for st in subsample) + (slice(None),)]
         y = restore(y)
         if with_bias is NotSpecified:
             with_bias = bias is not None

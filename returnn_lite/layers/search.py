@@ -58,7 +58,7 @@ class _BeamAdaptedLayer(InternalLayer):
         self.params = {}
 
     def get_last_hidden_state(self, key):
-        from .rec.layer import last_hidden_state
+        from .rec.state import last_hidden_state
 
         if self.rec_vars_outputs:
             return last_hidden_state(self.rec_vars_outputs, key)
@@ -181,16 +181,15 @@ class ChoiceLayer(LayerBase):
         ended = getattr(info, "prev_end_flag", None) if info is not None else None
         if ended is not None:  # finished hypotheses: label 0 with score 0 (they keep their score), nothing else
             ended = tf.reshape(ended, [batch, k_in, 1])
-            only_zero = tf.concat([tf.zeros([batch, k_in, 1]), tf.fill([batch, k_in, dim - 1], -1e30)], axis=2)
-            scores_in = tf.where(tf.broadcast_to(ended, tf.shape(scores_in)), only_zero, scores_in)
+            only_zero = tf.concat([tf.zeros([1]), tf.fill([dim - 1], -1e30)], axis=0)
+            scores_in = tf.where(ended, only_zero[None, None, :], scores_in)
         if length_normalization and info is not None:
             t = tf.cast(info.step, tf.float32)
             f_base = (t / (t + 1.)) ** exponent
             f_in = 1. / (t + 1.) ** exponent
             if ended is not None:
-                e2 = tf.reshape(ended, [batch, k_in])
-                base = tf.where(e2, base, base * f_base)
-                scores_in = tf.where(tf.broadcast_to(ended, tf.shape(scores_in)), scores_in, scores_in * f_in)
+                base = tf.where(tf.reshape(ended, [batch, k_in]), base, base * f_base)
+                scores_in = scores_in * tf.where(ended, 1., f_in)
             else:
                 base = base * f_base
                 scores_in = scores_in * f_in
@@ -295,8 +294,9 @@ def _beam_scores(layer, owner):
 
 
 def _decided_dims(src, name, removes_beam=True):
-    """src's dims, batch-major, with each dynamic axis replaced by a new tag (lengths set at runtime)."""
-    out = src.copy_as_batch_major()
+    """src's dims (batch-major where the beam is removed), each dynamic axis replaced by a new tag (lengths set at
+    runtime)."""
+    out = src.copy_as_batch_major() if removes_beam else src.copy_template()
     dims = [Dim(None, kind=d.kind, description="%s:%s" % (name, d.description)) if d.is_dynamic() else d
             for d in out.dims]
     out = out.copy_template_new_dim_tags(dims, name="%s_output" % name, keep_special_axes=True)
@@ -361,7 +361,7 @@ class DecideKeepBeamLayer(LayerBase):
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
         src_layer = self.sources[0]
-        src = src_layer.output.copy_as_batch_major()
+        src = src_layer.output
         if src.beam is None:
             raise ValueError("decide_keep_beam layer %r: source %r has no search beam" % (self.name, src_layer.name))
         beam = _beam_scores(src_layer, "decide_keep_beam layer %r" % self.name)

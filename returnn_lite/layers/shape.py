@@ -418,7 +418,8 @@ class SqueezeLayer(ConcatInputLayer):
             if isinstance(axis, str) and len(axes) > 1:  # e.g. "spatial": the size-1 ones among them
                 axes = [i for i in axes if data.dims[i].dimension == 1]
         # no matching axis: a no-op (as the original, also without allow_no_op)
-        bad = [i for i in axes if data.dims[i].dimension != 1]
+        # a dynamic axis is squeezed too (as the original: its size must be 1 at run time, tf.squeeze checks)
+        bad = [i for i in axes if data.dims[i].dimension not in (1, None) or data.dims[i].is_batch_dim()]
         if bad:
             raise ValueError("squeeze: axis %r of %s has size %s, not 1" % (
                 axis, data.short_repr(), ", ".join(str(data.dims[i].dimension or "?") for i in bad)))

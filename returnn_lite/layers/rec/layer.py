@@ -11,16 +11,10 @@ from ...data import Data, Dim, batch_dim
 from ...util import NotSpecified
 from ..base import ConcatInputLayer, LayerBase, concat_sources_template
 from . import cells as _cells
+from .state import last_hidden_state
+from .subnet import RecSubnetLoop
 
 tf1 = tf.compat.v1
-
-
-def last_hidden_state(state, key="*"):
-    """Concatenation of the state parts (sorted by name, i.e. c before h), or one part."""
-    if key not in (None, "*") and key in state:
-        return state[key]
-    parts = [state[k] for k in sorted(state)]
-    return parts[0] if len(parts) == 1 else tf.concat(parts, axis=-1)
 
 
 def _initial_cell_state(layer, cell, initial_state, batch_dim, var_prefix):
@@ -62,7 +56,9 @@ class _CellMixin:
         n_units = self.n_out if isinstance(self.n_out, int) else self.output.dim
         cell = cell_class(self, n_in, n_units, **(unit_opts or {}))
         self.cell = cell
-        batch_dim = self.network.get_data_batch_dim()
+        # the input's own batch size (time_chunking before the rec layer changes it), else the global one
+        batch_dim = (tf.shape(inp.placeholder)[inp.batch_dim_axis] if inp.have_batch_axis()
+                     else self.network.get_data_batch_dim())
         if inp.have_time_axis() and not self._is_per_step(inp):
             x = inp.copy_as_time_batch_major() if inp.have_batch_axis() else inp.copy_as_time_major()
             seq_len = inp.get_time_dim_tag().dyn_size
@@ -219,8 +215,6 @@ class RecLayer(_CellMixin, ConcatInputLayer):
             if value != default:
                 raise NotImplementedError("rec layer %r: option %s=%r is not supported" % (self.name, opt, value))
         if isinstance(unit, dict):
-            from .subnet import RecSubnetLoop
-
             if back_prop is False:
                 raise NotImplementedError("rec layer %r: option back_prop=False is not supported with a subnetwork "
                                           "unit" % self.name)
@@ -251,8 +245,6 @@ class RecLayer(_CellMixin, ConcatInputLayer):
         if d.get("initial_state") is not None:
             d["initial_state"] = _resolve_initial_state(d["initial_state"], get_layer)
         if isinstance(unit, dict):
-            from .subnet import RecSubnetLoop
-
             d["_subnet_template"] = RecSubnetLoop.make_template(d, network, get_layer)
         else:
             _cells.get_cell_class(unit)
