@@ -753,7 +753,7 @@ class Engine:
     def search_task(self):
         from .search import search_task
 
-        return search_task(self)
+        return search_task(self, EngineError)
 
     def forward_to_hdf(self, dataset, output_file):
         layer_name = self.config.value("forward_output_layer", None)
