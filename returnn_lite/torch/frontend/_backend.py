@@ -914,6 +914,54 @@ class TorchBackend(Backend):
                 return loop_vars
             loop_vars = body(loop_vars)
 
+    @staticmethod
+    def scan(*, spatial_dim, initial, xs, ys, body):
+        """Eager loop over the frames of spatial_dim; the state of a sequence is kept after its length."""
+        from ...frontend_layers._loop import _flatten, _pack
+
+        n = _dim_len(spatial_dim)
+        xs_flat, state = _flatten(xs), _flatten(initial)
+        lens = _sizes(spatial_dim) if _is_dyn(spatial_dim) else None
+        frames = []
+        y_t = None
+        for t in range(n):
+            x_t = [TorchBackend.gather(x, indices=t, axis=spatial_dim) for x in xs_flat]
+            y_t, s_new = body(_pack(xs, x_t), _pack(initial, state))
+            s_new = _flatten(s_new)
+            if len(s_new) != len(state):
+                raise FrontendError("rf.scan at %s: %i new state tensors, but %i initial ones" % (
+                    call_site(), len(s_new), len(state)))
+            new_state = []
+            for new, old in zip(s_new, state):
+                if set(new.dims) != set(old.dims):
+                    raise FrontendError("rf.scan at %s: new state has dims %s, the initial one %s" % (
+                        call_site(), dims_str(new.dims), dims_str(old.dims)))
+                raw = _transposed(new, old.dims)
+                if lens is not None and all(d in old.dims for d in lens[1]):
+                    active = _align(_new("active", lens[1], lens[0] > t), old.dims)
+                    raw = torch.where(active, raw, old.placeholder)
+                new_state.append(_new(old.name, old.dims, raw, sparse_dim=old.sparse_dim))
+            state = new_state
+            frames.append(_flatten(y_t))
+        if y_t is None:
+            raise FrontendError("rf.scan at %s: the loop dim %s has no frames" % (call_site(), spatial_dim.short_repr()))
+        stacked = []
+        for i, first in enumerate(frames[0]):
+            raw = torch.stack([_transposed(f[i], first.dims) for f in frames], dim=0)
+            stacked.append(_new("scan_y%i" % i, [spatial_dim] + list(first.dims), raw, sparse_dim=first.sparse_dim))
+        return _pack(y_t, stacked), _pack(initial, state), spatial_dim
+
+    @staticmethod
+    def loop(*, axis=None, max_seq_len=None):
+        raise FrontendError("rf.Loop at %s: not supported on the torch backend (eager execution cannot repeat a "
+                            "with-block; use rf.scan or rf.while_loop)" % call_site())
+
+    @staticmethod
+    def sequence_mask(dims):
+        from ...frontend import array_
+
+        return array_.sequence_mask(dims)
+
     # ---- outputs and losses ----
     @staticmethod
     def make_output_tensor(tensor, dims, *, name):
