@@ -158,8 +158,6 @@ class TorchEngine(Engine):
         return None  # the model is the config's get_model
 
     def _build_graph(self, net_dict, dataset, train):
-        import torch
-
         from .. import frontend as rf
         from ..tensor.tensor_dict import TensorDict
         from ..torch.frontend import rf_module_to_pt_module
@@ -189,7 +187,6 @@ class TorchEngine(Engine):
         n = sum(p.numel() for p in self.pt_module.parameters())
         self.log.v4("Model (torch backend): %i params %s, data keys %s" % (
             n, [name for name, _ in self.pt_module.named_parameters()], self.data_keys))
-        del torch
 
     def _check_dataset_keys(self, dataset):
         missing = [k for k in self.data_keys if k not in set(dataset.get_data_keys())]
@@ -251,7 +248,8 @@ class TorchEngine(Engine):
             for name, loss in ctx.losses.items():
                 inv = loss.get_inv_norm_factor()
                 inv = float(inv.raw_tensor.detach()) if hasattr(inv, "raw_tensor") else float(inv)
-                results[("error:" if loss.as_error else "cost:") + name] = float(loss.get_summed_loss().raw_tensor.detach())
+                summed = float(loss.get_summed_loss().raw_tensor.detach())
+                results[("error:" if loss.as_error else "cost:") + name] = summed
                 results["loss_norm_factor:" + name] = 1.0 / inv if inv else 0.0
             if not ctx.losses:
                 raise EngineError("train_step marked no loss (use Tensor.mark_as_loss)")

@@ -43,14 +43,6 @@ def _new(name, dims, raw, sparse_dim=None, dtype=None):
     return t
 
 
-def _raw(t):
-    raw = t.placeholder
-    if not isinstance(raw, torch.Tensor):
-        raise FrontendError("rf at %s: tensor %r has a raw tensor of type %s, not a torch.Tensor (torch backend)" % (
-            call_site(), t.name, type(raw).__name__))
-    return raw
-
-
 def _align(t, out_dims):
     """t's raw tensor permuted/unsqueezed to broadcast against out_dims (which contain all of t's dims)."""
     dims = t.dims
@@ -834,7 +826,8 @@ class TorchBackend(Backend):
         rest = [d for d in source.dims if d not in in_spatial_dims]
         feat = source.feature_dim if source.feature_dim in rest and not source.feature_dim.is_batch_dim() else None
         if feat is None:
-            raise FrontendError("rf.pool at %s: the input %s needs a feature dim" % (call_site(), dims_str(source.dims)))
+            raise FrontendError("rf.pool at %s: the input %s needs a feature dim" % (
+                call_site(), dims_str(source.dims)))
         n = len(in_spatial_dims)
         x, batch_like, shape_b = _to_nc(source, feat, in_spatial_dims)
         pool_size, strides, dilation_rate = tuple(pool_size), tuple(strides), tuple(dilation_rate)
@@ -944,7 +937,8 @@ class TorchBackend(Backend):
             state = new_state
             frames.append(_flatten(y_t))
         if y_t is None:
-            raise FrontendError("rf.scan at %s: the loop dim %s has no frames" % (call_site(), spatial_dim.short_repr()))
+            raise FrontendError("rf.scan at %s: the loop dim %s has no frames" % (
+                call_site(), spatial_dim.short_repr()))
         stacked = []
         for i, first in enumerate(frames[0]):
             raw = torch.stack([_transposed(f[i], first.dims) for f in frames], dim=0)
