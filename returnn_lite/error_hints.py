@@ -50,10 +50,12 @@ class UnreachedLayersWarning(UserWarning):
 
 
 def _is_layer_names(value):
+    """None, a name, or a list of names (items may be tuples such as concat's (name, axis))."""
     if value is None or isinstance(value, str):
         return True
-    return isinstance(value, (list, tuple)) and all(isinstance(v, str) or _is_layer_names(v) and
-                                                     isinstance(v, (list, tuple)) for v in value)
+    return isinstance(value, (list, tuple)) and all(
+        isinstance(v, str) or isinstance(v, (list, tuple)) and all(isinstance(w, (str, int)) for w in v)
+        for v in value)
 
 
 def precheck_layer_desc(desc):

@@ -397,6 +397,12 @@ class ReturnnLayersBackend(Backend):
         return scan(spatial_dim=spatial_dim, initial=initial, xs=xs, ys=ys, body=body)
 
     @staticmethod
+    def while_loop(cond, body, initial):
+        from ._loop import while_loop
+
+        return while_loop(cond, body, initial)
+
+    @staticmethod
     def loop(*, axis=None, max_seq_len=None):
         from ._loop import Loop
 

@@ -90,12 +90,14 @@ class _LoopRecorder:
                                                       sparse_dim=t.sparse_dim)}, absolute=True)
                 specs.append((name, t))
 
-    def emit(self):
+    def emit(self, cond=None):
         """With the outer builder current: the loop layer and one layer per stacked y / final state."""
         sd = self.spatial_dim
         outputs = [(n, list(t.dims)) for n, t in self.y_specs + self.s_specs]
         opts = {"sub_net_dict": self.sub.net_dict, "spatial_dim": sd, "n_x": len(self.xs), "outputs": outputs,
                 "n_y": len(self.y_specs)}
+        if cond is not None:
+            opts["cond"] = cond
         loop = _make("loop", self.xs + self.inits, [], "int32", opts=opts, name="loop")
         ys = [_make("extra", [loop], [sd] + list(t.dims), t.dtype, sparse_dim=t.sparse_dim,
                     opts={"key": n, "dims": [sd] + list(t.dims)}, name="loop_" + n) for n, t in self.y_specs]
@@ -120,6 +122,24 @@ def scan(*, spatial_dim, initial, xs, ys, body):
         rec.add_outputs(y_flat, _flatten(s_new))
     ys_out, s_out = rec.emit()
     return _pack(y_t, ys_out), _pack(initial, s_out), spatial_dim
+
+
+def while_loop(cond, body, initial):
+    """``s = initial; while cond(s): s = body(s)`` with a scalar bool Tensor cond; -> the final s."""
+    rec = _LoopRecorder(None, "while_loop")
+    init_flat = _flatten(initial)
+    s_prev = [rec.prev_state(s) for s in init_flat]
+    with rec.sub:
+        s_struct = _pack(initial, s_prev)
+        c = cond(s_struct)
+        if not is_tensor(c) or c.dims or c.dtype != "bool":
+            raise FrontendError("rf.while_loop at %s: cond must return a scalar bool Tensor, got %r" % (rec.site, c))
+        s_new = body(s_struct)
+        rec.add_outputs([], _flatten(s_new))
+        rec.sub.add_layer("out_cond", {"class": "frontend_op", "op": "copy", "from": [_raw_name(c)],
+                                       "out": Data("out_cond", dims=[], dtype="bool")}, absolute=True)
+    _ys, finals = rec.emit(cond="out_cond")
+    return _pack(initial, finals)
 
 
 class Loop:
@@ -255,7 +275,7 @@ def _base_refs(net_dict):
 
 
 @op("loop")
-def _loop(layer, inputs, out, sub_net_dict, spatial_dim, n_x, outputs, n_y):
+def _loop(layer, inputs, out, sub_net_dict, spatial_dim, n_x, outputs, n_y, cond=None):
     from ..network import TFNetwork
 
     net = layer.network
@@ -263,19 +283,29 @@ def _loop(layer, inputs, out, sub_net_dict, spatial_dim, n_x, outputs, n_y):
         net.get_layer(ref)
     xs, states = inputs[:n_x], inputs[n_x:]
     x_tm = [align_exact(x, [spatial_dim] + [d for d in x.dims if d != spatial_dim]) for x in xs]
-    n_time = dim_value(layer, spatial_dim)
-    lens = spatial_dim.complete_dyn_size() if spatial_dim.dimension is None else None
+    n_time = dim_value(layer, spatial_dim) if spatial_dim is not None else None
+    lens = spatial_dim.complete_dyn_size() if spatial_dim is not None and spatial_dim.dimension is None else None
     s_init = [s.placeholder for s in states]
     y_outputs, s_outputs = outputs[:n_y], outputs[n_y:]
     tas = [tf.TensorArray(_dtype_of(sub_net_dict, name), size=n_time) for name, dims in y_outputs]
 
-    def body(t, *args):
-        s_cur, tas_cur = list(args[:len(s_init)]), list(args[len(s_init):])
+    def subnet_for(t, s_cur):
         subnet = TFNetwork(parent_net=net, absolute_name_prefix=net.get_absolute_name_prefix() + layer.name + "/",
                            train_flag=net.train_flag, eval_flag=False, extern_data=net.extern_data)
         subnet._rf_loop_inputs = {"x%i" % i: x[t] for i, x in enumerate(x_tm)}
         subnet._rf_loop_inputs.update({"prev_s%i" % i: s for i, s in enumerate(s_cur)})
         subnet._net_dict = sub_net_dict
+        return subnet
+
+    def loop_cond(t, *args):
+        if cond is None:
+            return t < n_time
+        subnet = subnet_for(t, list(args[:len(s_init)]))
+        return tf.reshape(subnet.construct_layer(sub_net_dict, cond).output.placeholder, [])
+
+    def body(t, *args):
+        s_cur, tas_cur = list(args[:len(s_init)]), list(args[len(s_init):])
+        subnet = subnet_for(t, s_cur)
         new_s = []
         for (name, dims), s_old, s_data in zip(s_outputs, s_cur, states):
             v = to_out(subnet.construct_layer(sub_net_dict, name).output.placeholder, dims, s_data)
@@ -289,13 +319,13 @@ def _loop(layer, inputs, out, sub_net_dict, spatial_dim, n_x, outputs, n_y):
             new_tas.append(ta.write(t, subnet.construct_layer(sub_net_dict, name).output.placeholder))
         return [t + 1] + new_s + new_tas
 
-    res = tf.while_loop(lambda t, *_: t < n_time, body, [tf.constant(0)] + s_init + tas)
+    res = tf.while_loop(loop_cond, body, [tf.constant(0)] + s_init + tas)
     final_s, final_tas = res[1:1 + len(s_init)], res[1 + len(s_init):]
     for (name, dims), v in zip(s_outputs, final_s):
         layer.extra[name] = v
     for (name, dims), ta in zip(y_outputs, final_tas):
         layer.extra[name] = ta.stack()
-    return tf.cast(n_time, tf.int32)
+    return tf.cast(res[0], tf.int32)
 
 
 def _dtype_of(sub_net_dict, name):

@@ -281,3 +281,23 @@ def test_loop_state_unstack_stack():
     res, _, _ = _build_and_run(extern_data, lambda **_: _Empty(), step, {"data": x, "size:time": np.array([4, 3], "int32")})
     np.testing.assert_allclose(res["y"][0], 2 * np.cumsum(x[0], axis=0), rtol=1e-5)
     np.testing.assert_allclose(res["last"][1], x[1, :3].sum(0), rtol=1e-5)
+
+
+def test_while_loop():
+    time_dim, feat, extern_data = _data_3d(3)
+
+    def step(*, model, extern_data, **_):
+        x = rf.reduce_sum(extern_data["data"], axis=time_dim)  # [B, F]
+
+        def cond(s):
+            return s["i"] < 3
+
+        def body(s):
+            return {"i": s["i"] + 1, "x": s["x"] * 2.0}
+
+        out = rf.while_loop(cond, body, {"i": rf.convert_to_tensor(0), "x": x})
+        out["x"].mark_as_output("x8", shape=(batch_dim, feat))
+
+    x = np.random.RandomState(6).randn(2, 4, 3).astype("float32")
+    res, _, _ = _build_and_run(extern_data, lambda **_: _Empty(), step, {"data": x, "size:time": np.array([4, 4], "int32")})
+    np.testing.assert_allclose(res["x8"], 8 * x.sum(1), rtol=1e-5)
