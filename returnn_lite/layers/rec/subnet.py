@@ -18,7 +18,9 @@ import collections
 import tensorflow as tf
 
 from ...data import Data, Dim, SearchBeam, batch_dim
-from ...network import LayerNotFound, NetworkConstructionDependencyLoopException, TFNetwork, assign_output_beam
+from ...errors import LayerNotFound, NetworkConstructionDependencyLoopException
+from ...network import assign_output_beam
+from ...subnetwork import Subnetwork
 from ...losses.holder import LossHolder
 from ...util import as_list
 from ..base import InternalLayer, LayerBase
@@ -51,20 +53,10 @@ class RecStepInfo:
         return tf.logical_not(self.step < self.seq_lens)
 
 
-class _SubNet(TFNetwork):
+def _SubNet(parent_net, rec_name, scope_prefix, **flags):
     """Child network of a rec layer: layer names 'rec/sub', params under 'rec/rec/sub/...'."""
-
-    def __init__(self, parent_net, rec_name, scope_prefix, **kwargs):
-        super().__init__(parent_net=parent_net, absolute_name_prefix=parent_net.get_absolute_name_prefix() +
-                         rec_name + "/", **kwargs)
-        self._scope_prefix = scope_prefix
-        self.eval_flag = False  # losses are registered on the accumulated outputs by the rec layer
-
-    def get_absolute_name_scope_prefix(self):
-        return self._scope_prefix
-
-    def _get_extern_data_layer(self, name):
-        return self.parent_net._get_extern_data_layer(name)
+    # eval_flag False: losses are registered on the accumulated outputs by the rec layer
+    return Subnetwork(parent_net, rec_name, name_scope_prefix=scope_prefix, eval_flag=False, **flags)
 
 
 class _TemplateLayer(LayerBase):
@@ -213,10 +205,10 @@ class RecTemplateBuilder:
     4. ``find_search_beam``: the search beam of the unit (one choice with search), if any.
     """
 
-    def __init__(self, d, network, get_layer):
+    def __init__(self, d, network, get_layer, name):
         from ..structure import flatten_subnetworks_in_unit
 
-        self.name = d["_name"]
+        self.name = name
         self.d = d
         self.network = network
         self.get_layer = get_layer
@@ -473,8 +465,8 @@ class RecSubnetLoop:
 
     # ---- template phase ----
     @classmethod
-    def make_template(cls, d, network, get_layer):
-        return RecTemplateBuilder(d, network, get_layer).run()
+    def make_template(cls, d, network, get_layer, name):
+        return RecTemplateBuilder(d, network, get_layer, name).run()
 
     # ---- real construction ----
     def __init__(self, rec_layer, unit, max_seq_len=None, optimize_move_layers_out=None, template=None):
