@@ -9,9 +9,9 @@ sequences of ~200 frames, softmax + cross entropy, SGD. In the same process, eac
   masking),
 - ``tfcell``: returnn_lite with a TF-cell unit (``--tf-cell-unit``, default "standardlstm"; "" to skip).
 
-Prints per variant: frames/s (wall time and CPU time of the process, min over rounds), the seconds to build the
-net and its gradients (CPU time), the peak memory (RSS of a fresh process per variant running a few steps), and
-the ratios against plain.
+Prints per variant: frames/s (by wall time and by CPU time of the process, best round), the seconds to build the
+net and its gradients (CPU time), the peak memory of training steps (in a fresh process per variant: peak RSS over
+3 steps minus the RSS before them), and the ratios against plain.
 
     python benchmarks/blstm_train.py [--layers 4] [--units 256] [--batch 16] [--time 200] [--steps 3] [--rounds 4]
 """
@@ -139,7 +139,7 @@ def measure(session, train_op, feed, batches, steps):
 
 
 def peak_rss_mb(key, args):
-    """Peak RSS (MB) of a fresh process that builds only this variant and runs a few training steps."""
+    """Peak RSS increase (MB) of a fresh process that builds only this variant over a few training steps."""
     cmd = [sys.executable, os.path.abspath(__file__), "--only", key, "--layers", str(args.layers), "--units",
            str(args.units), "--batch", str(args.batch), "--time", str(args.time), "--tf-cell-unit", args.tf_cell_unit]
     out = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
@@ -157,8 +157,18 @@ def run_only(key, variants, batches):
         train_op, feed, _ = variants[key]()
         with tf1.Session(graph=graph) as session:
             session.run(tf1.global_variables_initializer())
+            base = _current_rss_mb()
             measure(session, train_op, feed, batches, 3)
-    print("peak_rss_mb %.1f" % (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0))
+    # the peak RSS over the training steps above the RSS before them (imports, graph, session, variables)
+    print("peak_rss_mb %.1f" % (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0 - base))
+
+
+def _current_rss_mb():
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024.0
+    return 0.0
 
 
 def main():
@@ -208,7 +218,7 @@ def main():
         r["peak"] = 0 if args.no_memory else peak_rss_mb(key, args)
     names = {"fused": "fused op", "loop": "pure-TF loop", "plain": "plain TF",
              "tfcell": "TF cell (%s)" % args.tf_cell_unit}
-    print("%-26s %12s %12s %10s %10s %12s" % ("variant", "frames/s", "frames/CPUs", "net s", "grads s", "peak RSS MB"))
+    print("%-26s %12s %12s %10s %10s %12s" % ("variant", "frames/s", "frames/CPUs", "net s", "grads s", "step MB"))
     for key, r in runs.items():
         print("%-26s %12.0f %12.0f %10.2f %10.2f %12.0f" % (
             names[key], max(r["wall"]), max(r["cpu"]), r["build"][0], r["build"][1], r["peak"]))

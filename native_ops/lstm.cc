@@ -105,6 +105,19 @@ REGISTER_OP("NativeLstm2Grad")
     })
     .Doc("Gradient of NativeLstm2.");
 
+// The per-step work (GEMM [B, n] x [n, 4n] and the gate math) goes to TF's intra-op thread pool only when it is
+// large enough: for small steps the hand-off to the pool and back, 2-3 times per frame, costs more than it saves
+// (and much more on a loaded machine). The dW_re GEMM over all frames always uses the pool.
+static bool UsePool(int64_t n_batch, int64_t n) { return n_batch * n * 4 * n >= (int64_t(1) << 24); }
+
+template <typename F>
+static void for_batch(const CPUDevice& dev, bool use_pool, int64_t n_batch, const Eigen::TensorOpCost& cost, F f) {
+  if (use_pool)
+    dev.parallelFor(n_batch, cost, f);
+  else
+    f(0, n_batch);
+}
+
 // Shapes: checked once per call, with an error naming the input.
 static Status CheckShapes(const Tensor& w_re, const Tensor& c0, const Tensor& h0, const Tensor& lens, int64_t n_time,
                           int64_t n_batch, int64_t n4, const char* what) {
@@ -167,6 +180,7 @@ class NativeLstm2Op : public OpKernel {
     CMat<T> h_m(h_state, n_batch, n);
     const Eigen::array<IdxPair, 1> prod = {IdxPair(1, 0)};
     const Eigen::TensorOpCost cost(sizeof(T) * 6 * n, sizeof(T) * 6 * n, 60 * n);
+    const bool use_pool = UsePool(n_batch, n);
 
     for (int64_t s = 0; s < n_time; ++s) {
       const int64_t t = reverse_ ? n_time - 1 - s : s;
@@ -179,8 +193,11 @@ class NativeLstm2Op : public OpKernel {
         std::fill_n(g_p + off * n4, n_batch * n4, T(0));
         continue;
       }
-      rec_m.device(dev) = h_m.contract(w, prod);
-      dev.parallelFor(n_batch, cost, [&](Eigen::Index b0, Eigen::Index b1) {
+      if (use_pool)
+        rec_m.device(dev) = h_m.contract(w, prod);
+      else
+        rec_m = h_m.contract(w, prod);
+      for_batch(dev, use_pool, n_batch, cost, [&](Eigen::Index b0, Eigen::Index b1) {
         for (Eigen::Index b = b0; b < b1; ++b) {
           T* y = y_p + (off + b) * n;
           T* c = c_p + (off + b) * n;
@@ -274,6 +291,7 @@ class NativeLstm2GradOp : public OpKernel {
     Mat<T> dhrec_m(dhrec, n_batch, n);
     const Eigen::array<IdxPair, 1> prod_t = {IdxPair(1, 1)};  // dz @ W_re^T
     const Eigen::TensorOpCost cost(sizeof(T) * 12 * n, sizeof(T) * 6 * n, 40 * n);
+    const bool use_pool = UsePool(n_batch, n);
 
     for (int64_t s = n_time - 1; s >= 0; --s) {
       const int64_t t = reverse_ ? n_time - 1 - s : s;
@@ -286,7 +304,7 @@ class NativeLstm2GradOp : public OpKernel {
         std::fill_n(hprev + off * n, n_batch * n, T(0));
         continue;
       }
-      dev.parallelFor(n_batch, cost, [&](Eigen::Index b0, Eigen::Index b1) {
+      for_batch(dev, use_pool, n_batch, cost, [&](Eigen::Index b0, Eigen::Index b1) {
         for (Eigen::Index b = b0; b < b1; ++b) {
           T* dz = dz_p + (off + b) * n4;
           T* hp_out = hprev + (off + b) * n;
@@ -314,7 +332,10 @@ class NativeLstm2GradOp : public OpKernel {
         }
       });
       CMat<T> dz_m(dz_p + off * n4, n_batch, n4);
-      dhrec_m.device(dev) = dz_m.contract(w, prod_t);
+      if (use_pool)
+        dhrec_m.device(dev) = dz_m.contract(w, prod_t);
+      else
+        dhrec_m = dz_m.contract(w, prod_t);
       for (int64_t b = 0; b < n_batch; ++b)
         if (t < lens[b]) std::copy_n(dhrec + b * n, n, dh_state + b * n);
     }

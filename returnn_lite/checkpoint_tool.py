@@ -9,6 +9,7 @@ the target directory and renamed (index file last), so OUT is never half-written
 from __future__ import annotations
 
 import argparse
+import io
 import glob
 import os
 import re
@@ -110,22 +111,31 @@ def write_checkpoint(filename, values):
 
 # ---- network from a config ----
 
-def network_from_config(config_file, overrides=(), native_ops=False, search=False):
+def network_from_config(config_file, overrides=(), native_ops=False, search=False, ref_variables=False):
     """
     Builds the config's network (no training: train_flag False) in a new graph with a session.
     :param bool native_ops: False: TF's own ops only (same params; no compiling, the graph runs anywhere)
     :param bool search: build with search_flag (beam search in choice layers)
+    :param bool ref_variables: plain (non-resource) TF variables, which freeze into constants also inside v1
+        while loops (resource gathers there do not)
     :return: Engine with .network, .session, .graph
     """
     from . import native_op
+
+    import tensorflow as tf
 
     old = os.environ.get(native_op.ENV_MODE)
     if not native_ops:
         os.environ[native_op.ENV_MODE] = "0"
         overrides = list(overrides) + [(native_op.CONFIG_KEY, False)]
+    resource = tf.compat.v1.resource_variables_enabled()
+    if ref_variables:
+        tf.compat.v1.disable_resource_variables()
     try:
         return _network_from_config(config_file, overrides, search)
     finally:
+        if ref_variables and resource:
+            tf.compat.v1.enable_resource_variables()
         if old is None:
             os.environ.pop(native_op.ENV_MODE, None)
         else:
@@ -144,32 +154,15 @@ def _network_from_config(config_file, overrides, search):
         raise ToolError("config %r: %s" % (config_file, exc)) from None
     for key, value in overrides:
         config.set(key, value)
-    engine = Engine(config, log=Log(verbosity=0, stream=open(os.devnull, "w")))
+    engine = Engine(config, log=Log(verbosity=0, stream=io.StringIO()))
     dataset = None
     if not any(config.has(k) for k in ("extern_data", "num_outputs", "num_inputs")):
         for key in ("eval", "dev", "train"):
             dataset = engine._load_dataset(key)
             if dataset is not None:
                 break
-    engine.task = "forward"
-    net_dict = engine._get_net_dict(config.int("load_epoch", 1) or 1)
-    if not search:
-        engine._build_graph(net_dict, dataset, train=False)
-        return engine
-    import tensorflow as tf
-    from .compat import returnn_import_hook
-    from .config import global_config_ctx
-    from .network import TFNetwork
-
-    engine.graph = tf.Graph()
-    with engine.graph.as_default():
-        tf.compat.v1.set_random_seed(config.int("random_seed", 42))
-        engine.network = TFNetwork(config=config, extern_data=engine._extern_data(dataset), train_flag=False,
-                                   eval_flag=False, search_flag=True, rnd_seed=config.int("random_seed", 42))
-        with returnn_import_hook(), global_config_ctx(config):
-            engine.network.construct_from_dict(net_dict)
-        engine.session = tf.compat.v1.Session(graph=engine.graph)
-        engine.network.initialize_params(engine.session)
+    engine.task = "search" if search else "forward"  # train_flag False; search: search_flag
+    engine._build_graph(engine._get_net_dict(config.int("load_epoch", 1) or 1), dataset, train=False)
     return engine
 
 

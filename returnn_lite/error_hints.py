@@ -26,7 +26,7 @@ BUILD_KEYS = ("is_output_layer", "loss", "register_as_extern_data")
 # sizes (ints or tuples of ints) that must be > 0 wherever a layer has them
 SIZE_OPTIONS = ("filter_size", "strides", "pool_size", "dilation_rate", "window_size", "frame_size", "frame_shift",
                 "num_heads", "total_key_dim", "fft_size", "nr_of_filters", "nr_of_channels", "num_pieces",
-                "num_splits")
+                "num_splits", "factor", "chunk_size", "chunk_step", "beam_size", "size")
 
 # common numeric options of every layer (LayerBase)
 NUMBER_OPTIONS = ("L2", "darc1", "spatial_smoothing", "dropout", "loss_scale", "param_dropout",
@@ -50,10 +50,12 @@ class UnreachedLayersWarning(UserWarning):
 
 
 def _is_layer_names(value):
+    """None, a name, or a list of names (items may be tuples such as concat's (name, axis))."""
     if value is None or isinstance(value, str):
         return True
-    return isinstance(value, (list, tuple)) and all(isinstance(v, str) or _is_layer_names(v) and
-                                                     isinstance(v, (list, tuple)) for v in value)
+    return isinstance(value, (list, tuple)) and all(
+        isinstance(v, str) or isinstance(v, (list, tuple)) and all(isinstance(w, (str, int)) for w in v)
+        for v in value)
 
 
 def precheck_layer_desc(desc):

@@ -118,7 +118,7 @@ def build_frozen_graph(config_file, checkpoint, output_layer=None, search=False,
     """
     from .checkpoint_tool import network_from_config
 
-    engine = network_from_config(config_file, native_ops=native_ops, search=search)
+    engine = network_from_config(config_file, native_ops=native_ops, search=search, ref_variables=True)
     try:
         network = engine.network
         config = engine.config

@@ -22,14 +22,12 @@ def split_extra_name(name):
 
 def get_extra_net(net, extra_name):
     """The extra network ``extra_name`` of net (created on first use)."""
-    from .network import TFNetwork
-
     nets = net.__dict__.setdefault("_extra_nets", {})
     if extra_name not in nets:
         flags = dict(train_flag=net.train_flag, eval_flag=False, search_flag=net.search_flag)
         if extra_name == "search":
             flags.update(train_flag=False, search_flag=True)
-        extra = TFNetwork(extern_data=net.extern_data, extra_parent_net=net, name="extra.%s" % extra_name, **flags)
+        extra = type(net)(extern_data=net.extern_data, extra_parent_net=net, name="extra.%s" % extra_name, **flags)
         prefix = "%s%s:" % (EXTRA_PREFIX, extra_name)
         main_dict = net._net_dict
         extra._net_dict = dict({k: v for k, v in main_dict.items() if not k.startswith(EXTRA_PREFIX)},

@@ -164,6 +164,9 @@ def test_runtime_error_names_layer(setup, capsys):
     # --debug: the traceback too
     assert main(["--debug", config, "++network", net]) == 1
     assert "Traceback" in capsys.readouterr().err
+    assert main([config, "++network", net, "++log_verbosity", "5"]) == 1  # also at verbosity 5
+    err = capsys.readouterr().err
+    assert "Traceback" in err and len([x for x in err.splitlines() if x.startswith("rnn.py: error:")]) == 1
 
 
 def _train_once(capsys, config, *extra):

@@ -138,3 +138,38 @@ def test_search_errors_name_layer_and_option():
         with pytest.raises(Exception, match=r"split.*no search beam"):
             _build({"lin": {"class": "linear", "n_out": 3, "from": "data"},
                     "split": {"class": "split_batch_beam", "from": "lin", "is_output_layer": True}})
+
+
+def test_search_beam_mismatch_names_layer():
+    second = dict(_DECODER["output"])
+    net_dict = dict(_DECODER, output2=second,
+                    len1={"class": "length", "from": "output"}, len2={"class": "length", "from": "output2"},
+                    both={"class": "combine", "kind": "add", "from": ["len1", "len2"], "is_output_layer": True})
+    with tf.Graph().as_default():
+        with pytest.raises(Exception, match=r"both.*beam mismatch"):
+            _build(net_dict)
+
+
+def test_search_task_refuses_net_without_choice():
+    from types import SimpleNamespace
+
+    from returnn_lite.engine.search import _check_has_search
+
+    with tf.Graph().as_default():
+        net = _build({"output": {"class": "softmax", "from": "data", "target": "classes"}}, search=True)
+        with pytest.raises(RuntimeError, match=r"no 'choice' layer.*'output'"):
+            _check_has_search(SimpleNamespace(network=net), "output", RuntimeError)
+
+
+def test_extra_search_net_shares_params():
+    net_dict = dict(_DECODER, output=dict(_DECODER["output"], unit=dict(
+        _DECODER["output"]["unit"], output=dict(_DECODER["output"]["unit"]["output"]))))
+    net_dict["decision"] = {"class": "decide", "from": "extra.search:output", "is_output_layer": True}
+    extern = {"data": {"dim": 4}, "classes": {"dim": 5, "sparse": True}}
+    with tf.Graph().as_default():
+        net = _build(net_dict, search=False, extern=extern)
+        assert net.get_layer("output").output.beam is None  # teacher forcing in the main net
+        names = sorted(p.op.name for p in net.get_params_list())
+        assert len(names) == len(set(names)) and all(not n.startswith("extra") for n in names)
+        assert net.get_layer("decision").output.beam is None
+        assert len(tf1.global_variables()) == len(names)  # the extra net made no variables of its own

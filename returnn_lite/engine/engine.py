@@ -103,6 +103,15 @@ class _Accumulator:
 class Engine:
     """Runs the config's task. ``Engine(config).run()``."""
 
+    def __new__(cls, config=None, log=None):
+        # backend = "torch": the same engine (epoch loop, datasets, LR control, checkpoints) on PyTorch; the
+        # backend-specific part (model, step, checkpoint files) is in returnn_lite.engine.torch_backend
+        if cls is Engine and config is not None and config.value("backend", "tensorflow") == "torch":
+            from .torch_backend import TorchEngine
+
+            cls = TorchEngine
+        return super().__new__(cls)
+
     def __init__(self, config, log=None):
         self.config = config
         self.log = log or Log.from_config(config)
@@ -452,6 +461,13 @@ class Engine:
 
     # ---- model files
 
+    def _existing_models(self):
+        """epoch -> checkpoint name of the complete epoch checkpoints (backend-specific files)."""
+        return get_existing_models(self.model_prefix)
+
+    def _checkpoint_exists(self, filename):
+        return checkpoint_exists(filename)
+
     def get_epoch_model(self):
         """(epoch or None, checkpoint name or None), as the original: existing epoch checkpoints first."""
         config = self.config
@@ -459,14 +475,14 @@ class Engine:
         start_epoch = None if start_epoch_mode == "auto" else int(start_epoch_mode)
         load = config.value("load", "") or ""
         load = normalize_checkpoint_name(load) if load else ""
-        if load and not checkpoint_exists(load):
+        if load and not self._checkpoint_exists(load):
             raise EngineError("load: checkpoint %r not found (no file %r)" % (load, load + ".index"))
         import_epoch1 = config.value("import_model_train_epoch1", "") or ""
         import_epoch1 = normalize_checkpoint_name(import_epoch1) if import_epoch1 else ""
-        if import_epoch1 and not checkpoint_exists(import_epoch1):
+        if import_epoch1 and not self._checkpoint_exists(import_epoch1):
             raise EngineError("import_model_train_epoch1: checkpoint %r not found (no file %r)"
                               % (import_epoch1, import_epoch1 + ".index"))
-        existing = get_existing_models(self.model_prefix)
+        existing = self._existing_models()
         load_epoch = config.int("load_epoch", -1)
         if load:
             if load_epoch <= 0:
@@ -563,7 +579,7 @@ class Engine:
         if not self.config.value("learning_rate_file", None) and self.model_prefix:
             # keep the learning-rate state next to the checkpoints, so that a resume continues it
             self.config.set("learning_rate_file", self.model_prefix + ".learning_rates")
-        if recover_pending_file(self.config.value("learning_rate_file", None), get_existing_models(self.model_prefix)):
+        if recover_pending_file(self.config.value("learning_rate_file", None), self._existing_models()):
             self.log.v4("note: completed the learning-rate file of the last checkpoint (the run was killed after "
                         "saving it)")
         self.learning_rate_control = load_learning_rate_control_from_config(self.config)
@@ -677,7 +693,7 @@ class Engine:
                 discard_pending_file(pending)
             remove_stale_temp_files(self.model_prefix)
             text = getattr(exc, "strerror", None) or first_line(getattr(exc, "message", None) or exc)
-            last = get_existing_models(self.model_prefix)
+            last = self._existing_models()
             raise EngineError("epoch %i: saving checkpoint %r failed (%s: %s); kept the previous checkpoint %s and "
                               "learning-rate file unchanged" % (
                                   epoch, filename, type(exc).__name__, text,
@@ -737,7 +753,7 @@ class Engine:
     def search_task(self):
         from .search import search_task
 
-        return search_task(self)
+        return search_task(self, EngineError)
 
     def forward_to_hdf(self, dataset, output_file):
         layer_name = self.config.value("forward_output_layer", None)

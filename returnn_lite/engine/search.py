@@ -42,17 +42,14 @@ def _target_key(net, layer):
     return "classes" if "classes" in net.extern_data.data else None
 
 
-def _check_has_search(engine, layer_name):
+def _check_has_search(engine, layer_name, EngineError):  # noqa: N803 (the engine's error class)
     net = engine.network
     if not any(layer.layer_class == "choice" for layer in net.get_all_layers_deep()):
-        raise engine.error_class("task search: the network has no 'choice' layer, nothing to search (layer %r; add a "
+        raise EngineError("task search: the network has no 'choice' layer, nothing to search (layer %r; add a "
                                  "choice layer with beam_size to the decoder)" % layer_name)
 
 
-def search_task(engine):
-    from .engine import EngineError
-
-    engine.error_class = EngineError
+def search_task(engine, EngineError):  # noqa: N803 (the engine's error class, passed to avoid an import cycle)
     config = engine.config
     dataset = None
     for key in ("search_data", "eval", "dev"):
@@ -72,7 +69,7 @@ def search_task(engine):
         layer = net.get_layer(layer_name)
     except Exception as exc:
         raise EngineError("task search: search_output_layer %r: %s" % (layer_name, exc)) from None
-    _check_has_search(engine, layer_name)
+    _check_has_search(engine, layer_name, EngineError)
     target_key = _target_key(net, layer)
     labels = dataset.labels.get(target_key) if target_key and getattr(dataset, "labels", None) else None
     do_eval = config.bool("search_do_eval", True) and target_key in dataset.get_data_keys()

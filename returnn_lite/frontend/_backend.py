@@ -23,7 +23,7 @@ BACKEND_METHODS = (
     "replace_dim", "reshape", "cum_concat_step", "sequence_mask",
     "softmax_cross_entropy_with_logits", "ctc_loss", "dropout", "random",
     "create_parameter_raw", "set_parameter_initial_value", "set_parameter_trainable",
-    "batch_norm", "conv", "pool", "lstm", "cond", "while_loop",
+    "batch_norm", "conv", "pool", "lstm", "cond", "while_loop", "scan", "loop",
     "make_output_tensor", "mark_as_loss",
 )
 
@@ -69,10 +69,13 @@ def _load_backend(module_name, class_name):
 
 
 def select_backend_torch():
-    """The PyTorch backend (seed 002) is a separate issue: not implemented yet."""
-    raise NotImplementedError(
-        "rf.select_backend_torch(): the PyTorch backend of rf is not implemented yet in returnn_lite "
-        "(only the RETURNN-layers backend: rf.select_backend_returnn_layers_tf())")
+    """rf calls run eagerly on PyTorch (:class:`returnn_lite.torch.frontend.TorchBackend`, needs ``torch``)."""
+    try:
+        from ..torch.frontend import TorchBackend
+    except ImportError as exc:
+        raise ImportError("rf.select_backend_torch(): PyTorch is not installed (pip install -e \".[torch]\"): %s" % exc)
+
+    _global_backend[0] = TorchBackend
 
 
 def select_backend_tf():

@@ -481,10 +481,20 @@ def while_loop(cond, body, initial):  # noqa: A002
     return get_selected_backend().while_loop(cond, body, initial)
 
 
-def scan(*_args, **_kwargs):
-    raise error("scan", "not supported by returnn_lite's layers backend yet (use rf.LSTM over a spatial dim)")
+def scan(*, spatial_dim=None, initial=None, xs=None, ys=None, body, cond=None, max_seq_len=None, **kwargs):
+    """
+    Loop over ``spatial_dim``: ``body(xs_t, state) -> (ys_t, new_state)`` per frame (xs: tensors with spatial_dim,
+    unstacked; ys: per-frame templates or None). Returns ``(ys, final_state, spatial_dim)``; the state of a sequence
+    stays as it is after its length. Only loops over a given spatial_dim are supported (no ``cond``).
+    """
+    if kwargs:
+        raise error("scan", "unsupported option(s) %s" % sorted(kwargs))
+    if spatial_dim is None or cond is not None or max_seq_len is not None:
+        raise error("scan", "only a loop over a given spatial_dim is supported (cond/max_seq_len are not)")
+    return get_selected_backend().scan(spatial_dim=spatial_dim, initial=initial, xs=xs, ys=ys, body=body)
 
 
-class Loop:
-    def __init__(self, *_args, **_kwargs):
-        raise error("Loop", "not supported by returnn_lite's layers backend yet (use rf.LSTM over a spatial dim)")
+def Loop(*, axis=None, max_seq_len=None):  # noqa: N802 (original's class name)
+    """``loop = rf.Loop(axis=time_dim)``; ``loop.state.h = ...``; ``with loop: x_t = loop.unstack(x); ...;
+    loop.state.h = new_h; y = loop.stack(y_t)`` (see the backend's loop)."""
+    return get_selected_backend().loop(axis=axis, max_seq_len=max_seq_len)

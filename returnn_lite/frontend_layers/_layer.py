@@ -36,11 +36,7 @@ class FrontendOpLayer(LayerBase):
         if op not in OPS:
             raise ValueError("frontend_op: unknown op %r" % op)
         self.op = op
-        self.extra = {}
-        for d in self.output.dims:
-            if d.dimension is None and not d.is_batch_dim() and d.complete_dyn_size() is None and op not in (
-                    "conv", "pool"):
-                pass  # lengths may be set by the op itself
+        self.extra = {}  # further outputs of the op (e.g. the final LSTM state), read by "extra" ops
         x = OPS[op](self, [s.output for s in self.sources], self.output, **(opts or {}))
         self.output.placeholder = x
         for d in self.output.dims:
@@ -650,7 +646,6 @@ def _set_out_sizes(in_spatial_dims, out_spatial_dims, filter_size, padding, stri
 def _conv(layer, inputs, out, in_dim, out_dim, in_spatial_dims, out_spatial_dims, filter_size, padding, strides,
           dilation_rate):
     src, filt = inputs[:2]
-    n = len(in_spatial_dims)
     w = align_exact(filt, list(filter_size) + [in_dim, out_dim])
     _set_out_sizes(in_spatial_dims, out_spatial_dims, [d.dimension for d in filter_size], padding, strides,
                    dilation_rate)
@@ -662,7 +657,6 @@ def _conv(layer, inputs, out, in_dim, out_dim, in_spatial_dims, out_spatial_dims
     y = _conv_like(layer, src, in_dim, in_spatial_dims, out_spatial_dims, out, fn)
     if len(inputs) > 2:
         y = y + align(inputs[2], out.dims)
-    del n
     return y
 
 
@@ -681,8 +675,6 @@ def _pool(layer, inputs, out, mode, pool_size, padding, dilation_rate, strides, 
 
 @op("lstm")
 def _lstm(layer, inputs, out, spatial_dim, in_dim, out_dim, gates_dim, single_step):
-    from ..data import batch_dim  # noqa: F401
-
     src, h0, c0, ff_w, rec_w, bias = inputs
     batch_like = [d for d in src.dims if d not in (in_dim, spatial_dim)]
     w_ff = align_exact(ff_w, [in_dim, gates_dim])
@@ -692,7 +684,6 @@ def _lstm(layer, inputs, out, spatial_dim, in_dim, out_dim, gates_dim, single_st
         align(h0, batch_like + [out_dim]), [dim_value(layer, d) for d in batch_like + [out_dim]])
     c = align_exact(c0, batch_like + [out_dim]) if set(c0.dims) == set(batch_like + [out_dim]) else tf.broadcast_to(
         align(c0, batch_like + [out_dim]), [dim_value(layer, d) for d in batch_like + [out_dim]])
-    nb = len(batch_like)
     shape_b = [dim_value(layer, d) for d in batch_like]
     h = tf.reshape(h, [-1, out_dim.dimension])
     c = tf.reshape(c, [-1, out_dim.dimension])
@@ -740,7 +731,6 @@ def _lstm(layer, inputs, out, spatial_dim, in_dim, out_dim, gates_dim, single_st
     y = tf.reshape(ta.stack(), [n_time] + shape_b + [out_dim.dimension])
     layer.extra["h"] = tf.reshape(h, shape_b + [out_dim.dimension])
     layer.extra["c"] = tf.reshape(c, shape_b + [out_dim.dimension])
-    del nb
     return to_out(y, [spatial_dim] + batch_like + [out_dim], out)
 
 

@@ -208,6 +208,7 @@ class CombineLayer(LayerBase):
     """Elementwise combination of the sources with broadcasting (add, sub, mul, ..., eval)."""
 
     layer_class = "combine"
+    unsupported_options = {"eval_for_output_loss": (False,)}
 
     def __init__(self, kind, sources, activation=None, with_bias=False, eval=None, eval_locals=None,
                  eval_for_output_loss=False, **kwargs):
@@ -358,6 +359,7 @@ class CompareLayer(LayerBase):
     """Elementwise comparison of the sources (or of one source against ``value``); bool output."""
 
     layer_class = "compare"
+    options_without_effect = {"allow_broadcast_all_sources": "sources are always broadcast against each other"}
 
     def __init__(self, kind="equal", value=None, allow_broadcast_all_sources=NotSpecified, **kwargs):
         super().__init__(**kwargs)

@@ -58,7 +58,7 @@ class _BeamAdaptedLayer(InternalLayer):
         self.params = {}
 
     def get_last_hidden_state(self, key):
-        from .rec.layer import last_hidden_state
+        from .rec.state import last_hidden_state
 
         if self.rec_vars_outputs:
             return last_hidden_state(self.rec_vars_outputs, key)
@@ -108,6 +108,7 @@ class ChoiceLayer(LayerBase):
     """
 
     layer_class = "choice"
+    option_types = {"cheating": (bool, str), "scheduled_sampling": (bool, dict)}  # cheating="exclusive"
 
     def __init__(self, beam_size=NotSpecified, keep_beams=False, search=NotSpecified, input_type="prob",
                  prob_scale=1.0, base_beam_score_scale=1.0, random_sample_scale=0.0, length_normalization=True,
@@ -233,8 +234,7 @@ class ChoiceLayer(LayerBase):
     def transform_config_dict(cls, d, network, get_layer):
         if d.get("explicit_search_source") is not None:
             if d.get("explicit_search_sources") is not None:
-                raise ValueError("choice layer %r: give explicit_search_source or explicit_search_sources, not both"
-                                 % d["_name"])
+                raise ValueError("give explicit_search_source or explicit_search_sources, not both")
             d["explicit_search_sources"] = [d.pop("explicit_search_source")]
         explicit = d.get("explicit_search_sources")
         super().transform_config_dict(d, network=network, get_layer=get_layer)
@@ -244,15 +244,15 @@ class ChoiceLayer(LayerBase):
         input_type = d.get("input_type", "prob")
         search = cls.use_search(network, d.get("search", NotSpecified), input_type)
         if search and not d.get("beam_size"):
-            raise ValueError("choice layer %r: option 'beam_size' is required with search (search_flag of the network "
-                             "or search=True)" % d["_name"])
+            raise ValueError("option 'beam_size' is required with search (search_flag of the network "
+                             "or search=True)")
         target = d.get("target")
         if isinstance(target, (list, tuple)):
             if len(target) != 1:
-                raise NotImplementedError("choice layer %r: several targets %r" % (d["_name"], target))
+                raise NotImplementedError("several targets %r" % (target,))
             target = target[0]
         if not target and input_type != "regression" and (not search or d.get("cheating")):
-            raise ValueError("choice layer %r needs a target" % d["_name"])
+            raise ValueError("option 'target' is required")
         if target and (not search or d.get("cheating")) and input_type != "regression":
             d["_target_layer"] = get_layer(target[len("layer:"):] if target.startswith("layer:") else
                                            "data:%s" % target)

@@ -343,6 +343,8 @@ class SplitLayer(ConcatInputLayer):
 class SplitBatchTimeLayer(ConcatInputLayer):
     """(B*T, ...) -> (B, T, ...), with B and T (and its sequence lengths) from base."""
 
+    derived_options = ("base",)  # default: "data"
+
     layer_class = "split_batch_time"
 
     def __init__(self, base, **kwargs):
