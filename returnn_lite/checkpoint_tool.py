@@ -130,7 +130,13 @@ def network_from_config(config_file, overrides=(), native_ops=False, search=Fals
         overrides = list(overrides) + [(native_op.CONFIG_KEY, False)]
     resource = tf.compat.v1.resource_variables_enabled()
     if ref_variables:
-        tf.compat.v1.disable_resource_variables()
+        logger = tf.get_logger()
+        level = logger.level
+        logger.setLevel("ERROR")  # its deprecation note is no news for an export
+        try:
+            tf.compat.v1.disable_resource_variables()
+        finally:
+            logger.setLevel(level)
     try:
         return _network_from_config(config_file, overrides, search)
     finally:

@@ -219,6 +219,14 @@ def test_bad_input_one_line_errors(tmp_path, capsys, native_ckpt):
     err = capsys.readouterr().err
     assert status == 2 and err.count("\n") == 1 and "no index file" in err and "nothing.index" in err
 
+    # corrupt index file
+    bad = write_checkpoint(str(tmp_path / "badindex"), {"a/W": np.ones(3, "float32")})
+    with open(bad + ".index", "wb") as f:
+        f.write(b"garbage" * 10)
+    status, _ = tool("average", bad, ckpt, str(tmp_path / "x"))
+    err = capsys.readouterr().err
+    assert status == 2 and err.count("\n") == 1 and "badindex" in err and "index file truncated or corrupt" in err
+
     # truncated data file: the error names the file and the param that cannot be read
     src = write_checkpoint(str(tmp_path / "big"), {"a/W": np.ones((64, 64), "float32"), "b/W": np.ones(8, "float32")})
     data = src + ".data-00000-of-00001"
