@@ -71,7 +71,10 @@ def build_frozen_graph(config_file, checkpoint, output_layer=None, search=False)
 
     if search:
         raise ExportError("--search: beam search export is not available (no search support in returnn_lite yet)")
-    engine = network_from_config(config_file)
+    from . import native_op
+
+    with native_op.disabled():  # the exported graph must load with TF alone: no custom (native) ops in it
+        engine = network_from_config(config_file)
     try:
         network = engine.network
         layer_name = output_layer or engine.config.value("forward_output_layer", None) or \

@@ -145,6 +145,10 @@ def test_mode_parsing(monkeypatch):
     assert native_op.get_mode(Config({})) == "auto"
     monkeypatch.setenv(native_op.ENV_MODE, "0")
     assert native_op.get_mode(Config({"native_ops": True})) == "0"  # the environment wins
+    monkeypatch.setenv(native_op.ENV_MODE, "1")
+    with native_op.disabled():  # e.g. export: no custom op in the graph, whatever the env says
+        assert native_op.get_mode(Config({"native_ops": True})) == "0"
+    assert native_op.get_mode() == "1"
     monkeypatch.setenv(native_op.ENV_MODE, "maybe")
     with pytest.raises(ValueError, match="RETURNN_LITE_NATIVE_OPS"):
         native_op.get_mode()
