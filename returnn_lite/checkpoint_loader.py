@@ -60,7 +60,7 @@ def open_checkpoint(filename):
     try:
         reader = tf.train.load_checkpoint(prefix)
     except Exception as exc:  # DataLossError, NotFoundError, ... : one line, naming the file
-        raise CheckpointError("checkpoint %r is corrupt or unreadable: %s" % (
+        raise CheckpointError("checkpoint %r: index file truncated or corrupt: %s" % (
             prefix, str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)) from None
     return prefix, reader
 
@@ -71,7 +71,19 @@ def read_tensor(reader, filename, name):
         return reader.get_tensor(name)
     except Exception as exc:
         msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise CheckpointError("checkpoint %r: cannot read param %r: %s" % (filename, name, msg)) from None
+        raise CheckpointError("checkpoint %r: cannot read param %r, data file truncated or corrupt: %s" % (
+            filename, name, msg)) from None
+
+
+def assign_values(session, values):
+    """Assign numpy values to variables by feeding their initializers (no new ops per call; as network.py does,
+    which imports this module)."""
+    fetches, feed = [], {}
+    for var, value in values.items():
+        fetches.append(var.initializer)
+        feed[var.initial_value] = value
+    if fetches:
+        session.run(fetches, feed_dict=feed)
 
 
 _custom_post_init = {}  # var ref -> func(session)
@@ -133,8 +145,6 @@ class CustomCheckpointLoader:
             if self.custom_param_importer is not None:
                 self.custom_param_importer.assign_var(var, session)
             else:
-                from .network import assign_values  # network.py imports this module
-
                 assign_values(session, {var: self.value})
 
     def __init__(self, filename, saveable_params, params_prefix="", load_if_prefix="", ignore_missing=False,
@@ -333,8 +343,6 @@ class CustomCheckpointLoader:
     # ---- assigning ----
     def load_now(self, session):
         """Assign the values in the session (and the global step, if a network is given and the file has one)."""
-        from .network import assign_values  # network.py imports this module
-
         with session.graph.as_default():
             value_map = self.get_variable_value_map()
             plain = {var: v.value for var, v in value_map.items() if v.custom_param_importer is None}
@@ -416,8 +424,6 @@ def _cast(value, dtype, filename, name):
 
 def _import_with_mode(layer, values, session, mode, filename):
     """custom_param_importer given as a copy mode: "ifpossible" (same shape only), "subset" (overlapping part)."""
-    from .network import assign_values
-
     if mode not in ("ifpossible", "subset", "as-is"):
         raise CheckpointError("layer %r: custom_param_importer %r: expected a function or one of 'as-is', "
                               "'ifpossible', 'subset'" % (layer.name, mode))

@@ -9,6 +9,7 @@ the target directory and renamed (index file last), so OUT is never half-written
 from __future__ import annotations
 
 import argparse
+import io
 import glob
 import os
 import re
@@ -110,11 +111,44 @@ def write_checkpoint(filename, values):
 
 # ---- network from a config ----
 
-def network_from_config(config_file, overrides=()):
+def network_from_config(config_file, overrides=(), native_ops=False, search=False, ref_variables=False):
     """
     Builds the config's network (no training: train_flag False) in a new graph with a session.
+    :param bool native_ops: False: TF's own ops only (same params; no compiling, the graph runs anywhere)
+    :param bool search: build with search_flag (beam search in choice layers)
+    :param bool ref_variables: plain (non-resource) TF variables, which freeze into constants also inside v1
+        while loops (resource gathers there do not)
     :return: Engine with .network, .session, .graph
     """
+    from . import native_op
+
+    import tensorflow as tf
+
+    old = os.environ.get(native_op.ENV_MODE)
+    if not native_ops:
+        os.environ[native_op.ENV_MODE] = "0"
+        overrides = list(overrides) + [(native_op.CONFIG_KEY, False)]
+    resource = tf.compat.v1.resource_variables_enabled()
+    if ref_variables:
+        logger = tf.get_logger()
+        level = logger.level
+        logger.setLevel("ERROR")  # its deprecation note is no news for an export
+        try:
+            tf.compat.v1.disable_resource_variables()
+        finally:
+            logger.setLevel(level)
+    try:
+        return _network_from_config(config_file, overrides, search)
+    finally:
+        if ref_variables and resource:
+            tf.compat.v1.enable_resource_variables()
+        if old is None:
+            os.environ.pop(native_op.ENV_MODE, None)
+        else:
+            os.environ[native_op.ENV_MODE] = old
+
+
+def _network_from_config(config_file, overrides, search):
     from .config import Config
     from .engine.engine import Engine
     from .engine.progress import Log
@@ -126,14 +160,14 @@ def network_from_config(config_file, overrides=()):
         raise ToolError("config %r: %s" % (config_file, exc)) from None
     for key, value in overrides:
         config.set(key, value)
-    engine = Engine(config, log=Log(verbosity=0, stream=open(os.devnull, "w")))
+    engine = Engine(config, log=Log(verbosity=0, stream=io.StringIO()))
     dataset = None
     if not any(config.has(k) for k in ("extern_data", "num_outputs", "num_inputs")):
         for key in ("eval", "dev", "train"):
             dataset = engine._load_dataset(key)
             if dataset is not None:
                 break
-    engine.task = "forward"
+    engine.task = "search" if search else "forward"  # train_flag False; search: search_flag
     engine._build_graph(engine._get_net_dict(config.int("load_epoch", 1) or 1), dataset, train=False)
     return engine
 
@@ -373,6 +407,8 @@ def cmd_average(args, out):
 def cmd_diff(args, out):
     a, b = Checkpoint(args.a), Checkpoint(args.b)
     names_a, names_b = set(a.names()), set(b.names())
+    if args.params_only:
+        names_a, names_b = set(a.param_names()), set(b.param_names())
     differ = 0
     for name in sorted(names_a - names_b):
         print("only in A: %s %s" % (name, list(a.shapes[name])), file=out)
@@ -457,6 +493,7 @@ def make_parser():
     s.add_argument("a")
     s.add_argument("b")
     s.add_argument("--atol", type=float, default=0.0, help="ignore differences up to this (default 0: exact)")
+    s.add_argument("--params-only", action="store_true", help="ignore optimizer state and the global step")
     s.set_defaults(func=cmd_diff)
     return p
 

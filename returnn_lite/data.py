@@ -192,10 +192,11 @@ class SearchBeam:
     ([B, beam_size] int32, the index in the dependency's beam of each hypothesis) and ``beam_scores`` ([B, beam]).
     """
 
-    def __init__(self, beam_size, dependency=None, name=None):
+    def __init__(self, beam_size, dependency=None, name=None, invariant=False):
         self.beam_size = int(beam_size)
         self.dependency = dependency
         self.name = name
+        self.invariant = invariant  # data on it is the same for all hypotheses of a sequence (repeated, not searched)
         self.src_beams = None
         self.beam_scores = None
         self._tiled_dims = {}
@@ -212,6 +213,13 @@ class SearchBeam:
     def get_combined_beam(*beams, owner=None):
         """The beam data of all these beams is brought to (the newest one); None if none has a beam."""
         res = None
+        searched = [b for b in beams if b is not None and not b.invariant]
+        if searched:  # repeated data (an invariant beam) goes with any searched beam of its size
+            sizes = {b.beam_size for b in beams if b is not None}
+            if len(sizes) > 1:
+                raise ValueError("%sbeam mismatch: sources on beams of different sizes %s" % (
+                    "%s: " % owner if owner else "", sorted(sizes)))
+            beams = searched
         for b in beams:
             if b is None or b is res:
                 continue
@@ -935,6 +943,15 @@ class Data(TensorFrontendMixin):
                     and s.dims[fi].dimension not in (None, 1) and common.dims[fj].dimension not in (None, 1)):
                 raise ValueError("feature axes do not match: %s vs %s (sources %s)" % (
                     s.dims[fi].short_repr(), common.dims[fj].short_repr(), ", ".join(x.short_repr() for x in sources)))
+            if (fi is not None and fj is not None and fi not in mapping and fj not in mapping.values()
+                    and (s.dims[fi].dimension == 1) != (common.dims[fj].dimension == 1)):
+                # feature dims 1 and N: one feature axis, broadcast (as the original)
+                if common.dims[fj].dimension == 1:
+                    dims = list(common.dims)
+                    dims[fj] = s.dims[fi]
+                    common = common.copy_template_new_dim_tags(dims, keep_special_axes=True)
+                mapping = dict(mapping)
+                mapping[fi] = fj
             for i, d in enumerate(s.dims):
                 if i not in mapping and d.dimension != 1:
                     common = common.copy_add_dim_by_tag(d, unbroadcast=True)
@@ -986,6 +1003,10 @@ class Data(TensorFrontendMixin):
             return self.copy()
         if self.beam is None:
             return self.copy_extend_with_beam(beam)
+        if self.beam.invariant and self.beam.beam_size == beam.beam_size:  # repeated data: the same on any beam
+            data = self.copy()
+            data.beam = beam
+            return data
         chain = []
         b = beam
         while b is not None and b is not self.beam:

@@ -10,7 +10,8 @@ Export for inference (``returnn-lite-export``, also ``python tools/export.py``):
   ``lengths``, outputs ``output`` and ``output_lengths``. It needs only TensorFlow (not returnn_lite):
   ``tf.saved_model.load(DIR).signatures["serving_default"](features=x, lengths=n)``.
 
-Only the forward network (train_flag False) is exported; search graphs are refused (no beam search yet).
+The forward network (train_flag False) is exported, or with ``--search`` the search network (search_flag: beam
+search in choice layers); its output layer must not have a beam (export e.g. the ``decide`` layer).
 """
 
 from __future__ import annotations
@@ -40,6 +41,9 @@ def _stable_outputs(network, layer_name):
     except Exception:
         raise ExportError("output layer %r not in the network (layers: %s)" % (
             layer_name, ", ".join(sorted(network.layers)))) from None
+    if getattr(layer.output, "beam", None) is not None:
+        raise ExportError("output layer %r has a beam (%s): export a layer that resolves it (e.g. a 'decide' layer) "
+                          "with --output-layer" % (layer_name, layer.output.beam))
     out = layer.output.copy_as_batch_major() if layer.output.have_batch_axis() else layer.output
     scope = layer.tf_scope_name
     with tf.name_scope(scope + "/"):
@@ -63,36 +67,81 @@ def _describe(t):
             "dtype": t.dtype.base_dtype.name}
 
 
-def build_frozen_graph(config_file, checkpoint, output_layer=None, search=False):
+def _freeze(session, fetch_names):
+    """Variables -> constants, also inside functions (while loop bodies: resource reads/gathers become plain ops)."""
+    try:
+        from tensorflow.python.framework.convert_to_constants import \
+            convert_variables_to_constants_from_session_graph as convert
+    except ImportError:  # older TF
+        return tf1.graph_util.convert_variables_to_constants(session, session.graph.as_graph_def(), fetch_names)
+    return _fix_function_gathers(convert(session, session.graph.as_graph_def(), fetch_names))
+
+
+def _fix_function_gathers(graph_def):
     """
+    TF's converter leaves ResourceGather inside functions (e.g. an embedding lookup in a while loop body) while
+    their variable argument became a constant float: rewrite those into GatherV2 on the value (axis 0).
+    """
+    from tensorflow.core.framework import attr_value_pb2, types_pb2
+
+    for func in graph_def.library.function:
+        arg_types = {a.name: a.type for a in func.signature.input_arg}
+        for node in list(func.node_def):
+            if node.op != "ResourceGather":
+                continue
+            src = node.input[0].split(":")[0]
+            if arg_types.get(src, types_pb2.DT_RESOURCE) == types_pb2.DT_RESOURCE:
+                continue
+            axis = func.node_def.add()
+            axis.name = node.name + "_frozen_axis"
+            axis.op = "Const"
+            axis.attr["dtype"].type = types_pb2.DT_INT32
+            axis.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(0, dtype=tf.int32))
+            dtype = node.attr["dtype"].type
+            batch_dims = node.attr["batch_dims"].i if "batch_dims" in node.attr else 0
+            for key in list(node.attr):
+                if key not in ("Tindices", "_class"):
+                    del node.attr[key]
+            node.op = "GatherV2"
+            node.attr["Tparams"].CopyFrom(attr_value_pb2.AttrValue(type=dtype))
+            node.attr["Taxis"].CopyFrom(attr_value_pb2.AttrValue(type=types_pb2.DT_INT32))
+            node.attr["batch_dims"].CopyFrom(attr_value_pb2.AttrValue(i=batch_dims))
+            node.input.insert(2, axis.name + ":output:0")
+    return graph_def
+
+
+def build_frozen_graph(config_file, checkpoint, output_layer=None, search=False, native_ops=False):
+    """
+    :param bool native_ops: allow returnn_lite's native (C++) ops in the graph; the default builds the graph from
+        TF's own ops only, so that it runs where the op libraries are not available
     :return: (frozen GraphDef, names dict: {"inputs": {...}, "outputs": {...}})
     """
     from .checkpoint_tool import network_from_config
 
-    if search:
-        raise ExportError("--search: beam search export is not available (no search support in returnn_lite yet)")
-    from . import native_op
-
-    with native_op.disabled():  # the exported graph must load with TF alone: no custom (native) ops in it
-        engine = network_from_config(config_file)
+    engine = network_from_config(config_file, native_ops=native_ops, search=search, ref_variables=True)
     try:
         network = engine.network
-        layer_name = output_layer or engine.config.value("forward_output_layer", None) or \
-            network.get_default_output_layer_name()
+        config = engine.config
+        layer_name = output_layer or (config.value("search_output_layer", None) if search else None) or \
+            config.value("forward_output_layer", None) or ("decision" if search and "decision" in network.layers
+                                                           else network.get_default_output_layer_name())
         with engine.graph.as_default():
             y, y_lens = _stable_outputs(network, layer_name)
             x, x_lens = _input_tensors(network)
             network.load_params_from_file(checkpoint, session=engine.session)
             fetch_names = [t.op.name for t in (y, y_lens) if t is not None]
-            graph_def = tf1.graph_util.convert_variables_to_constants(
-                engine.session, engine.graph.as_graph_def(), fetch_names)
+            graph_def = _freeze(engine.session, fetch_names)
             graph_def = tf1.graph_util.extract_sub_graph(graph_def, fetch_names)
-        names = {"inputs": {"data": _describe(x)}, "outputs": {"output": _describe(y)}, "output_layer": layer_name}
+        names = {"inputs": {"data": _describe(x)}, "outputs": {"output": _describe(y)}, "output_layer": layer_name,
+                 "search": bool(search)}
         if x_lens is not None:
             names["inputs"]["data_seq_lens"] = _describe(x_lens)
         if y_lens is not None:
             names["outputs"]["output_seq_lens"] = _describe(y_lens)
-        names["outputs"] = {k: v for k, v in names["outputs"].items()}
+        registered = set(tf.raw_ops.__dict__)
+        custom = sorted({n.op for n in graph_def.node if n.op not in registered})
+        if custom:
+            names["custom_ops"] = custom  # only with native_ops: the graph needs returnn_lite's op libraries
     finally:
         engine.close_session()
     return graph_def, names
@@ -154,7 +203,12 @@ def make_parser():
     p.add_argument("--graph", help="write the frozen graph here (.pb binary, .pbtxt text) and <graph>.json")
     p.add_argument("--saved-model", help="write a SavedModel into this directory")
     p.add_argument("--output-layer", help="default: forward_output_layer of the config, else 'output'")
-    p.add_argument("--search", action="store_true", help="export the search graph (not available yet: refused)")
+    p.add_argument("--native-ops", action="store_true",
+                   help="keep returnn_lite's native (C++) ops in the graph (then it needs their libraries to run); "
+                        "default: TF's own ops only")
+    p.add_argument("--search", action="store_true",
+                   help="export the search graph (beam search in choice layers; output layer: search_output_layer "
+                        "of the config, else 'decision' if it exists)")
     return p
 
 
@@ -168,7 +222,8 @@ def main(argv=None, out=None):
     from .engine.engine import EngineError
 
     try:
-        graph_def, names = build_frozen_graph(args.config, args.checkpoint, args.output_layer, args.search)
+        graph_def, names = build_frozen_graph(args.config, args.checkpoint, args.output_layer, args.search,
+                                              args.native_ops)
         if args.graph:
             write_graph(graph_def, names, args.graph)
             print("wrote %s (%i nodes) and %s" % (args.graph, len(graph_def.node),

@@ -17,6 +17,7 @@ import numpy as np
 import tensorflow as tf
 
 from .data import Data, Dim
+from .error_hints import check_unreached_layers, describe_build_error, precheck_layer_desc
 from .errors import (  # noqa: F401 (re-exported: part of this module's API, as in the original)
     LayerNotFound,
     LayerOptionError,
@@ -25,12 +26,15 @@ from .errors import (  # noqa: F401 (re-exported: part of this module's API, as 
     NetworkLayerException,
 )
 from .extern_data import DataNotFound, ExternData
-from .layers.base import InternalLayer, get_layer_class
+from .layer_options import check_explicit_output, validate_layer_desc
+from .layer_ref import data_key, parse_layer_ref
+from .layers.base import InternalLayer, LayerBase, get_layer_class
 from .losses.holder import LossHolder  # noqa: F401 (part of this module's API, as in the original)
 from .network_api import NetworkAPIMixin, strip_net_dict_meta
-from .util import did_you_mean
+from .util import NotSpecified, did_you_mean
 
 tf1 = tf.compat.v1
+_BASE_CONSTRUCT_CHILDREN = LayerBase.construct_children.__func__
 
 __all__ = [
     "TFNetwork", "ExternData", "DataNotFound", "LossHolder", "CustomCheckpointLoader", "TFNetworkParamsSerialized",
@@ -87,6 +91,7 @@ class TFNetwork(NetworkAPIMixin):
         self.extern_data = extern_data
         self.parent_layer = parent_layer
         self.parent_net = parent_net
+        self.extra_parent_net = extra_parent_net
         self.name = name or (parent_layer.name if parent_layer is not None else "")
         self._absolute_name_prefix = absolute_name_prefix
         if train_flag is None:
@@ -138,6 +143,7 @@ class TFNetwork(NetworkAPIMixin):
         """Build every layer that is an output, has a loss, or is marked is_output_layer."""
         net_dict = strip_net_dict_meta(net_dict, check=self.parent_net is None)  # "#config"...: metadata
         self._net_dict = net_dict
+        self._validate_net_dict(net_dict)
         # layers registered as extern data first (others may use them as target), as the original
         for name, desc in sorted(net_dict.items(), key=lambda kv: (
                 not (isinstance(kv[1], dict) and kv[1].get("register_as_extern_data")), kv[0])):
@@ -146,22 +152,49 @@ class TFNetwork(NetworkAPIMixin):
             if (name == "output" or name.endswith(":output") or desc.get("loss") or desc.get("is_output_layer")
                     or desc.get("register_as_extern_data")):
                 self.construct_layer(net_dict, name, get_layer=get_layer)
+        if self.parent_net is None:
+            check_unreached_layers(self, net_dict)
+
+    def _validate_net_dict(self, net_dict):
+        """The options of every layer dict, also of layers that are never built (e.g. an is_output_layer typo)."""
+        for name, desc in net_dict.items():
+            if not isinstance(desc, dict):
+                raise NetworkLayerException("layer description must be a dict, got %r" % (desc,), name, network=self)
+            class_name = desc.get("class")
+            try:
+                if class_name is None:
+                    raise ValueError("no 'class' given")
+                validate_layer_desc(get_layer_class(class_name), {k: v for k, v in desc.items() if k != "class"})
+            except Exception as exc:
+                raise NetworkLayerException("%s: %s" % (type(exc).__name__, exc), name, self, net_dict,
+                                            layer_class=class_name) from exc
+
+    # ---- reference resolution: one parser (layer_ref.py), one scope chain ----
+    def owns_layer(self, name):
+        """Whether name is a layer of this network (built, or in its layer dict)."""
+        return name in self.layers or name in self._net_dict
 
     def construct_layer(self, net_dict, name, get_layer=None, add_layer=None, check_existing=True):
-        """Construct name (and, recursively, what it depends on) unless it exists already."""
+        """
+        Resolve the reference name (see :mod:`returnn_lite.layer_ref`): a layer of net_dict is built (and,
+        recursively, what it depends on) unless it exists already; prefixed references and names this network does
+        not own go along the scope chain (:meth:`_resolve_prefixed`, :meth:`_resolve_not_owned`).
+        """
         if name in self.layers:
             return self.layers[name]
-        if name == "data" or name.startswith("data:"):
+        ref = parse_layer_ref(name)
+        if ref.kind == "data":
             return self._get_extern_data_layer(name)
-        if name.startswith("base:"):
-            if self.parent_net is None:
-                raise LayerNotFound("%r: there is no base network (this is the root network)" % name, name, self)
-            return self.parent_net.get_layer(name[len("base:"):])
-        if name not in net_dict and "/" in name:
-            return self._get_sub_layer(net_dict, name, get_layer)
+        if ref.kind == "extra" or self.extra_parent_net is not None:  # extra networks (see extra_net.py)
+            layer = self._resolve_extra(ref, name)
+            if layer is not None:
+                return layer
+        if ref.kind != "layer":
+            return self._resolve_prefixed(ref, name, net_dict, get_layer)
         if name not in net_dict:
-            raise LayerNotFound("layer %r not found in network %r.%s" % (
-                name, self.get_absolute_name_prefix() or "root", did_you_mean(name, net_dict)), name, self)
+            if ref.sub_name is not None:
+                return self._get_sub_layer(net_dict, name, get_layer)
+            return self._resolve_not_owned(name, net_dict)
         if name in self._constructing:
             raise NetworkConstructionDependencyLoopException(self, name, self._constructing)
         if get_layer is None:
@@ -178,23 +211,58 @@ class TFNetwork(NetworkAPIMixin):
         try:
             if class_name is None:
                 raise ValueError("no 'class' given")
+            precheck_layer_desc(desc)
             layer_class = get_layer_class(class_name)
-            desc["_name"] = name
-            desc["_network"] = self
+            validate_layer_desc(layer_class, desc)
             layer_class.transform_config_dict(desc, network=self, get_layer=get_layer)
-            desc.pop("_name", None)
-            desc.pop("_network", None)
             self._adapt_source_beams(name, desc)
-            return (add_layer or self.add_layer)(name=name, layer_class=layer_class, **desc)
+            if layer_class.construct_children.__func__ is not _BASE_CONSTRUCT_CHILDREN:
+                with tf.name_scope(self._layer_name_scope(name)):
+                    layer_class.construct_children(desc, name=name, network=self, get_layer=get_layer)
+            layer = (add_layer or self.add_layer)(name=name, layer_class=layer_class, **desc)
+            check_explicit_output(layer, net_dict[name])
+            return layer
         except NetworkLayerException:
             raise
         except NetworkConstructionDependencyLoopException:
             raise
         except Exception as exc:
-            msg = "%s: %s" % (type(exc).__name__, exc) if not isinstance(exc, NetworkError) else str(exc)
+            msg = describe_build_error(exc, net_dict.get(name))
             raise NetworkLayerException(msg, name, self, net_dict, layer_class=class_name) from exc
         finally:
             self._constructing.remove(name)
+
+    def _resolve_prefixed(self, ref, name, net_dict, get_layer):
+        """data / base: / prev: / :i / extra.NET: references (ref is the parsed name)."""
+        if ref.kind == "data":
+            return self._get_extern_data_layer(name)
+        if ref.kind == "base":
+            if self.parent_net is None:
+                raise LayerNotFound("%r: there is no base network (this is the root network)" % name, name, self)
+            return self.parent_net.get_layer(ref.name)
+        if ref.kind in ("prev", "step"):
+            return self._resolve_in_loop(name)
+        if ref.kind == "extra":
+            return self._resolve_extra(ref, name)
+        return self.construct_layer(net_dict, ref.name, get_layer=get_layer)  # "layer:" prefix
+
+    def _resolve_extra(self, ref, name):
+        """extra.NET:ref in the extra network NET; inside an extra network, its own layers, else the main's."""
+        from .extra_net import get_extra_net, layer_from_extra_or_main
+
+        if ref.kind == "extra":
+            return get_extra_net(self, ref.extra_net).get_layer(ref.name)
+        return layer_from_extra_or_main(self, name)
+
+    def _resolve_in_loop(self, name):
+        """prev:X and :i: only a rec unit's network (or a child of one) resolves them."""
+        raise LayerNotFound("%r: 'prev:' and ':i' only exist inside the unit of a rec layer (network %r)" % (
+            name, self.get_absolute_name_prefix() or "root"), name, self)
+
+    def _resolve_not_owned(self, name, net_dict):
+        """A plain name this network does not own (the root network: an error with close matches)."""
+        raise LayerNotFound("layer %r not found in network %r.%s" % (
+            name, self.get_absolute_name_prefix() or "root", did_you_mean(name, net_dict)), name, self)
 
     def _construct_sources_first(self, net_dict, name):
         """
@@ -232,7 +300,14 @@ class TFNetwork(NetworkAPIMixin):
             assign_output_beam(layer_class, output, layer_desc)
             layer = layer_class(name=name, network=self, output=output, **layer_desc)
         layer.kwargs = layer_desc
-        _check_output_matches_template(layer)
+        try:
+            _check_output_matches_template(layer)
+        except ValueError as exc:
+            given = [k for k in ("out_type", "n_out") if layer_desc.get(k, NotGiven) not in (None, NotGiven, NotSpecified)]
+            if given:
+                raise LayerOptionError("%s: option %s contradicts the real output" % (exc, "/".join(given)),
+                                       given[0]) from exc
+            raise
         self.layers[name] = layer
         if layer.loss is not None and self.eval_flag:
             self._register_loss(name, layer)
@@ -284,15 +359,17 @@ class TFNetwork(NetworkAPIMixin):
         name = name.replace(":", "_")
         return self.get_absolute_name_prefix() + (name if name[:1].isalnum() else ".%i.%s" % (ord(name[0]), name[1:])) + "/"
 
+    def owns_extern_data(self, key):
+        """Whether "data:KEY" is this network's own extern data (else the parent network's)."""
+        return self.parent_net is None
+
     def _get_extern_data_layer(self, name):
-        key = self.extern_data.default_input if name == "data" else name[len("data:"):]
-        root = self.get_root_network()
-        if root is not self and self.parent_layer is not None and not getattr(self, "own_extern_data", False):
-            return root._get_extern_data_layer(name)
+        key = data_key(name, self.extern_data.default_input)
+        if not self.owns_extern_data(key):
+            return self.parent_net._get_extern_data_layer(name)
         if name in self.layers:
             return self.layers[name]
-        data = self.get_extern_data(key)
-        layer = InternalLayer(name=name, network=self, output=data)
+        layer = InternalLayer(name=name, network=self, output=self.get_extern_data(key))
         self.layers[name] = layer
         return layer
 
@@ -315,15 +392,9 @@ class TFNetwork(NetworkAPIMixin):
         return set(self.get_root_network().used_data_keys)
 
     def get_layer(self, layer_name):
-        """The layer by name; resolves "data", "data:KEY", "base:NAME", "NAME/SUB"; builds it on demand."""
+        """The layer by reference ("data", "data:KEY", "base:NAME", "NAME/SUB", ...); builds it on demand."""
         if layer_name in self.layers:
             return self.layers[layer_name]
-        if layer_name.startswith("base:"):
-            if self.parent_net is None:
-                raise LayerNotFound("%r: there is no base network" % layer_name, layer_name, self)
-            return self.parent_net.get_layer(layer_name[len("base:"):])
-        if layer_name == "data" or layer_name.startswith("data:"):
-            return self._get_extern_data_layer(layer_name)
         return self.construct_layer(self._net_dict, layer_name)
 
     # ---- flags ----

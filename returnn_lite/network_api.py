@@ -90,14 +90,12 @@ class _SubnetHandle:
     """What :meth:`NetworkAPIMixin.make_subnet` returns: a child network plus its net dict."""
 
     def __init__(self, parent_net, name, opts):
-        from .network import TFNetwork
-
         self.parent_net = parent_net
         self.name = name
         self.opts = opts or {}
         net_dict = self.opts.get("subnetwork", self.opts) if isinstance(self.opts, dict) else {}
         self.net_dict = strip_net_dict_meta(net_dict)
-        self.net = TFNetwork(parent_net=parent_net, extern_data=parent_net.extern_data, name=name,
+        self.net = _root_class(parent_net)(parent_net=parent_net, extern_data=parent_net.extern_data, name=name,
                              absolute_name_prefix=parent_net.get_absolute_name_prefix() + name + "/")
         self.net._net_dict = self.net_dict
 
@@ -118,6 +116,27 @@ class _SubnetHandle:
     def construct_all(self, parent_get_layer=None):
         for name in self.net_dict:
             self.construct_layer(name)
+
+
+def _root_class(net):
+    """TFNetwork itself (the class of the root network; subnetworks may be subclasses)."""
+    return type(net.get_root_network())
+
+
+class _RecStepInfo:
+    """Per-step info set by :meth:`NetworkAPIMixin.set_rec_step_info` (as the rec loop's own step info)."""
+
+    def __init__(self, step, seq_lens, time_dim, end_flag=None, end_flag_source=None):
+        self.step = step
+        self.seq_lens = seq_lens
+        self.time_dim = time_dim
+        self.end_flag = end_flag
+        self.end_flag_source = end_flag_source
+
+    def get_end_flag(self, target_search_choices=None):
+        if self.end_flag is not None:
+            return self.end_flag
+        return tf.logical_not(self.step < self.seq_lens)
 
 
 def _constructing(net):
@@ -228,12 +247,7 @@ class NetworkAPIMixin:
         return dims
 
     def set_rec_step_info(self, i, end_flag=None, end_flag_source=None, seq_lens=None):
-        from .layers.rec.subnet import RecStepInfo
-
-        info = RecStepInfo(i, seq_lens, self.get_inside_rec_time_dim())
-        info.end_flag = end_flag
-        info.end_flag_source = end_flag_source
-        self.rec_step_info = info
+        self.rec_step_info = _RecStepInfo(i, seq_lens, self.get_inside_rec_time_dim(), end_flag, end_flag_source)
 
     # ---- params
 

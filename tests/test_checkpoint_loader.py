@@ -178,3 +178,45 @@ def test_variable_value_map_and_custom_importer_and_custom_init(tmp_path):
             net.initialize_params(session)  # random init, then the checkpoint
             np.testing.assert_allclose(session.run(net.get_layer("output").params["W"]), w, rtol=1e-6)
             np.testing.assert_allclose(session.run(net.get_layer("output").params["b"]), 1.0)
+
+
+def test_engine_import_and_preload_convert_layouts(tmp_path):
+    """import_model_train_epoch1 and preload_from_files (prefix: contained, removed) load a TF LSTMCell checkpoint
+    into a NativeLstm2 network through the same conversions."""
+    from returnn_lite import param_conversion as pc
+    from returnn_lite.config import Config
+    from returnn_lite.engine import Engine
+
+    src = str(tmp_path / "src")
+    net = {"enc": {"class": "rec", "unit": "standardlstm", "n_out": 4, "from": "data"},
+           "output": {"class": "softmax", "loss": "ce", "from": "enc", "target": "classes"}}
+    _, values = run_net(net, randomize=7, save=src, extern={"data": {"dim": 9}, "classes": {"dim": 2, "sparse": True}},
+                        fetch="enc")
+    layout = pc.get_lstm_layout("standardlstm")
+    canon = pc.lstm_to_canonical(layout, [values["enc/rec/lstm_cell/kernel"], values["enc/rec/lstm_cell/bias"]])
+    expected = dict(zip(["W", "W_re", "b"], pc.canonical_to_lstm(pc.get_lstm_layout("native"), canon)))
+    base = {"task": "train", "train": {"class": "Task12AXDataset", "num_seqs": 5}, "num_epochs": 1,
+            "batch_size": 400, "max_seqs": 10, "optimizer": {"class": "sgd"}, "learning_rate": 0.0,
+            "log_verbosity": 0}
+    native = {"class": "rec", "unit": "nativelstm2", "n_out": 4, "from": "data"}
+
+    d = dict(base, model=str(tmp_path / "a" / "model"), import_model_train_epoch1=src,
+             network={"enc": native, "output": dict(net["output"])})
+    Engine(Config(d)).run()
+    got = tf.train.load_checkpoint(str(tmp_path / "a" / "model.001"))
+    for k in ("W", "W_re", "b"):
+        np.testing.assert_allclose(got.get_tensor("enc/rec/" + k), expected[k], rtol=1e-6, atol=1e-6)
+
+    d = dict(base, model=str(tmp_path / "b" / "model"),
+             network={"x_enc": native, "output": {"class": "softmax", "loss": "ce", "from": "x_enc"}},
+             preload_from_files={"enc": {"filename": src, "prefix": "x_", "init_for_train": True,
+                                         "ignore_missing": True}})
+    Engine(Config(d)).run()
+    got = tf.train.load_checkpoint(str(tmp_path / "b" / "model.001"))
+    for k in ("W", "W_re", "b"):
+        np.testing.assert_allclose(got.get_tensor("x_enc/rec/" + k), expected[k], rtol=1e-6, atol=1e-6)
+
+    d["preload_from_files"]["enc"]["bogus"] = 1
+    d["model"] = str(tmp_path / "c" / "model")
+    with pytest.raises(Exception, match="preload_from_files 'enc': unknown option.*bogus"):
+        Engine(Config(d)).run()

@@ -205,6 +205,8 @@ def test_average_and_diff(tmp_path):
     assert "max abs diff %.4g" % d in line
     assert "only in A: a/W/Adam" in text
     assert "differs:   global_step" in text
+    status, text = tool("diff", ckpts[0], out, "--params-only")
+    assert status == 1 and "Adam" not in text and "global_step" not in text and "0 tensors equal, 2 differ" in text
 
     bad = write_checkpoint(str(tmp_path / "bad"), {"a/W": np.zeros((2, 3), "float32"), "a/b": np.zeros(3, "float32")})
     status, _ = tool("average", ckpts[0], bad, str(tmp_path / "never"))
@@ -216,6 +218,14 @@ def test_bad_input_one_line_errors(tmp_path, capsys, native_ckpt):
     status, _ = tool("inspect", str(tmp_path / "nothing"))
     err = capsys.readouterr().err
     assert status == 2 and err.count("\n") == 1 and "no index file" in err and "nothing.index" in err
+
+    # corrupt index file
+    bad = write_checkpoint(str(tmp_path / "badindex"), {"a/W": np.ones(3, "float32")})
+    with open(bad + ".index", "wb") as f:
+        f.write(b"garbage" * 10)
+    status, _ = tool("average", bad, ckpt, str(tmp_path / "x"))
+    err = capsys.readouterr().err
+    assert status == 2 and err.count("\n") == 1 and "badindex" in err and "index file truncated or corrupt" in err
 
     # truncated data file: the error names the file and the param that cannot be read
     src = write_checkpoint(str(tmp_path / "big"), {"a/W": np.ones((64, 64), "float32"), "b/W": np.ones(8, "float32")})

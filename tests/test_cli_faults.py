@@ -164,6 +164,9 @@ def test_runtime_error_names_layer(setup, capsys):
     # --debug: the traceback too
     assert main(["--debug", config, "++network", net]) == 1
     assert "Traceback" in capsys.readouterr().err
+    assert main([config, "++network", net, "++log_verbosity", "5"]) == 1  # also at verbosity 5
+    err = capsys.readouterr().err
+    assert "Traceback" in err and len([x for x in err.splitlines() if x.startswith("rnn.py: error:")]) == 1
 
 
 def _train_once(capsys, config, *extra):
@@ -177,8 +180,9 @@ def test_truncated_checkpoint_and_missing_index(setup, capsys):
     data_file = next(out.glob("model.001.data-*"))
     data_file.write_bytes(data_file.read_bytes()[:len(data_file.read_bytes()) // 2])
     before = _checksums(out)
-    _fails_cleanly(capsys, [config, "++num_epochs", "2"], "model.001", "truncated or corrupt")
-    _fails_cleanly(capsys, [config, "++task", "eval"], "model.001", "truncated or corrupt")
+    for extra in (["++num_epochs", "2"], ["++task", "eval"]):
+        line, _ = _fails_cleanly(capsys, [config] + extra, "cannot load model", "model.001")
+        assert "truncated" in line or "Read less bytes" in line, line
     assert _checksums(out) == before
     (out / "model.001.index").unlink()
     before = _checksums(out)
@@ -267,6 +271,10 @@ def test_learning_rate_override_on_resume_notice(setup, capsys):
     assert len(notices) == 1, stdout
     assert "++learning_rate 0.05 is not used" in notices[0] and "0.01" in notices[0], notices
     assert re.search(r"start epoch 2 with learning rate 0.01\b", stdout)
-    # no notice without the override
+    # no notice without the override, or where the override agrees with the saved state
     stdout = _train_once(capsys, config, "++num_epochs", "3")
     assert "notice:" not in stdout
+    stdout = _train_once(capsys, config, "++num_epochs", "4", "++learning_rate", "0.01")
+    assert "notice:" not in stdout
+    stdout = _train_once(capsys, config, "++num_epochs", "5", "++learning_rates", "[0.01, 0.01, 0.01, 0.01, 0.3]")
+    assert "notice:" not in stdout and "start epoch 5 with learning rate 0.3 " in stdout  # an epoch the file lacks

@@ -66,13 +66,13 @@ class _Log:
 # stand-in module name -> (returnn_lite modules to look names up in, in order; extra names (dict or callable))
 _LAYERS = (["returnn_lite.layers", "returnn_lite.layers.base"], lambda: _layer_class_names())
 _DATASETS = (["returnn_lite.datasets", "returnn_lite.datasets.registry"], lambda: _dataset_class_names())
-_TF_UTIL = (["returnn_lite.tf_util", "returnn_lite.compat.tensor"], None)
-_UTIL = (["returnn_lite.compat.util_basic", "returnn_lite.util"], None)
+_TF_UTIL = (["returnn_lite.tf_util", "returnn_lite.compat.tensor", "returnn_lite.data", "returnn_lite.util"], None)
+_UTIL = (["returnn_lite.compat.util_basic", "returnn_lite.util"], lambda: {"unicode": str, "long": int})
 _NETWORK = (["returnn_lite.network", "returnn_lite.extern_data"], None)
 _PRETRAIN = (["returnn_lite.pretrain"], None)
 _HYPER = (["returnn_lite.compat.hyper_param"], None)
 _CONFIG = (["returnn_lite.config"], None)
-_TENSOR = (["returnn_lite.compat.tensor"], None)
+_TENSOR = (["returnn_lite.compat.tensor", "returnn_lite.data"], None)
 _ENGINE = (["returnn_lite.engine"], None)
 _LOG = ([], _log_extras)
 _TF_COMPAT = ([], _lazy_tf_compat)
@@ -117,7 +117,8 @@ def _layer_class_names():
     import returnn_lite.layers._load_all  # noqa: F401 (registers all layer classes)
     from returnn_lite.layers import base
 
-    extras = {"_ConcatInputLayer": base.ConcatInputLayer}
+    extras = {"_ConcatInputLayer": base.ConcatInputLayer,
+              "get_concat_sources_data_template": base.concat_sources_template}
     for name in base.get_layer_class_names():
         cls = base.get_layer_class(name)
         extras.setdefault(cls.__name__, cls)

@@ -102,6 +102,7 @@ class _AudioCorpus(IndexedDataset):
         if self.feature_extractor is not None:
             self.num_inputs = self.feature_extractor.get_feature_dimension()
             self.num_outputs["data"] = [self.num_inputs, 2 if self.feature_extractor.num_channels is None else 3]
+            self._apply_window_to_dims()
         self._read_lock = threading.Lock()
 
     def get_data_dtype(self, key):

@@ -104,10 +104,6 @@ _FEATURE_FUNCS = {"mfcc": mfcc, "log_mel_filterbank": log_mel_filterbank,
                   "linear_spectrogram": linear_spectrogram}
 
 
-class _OptsReader(dict):
-    """Options dict that remembers which keys were read (random_permute: unknown keys are an error)."""
-
-
 class ExtractAudioFeatures:
     """
     :param float window_len: seconds

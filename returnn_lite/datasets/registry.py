@@ -5,20 +5,20 @@ Dataset classes by name, and :func:`init_dataset`, which builds a dataset from c
 from __future__ import annotations
 
 import ast
-import difflib
 import importlib
 import os
 import re
+import sys
 
+from ..registry import Registry
+from ..util import did_you_mean
 from .basic import Dataset, DatasetError
 
 __all__ = ["init_dataset", "get_dataset_class", "register_dataset_class", "dataset_class_names", "check_dataset_opts",
            "SPRINT_DATASETS"]
 
-_classes = {}  # name -> class (registered, or imported from _BUILTIN on first use)
-
-# Built-in classes by module, imported on first use: this module imports no dataset module, so dataset modules
-# (e.g. meta.py, which builds its sub-datasets) can import it at the top without an import cycle.
+# Built-in classes by module, imported on the first lookup: this module imports no dataset module, so dataset
+# modules (e.g. meta.py, which builds its sub-datasets) can import it at the top without an import cycle.
 _BUILTIN = {
     "generating": ("Task12AXDataset", "TaskEpisodicCopyDataset", "TaskXmlModelingDataset",
                    "TaskNumberBaseConvertDataset", "CopyTaskDataset", "DummyDataset"),
@@ -28,7 +28,17 @@ _BUILTIN = {
     "audio": ("OggZipDataset", "LibriSpeechCorpus"),
     "text": ("LmDataset", "TranslationDataset"),
 }
-_BUILTIN_MODULE = {name: module for module, names in _BUILTIN.items() for name in names}
+
+
+def _load_builtin():
+    for module_name, names in _BUILTIN.items():
+        module = importlib.import_module("%s.%s" % (__package__, module_name))
+        for name in names:
+            if name not in _registry:  # a class registered by the user under this name wins
+                _registry.register(name, getattr(module, name))
+
+
+_registry = Registry("dataset class", lazy_load=_load_builtin)
 
 # Datasets of the original that need RASR (Sprint): refused when the config is loaded.
 SPRINT_DATASETS = ("ExternSprintDataset", "SprintDataset", "SprintCacheDataset", "SprintDatasetBase")
@@ -36,12 +46,11 @@ SPRINT_DATASETS = ("ExternSprintDataset", "SprintDataset", "SprintCacheDataset",
 
 def register_dataset_class(cls, name=None):
     """Make ``cls`` available to ``{"class": name}`` (default: the class name)."""
-    _classes[name or cls.__name__] = cls
-    return cls
+    return _registry.register(name or cls.__name__, cls)
 
 
 def dataset_class_names():
-    return sorted(set(_classes) | set(_BUILTIN_MODULE))
+    return _registry.names()
 
 
 def check_dataset_class_name(name, option="class"):
@@ -50,19 +59,15 @@ def check_dataset_class_name(name, option="class"):
         raise DatasetError("%s %r needs RASR/Sprint (the 'sprintExecPath'/'sprintConfigStr' feature extraction of "
                            "the original), which returnn_lite does not support; convert the features and "
                            "alignments to HDF (HDFDataset) or use OggZipDataset" % (option, name))
-    if name not in _classes and name not in _BUILTIN_MODULE:
+    if name not in _registry:
         known = dataset_class_names()
-        close = difflib.get_close_matches(str(name), known, n=3, cutoff=0.5)
-        hint = (" Did you mean %s?" % " or ".join(map(repr, close))) if close else ""
-        raise DatasetError("unknown dataset class %r.%s Known dataset classes: %s" % (name, hint, ", ".join(known)))
+        raise DatasetError("unknown dataset class %r.%s Known dataset classes: %s"
+                           % (name, did_you_mean(str(name), known), ", ".join(known)))
 
 
 def get_dataset_class(name):
     check_dataset_class_name(name)
-    if name not in _classes:
-        module = importlib.import_module("%s.%s" % (__package__, _BUILTIN_MODULE[name]))
-        _classes[name] = getattr(module, name)
-    return _classes[name]
+    return _registry.get(name)
 
 
 def check_dataset_opts(opts, what="dataset"):
@@ -82,9 +87,10 @@ def check_dataset_opts(opts, what="dataset"):
 
 def _from_config_expr(expr):
     """``"config:<expr>"``: evaluate in the global config's namespace (e.g. a name or a function call)."""
-    from returnn_lite.config import get_global_config
-
-    config = get_global_config(raise_exception=False)
+    # A global config exists only once returnn_lite.config is loaded; looking it up there (instead of importing
+    # it) keeps the datasets out of the config's import graph.
+    config_module = sys.modules.get("returnn_lite.config")
+    config = config_module.get_global_config(raise_exception=False) if config_module is not None else None
     if config is None:
         raise DatasetError("dataset %r refers to the config, but no global config is set" % ("config:" + expr))
     namespace = config.typed_dict
@@ -106,6 +112,16 @@ def _opts_from_string(text):
             return ast.literal_eval(text)
         except (ValueError, SyntaxError) as exc:
             raise DatasetError("dataset string %r is not a valid dict literal: %s" % (text, exc)) from None
+    m = re.match(r"^(?:[A-Za-z_]\w*::)?([A-Za-z_]\w*)\((.*)\)$", text, re.DOTALL)
+    if m:  # the old form "GeneratingDataset::Task12AXDataset(num_seqs=1000)" (module:: optional)
+        try:
+            call = ast.parse("f(%s)" % m.group(2), mode="eval").body
+            kwargs = {kw.arg: ast.literal_eval(kw.value) for kw in call.keywords}
+            if call.args or None in kwargs:
+                raise ValueError("only keyword arguments are supported")
+        except (ValueError, SyntaxError) as exc:
+            raise DatasetError("dataset string %r: cannot parse the arguments: %s" % (text, exc)) from None
+        return dict(kwargs, **{"class": get_dataset_class(m.group(1))})
     if text in dataset_class_names() or text in SPRINT_DATASETS or re.match(r"^[A-Za-z_]\w*$", text):
         return {"class": get_dataset_class(text)}  # unknown names: error with suggestions
     files = [f for f in text.split(",") if f]

@@ -449,13 +449,6 @@ class TranslationDataset(IndexedDataset):
     def _sort_key_len(self, corpus_idx):
         return len(self._data["data"][corpus_idx])
 
-    def _corpus_indices_for_tags(self, seq_list):
-        try:
-            return [int(tag[len("line-"):]) for tag in seq_list if tag.startswith("line-")] if all(
-                tag.startswith("line-") for tag in seq_list) else super()._corpus_indices_for_tags(seq_list)
-        except ValueError:
-            return super()._corpus_indices_for_tags(seq_list)
-
     def init_seq_order(self, epoch=None, seq_list=None, seq_order=None):
         if seq_list is None and seq_order is None and self._fixed_order is not None:
             seq_order = self._fixed_order

@@ -2,8 +2,8 @@
 Checks of the engine's inputs, so that user errors end in one line naming the file / dataset key / layer instead
 of a TF traceback:
 
-- :func:`check_dataset_matches_extern_data`: before the first step, the dataset's ``num_outputs`` (dim, sparse,
-  rank) per used data key against ``extern_data``;
+- :func:`check_dataset_matches_extern_data`: before the first step, the dataset's ``num_outputs`` (dim, sparse)
+  per used data key against ``extern_data``;
 - :func:`check_feed_value`: per batch (numpy, cheap): label ranges of sparse data, non-finite dense values;
 - :func:`describe_run_error`: a TF error at ``session.run`` mapped to the layer whose op failed;
 - :func:`check_writable_dir`: the model / learning-rate file directory, before training starts.
@@ -70,7 +70,8 @@ def _kind(sparse, dim):
 
 
 def check_dataset_matches_extern_data(dataset, network, data_keys, error_cls):
-    """Dataset num_outputs (sparse, dim, rank) vs extern_data for each used key; raises error_cls."""
+    """Dataset num_outputs (sparse, dim) vs extern_data for each used key; raises error_cls. (The rank is left
+    to the per-batch check: datasets describe extra axes in different ways.)"""
     extern_data = network.extern_data
     for key in data_keys:
         if not extern_data.has_data(key):
@@ -96,10 +97,6 @@ def check_dataset_matches_extern_data(dataset, network, data_keys, error_cls):
         if ds_shape and ds_shape[-1] is not None and ds_shape[-1] != data.dim:
             raise error_cls("%s has feature dim %i but extern_data %r has dim %i%s" % (
                 where, ds_shape[-1], key, data.dim, _layers_text(network, key)))
-        ds_rank = len(ds_shape) + 1  # + the dataset's time axis
-        if ds_rank != len(data.shape) and not (not data.have_time_axis() and len(ds_shape) == len(data.shape)):
-            raise error_cls("%s has per-seq shape %s (time + %s) but extern_data %r has shape %s%s" % (
-                where, tuple([None] + ds_shape), tuple(ds_shape), key, data.shape, _layers_text(network, key)))
 
 
 def check_feed_value(data, value, lens, key, dataset_name, network, seq_tags, error_cls):

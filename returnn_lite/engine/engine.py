@@ -103,6 +103,15 @@ class _Accumulator:
 class Engine:
     """Runs the config's task. ``Engine(config).run()``."""
 
+    def __new__(cls, config=None, log=None):
+        # backend = "torch": the same engine (epoch loop, datasets, LR control, checkpoints) on PyTorch; the
+        # backend-specific part (model, step, checkpoint files) is in returnn_lite.engine.torch_backend
+        if cls is Engine and config is not None and config.value("backend", "tensorflow") == "torch":
+            from .torch_backend import TorchEngine
+
+            cls = TorchEngine
+        return super().__new__(cls)
+
     def __init__(self, config, log=None):
         self.config = config
         self.log = log or Log.from_config(config)
@@ -134,7 +143,8 @@ class Engine:
     # ---- entry
 
     def run(self):
-        tasks = {"train": self.train, "eval": self.eval_task, "forward": self.forward_task}
+        tasks = {"train": self.train, "eval": self.eval_task, "forward": self.forward_task,
+                 "search": self.search_task}
         if self.task not in tasks:
             raise EngineError("unknown task %r; supported: %s" % (self.task, ", ".join(sorted(tasks))))
         for key in ("train", "dev", "eval", "eval_datasets"):  # e.g. Sprint datasets: refused before anything is built
@@ -244,6 +254,23 @@ class Engine:
         self._apply_net_dict_config(net_dict.get("#config"))
         return net_dict
 
+    def init_network_from_config(self, config=None, epoch=None):
+        """
+        As the original's: build the config's network for ``epoch`` (default 1; pretraining and ``get_network``
+        apply) in the mode of the task (train: with losses and the update op). The data description comes from
+        ``extern_data``/``num_outputs``, else from the ``train`` dataset. Returns the network.
+        """
+        if config is not None:
+            self.config = config
+        config = self.config
+        dataset = None
+        if not (config.has("extern_data") or config.has("num_outputs") or config.has("num_inputs")):
+            dataset = self._load_dataset("train")
+        self.epoch = epoch or 1
+        with global_config_ctx(config):
+            self._build_graph(self._get_net_dict(self.epoch), dataset, train=self.task == "train")
+        return self.network
+
     def _apply_net_dict_config(self, overrides):
         """A net dict's "#config" entries override config values while that network is used (as the original)."""
         saved = self.__dict__.setdefault("_net_dict_config_saved", {})
@@ -265,7 +292,7 @@ class Engine:
         with self.graph.as_default():
             tf1.set_random_seed(config.int("random_seed", 42))
             extern_data = self._extern_data(dataset)
-            if self.task == "forward":
+            if self.task in ("forward", "search"):
                 self.train_flag, eval_flag = False, False
             elif train:
                 with tf.name_scope("globals/"):
@@ -275,7 +302,8 @@ class Engine:
             else:
                 self.train_flag, eval_flag = False, True
             self.network = TFNetwork(config=config, extern_data=extern_data, train_flag=self.train_flag,
-                                     eval_flag=eval_flag, rnd_seed=config.int("random_seed", 42))
+                                     eval_flag=eval_flag, rnd_seed=config.int("random_seed", 42),
+                                     search_flag=self.task == "search")
             with returnn_import_hook(), global_config_ctx(config):
                 self.network.construct_from_dict(net_dict)
             self.network.get_global_train_step_var()
@@ -433,6 +461,13 @@ class Engine:
 
     # ---- model files
 
+    def _existing_models(self):
+        """epoch -> checkpoint name of the complete epoch checkpoints (backend-specific files)."""
+        return get_existing_models(self.model_prefix)
+
+    def _checkpoint_exists(self, filename):
+        return checkpoint_exists(filename)
+
     def get_epoch_model(self):
         """(epoch or None, checkpoint name or None), as the original: existing epoch checkpoints first."""
         config = self.config
@@ -440,14 +475,14 @@ class Engine:
         start_epoch = None if start_epoch_mode == "auto" else int(start_epoch_mode)
         load = config.value("load", "") or ""
         load = normalize_checkpoint_name(load) if load else ""
-        if load and not checkpoint_exists(load):
+        if load and not self._checkpoint_exists(load):
             raise EngineError("load: checkpoint %r not found (no file %r)" % (load, load + ".index"))
         import_epoch1 = config.value("import_model_train_epoch1", "") or ""
         import_epoch1 = normalize_checkpoint_name(import_epoch1) if import_epoch1 else ""
-        if import_epoch1 and not checkpoint_exists(import_epoch1):
+        if import_epoch1 and not self._checkpoint_exists(import_epoch1):
             raise EngineError("import_model_train_epoch1: checkpoint %r not found (no file %r)"
                               % (import_epoch1, import_epoch1 + ".index"))
-        existing = get_existing_models(self.model_prefix)
+        existing = self._existing_models()
         load_epoch = config.int("load_epoch", -1)
         if load:
             if load_epoch <= 0:
@@ -544,7 +579,7 @@ class Engine:
         if not self.config.value("learning_rate_file", None) and self.model_prefix:
             # keep the learning-rate state next to the checkpoints, so that a resume continues it
             self.config.set("learning_rate_file", self.model_prefix + ".learning_rates")
-        if recover_pending_file(self.config.value("learning_rate_file", None), get_existing_models(self.model_prefix)):
+        if recover_pending_file(self.config.value("learning_rate_file", None), self._existing_models()):
             self.log.v4("note: completed the learning-rate file of the last checkpoint (the run was killed after "
                         "saving it)")
         self.learning_rate_control = load_learning_rate_control_from_config(self.config)
@@ -584,7 +619,8 @@ class Engine:
                 continue
             used = lrc.get_learning_rate_for_epoch(start_epoch)
             given = self.config.typed_value(key)
-            if key == "learning_rate" and used == self.config.float(key, 0.0):
+            wanted = _rate_for_epoch(given, start_epoch) if key == "learning_rates" else self.config.float(key, 0.0)
+            if wanted is None or used == wanted:
                 continue
             self.log.v1("notice: ++%s %s is not used: resuming after epoch %i, the learning-rate file %r continues "
                         "with learning rate %s for epoch %i (delete the file or set learning_rates per epoch in the "
@@ -657,7 +693,7 @@ class Engine:
                 discard_pending_file(pending)
             remove_stale_temp_files(self.model_prefix)
             text = getattr(exc, "strerror", None) or first_line(getattr(exc, "message", None) or exc)
-            last = get_existing_models(self.model_prefix)
+            last = self._existing_models()
             raise EngineError("epoch %i: saving checkpoint %r failed (%s: %s); kept the previous checkpoint %s and "
                               "learning-rate file unchanged" % (
                                   epoch, filename, type(exc).__name__, text,
@@ -714,6 +750,11 @@ class Engine:
         self._init_for_inference(dataset)
         self.forward_to_hdf(dataset, output_file)
 
+    def search_task(self):
+        from .search import search_task
+
+        return search_task(self, EngineError)
+
     def forward_to_hdf(self, dataset, output_file):
         layer_name = self.config.value("forward_output_layer", None)
         if layer_name:
@@ -751,6 +792,18 @@ class Engine:
             raise
         writer.close()
         self.log.v1("forward: wrote %i seqs of layer %r to %s" % (n, layer.name, output_file))
+
+
+def _rate_for_epoch(rates, epoch):
+    """``learning_rates`` (list: first epochs, then the last one; dict: epoch -> rate) for one epoch, or None."""
+    try:
+        if isinstance(rates, dict):
+            return float(rates[epoch]) if epoch in rates else None
+        if isinstance(rates, (list, tuple)) and rates:
+            return float(rates[min(epoch, len(rates)) - 1])
+    except (TypeError, ValueError):
+        return None
+    return None
 
 
 def _scalar(score):

@@ -30,3 +30,15 @@ from .nn import (  # noqa: F401
     SelfAttention, State, cond, conv, cross_entropy, ctc_loss, dot_attention, dropout, make_conv_out_spatial_dims,
     max_pool, max_pool1d, pool, pool1d, random, random_normal, random_uniform, scan, set_random_seed, while_loop)
 from .run_ctx import Loss, RunCtx, get_run_ctx, init_forward_step_run_ctx, init_train_step_run_ctx  # noqa: F401
+
+
+def _register():
+    """Tensor/Dim methods (operators, mark_as_loss, get_size_tensor, ...) dispatch to this module."""
+    import sys
+
+    from ..tensor import _dim_mixin
+
+    _dim_mixin._frontend[0] = sys.modules[__name__]
+
+
+_register()

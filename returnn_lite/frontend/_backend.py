@@ -23,7 +23,7 @@ BACKEND_METHODS = (
     "replace_dim", "reshape", "cum_concat_step", "sequence_mask",
     "softmax_cross_entropy_with_logits", "ctc_loss", "dropout", "random",
     "create_parameter_raw", "set_parameter_initial_value", "set_parameter_trainable",
-    "batch_norm", "conv", "pool", "lstm", "cond", "while_loop",
+    "batch_norm", "conv", "pool", "lstm", "cond", "while_loop", "scan", "loop",
     "make_output_tensor", "mark_as_loss",
 )
 
@@ -42,6 +42,9 @@ class Backend:
     name = None
     RawTensorType = None
     is_tensorflow = False
+    # optional fused implementations (None: rf composes them from the primitives)
+    linear = None  # linear(source, *, weight, bias, in_dim)
+    layer_norm = None  # layer_norm(x, *, in_dim, scale, bias, eps)
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -55,16 +58,24 @@ for _m in BACKEND_METHODS:
 
 def select_backend_returnn_layers_tf():
     """rf calls build a RETURNN layer dict (see :func:`returnn_lite.frontend_layers.get_net_dict`)."""
-    from ..frontend_layers import ReturnnLayersBackend
+    _global_backend[0] = _load_backend("returnn_lite.frontend_layers", "ReturnnLayersBackend")
 
-    _global_backend[0] = ReturnnLayersBackend
+
+def _load_backend(module_name, class_name):
+    """Backends are plugins: loaded by module name (they import the frontend, not the other way round)."""
+    import importlib
+
+    return getattr(importlib.import_module(module_name), class_name)
 
 
 def select_backend_torch():
-    """The PyTorch backend (seed 002) is a separate issue: not implemented yet."""
-    raise NotImplementedError(
-        "rf.select_backend_torch(): the PyTorch backend of rf is not implemented yet in returnn_lite "
-        "(only the RETURNN-layers backend: rf.select_backend_returnn_layers_tf())")
+    """rf calls run eagerly on PyTorch (:class:`returnn_lite.torch.frontend.TorchBackend`, needs ``torch``)."""
+    try:
+        from ..torch.frontend import TorchBackend
+    except ImportError as exc:
+        raise ImportError("rf.select_backend_torch(): PyTorch is not installed (pip install -e \".[torch]\"): %s" % exc)
+
+    _global_backend[0] = TorchBackend
 
 
 def select_backend_tf():

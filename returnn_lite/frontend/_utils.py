@@ -50,8 +50,11 @@ def as_dims(axis):
 def check_dims_in(func, tensor, dims, what="axis"):
     for d in dims:
         if d not in tensor.dims:
-            raise error(func, "%s %s is not a dim of %s %s" % (
-                what, d.short_repr(), tensor.name, dims_str(tensor.dims)))
+            hint = ""
+            if any(x.description == d.description for x in tensor.dims):
+                hint = " (it has another Dim object of that name: dims are matched by identity, not by name)"
+            raise error(func, "%s %s is not a dim of %s %s%s" % (
+                what, d.short_repr(), tensor.name, dims_str(tensor.dims), hint))
 
 
 def broadcast_dims(func, tensors, allow_broadcast_all_sources=False, dim_order=None):

@@ -197,8 +197,6 @@ reduce_prod = _red("prod")
 
 def num_elements_of_shape(dims):
     """Number of elements of a tensor with these dims, counting only frames within the sequence lengths."""
-    from . import array_
-
     static = 1
     dyn = []
     for d in dims:
@@ -218,9 +216,9 @@ def num_elements_of_shape(dims):
             sizes = s if sizes is None else sizes * s
         n = reduce_sum(sizes, axis=sizes.dims) if sizes.dims else sizes
         if any(d.is_batch_dim() for d in dyn) and not any(d.is_batch_dim() for d in sizes.dims):
-            n = n * array_.dim_value(dyn[0])
+            n = n * get_selected_backend().dim_value_tensor(dyn[0])
     else:
-        n = array_.dim_value([d for d in dyn if d.is_batch_dim()][0])
+        n = get_selected_backend().dim_value_tensor([d for d in dyn if d.is_batch_dim()][0])
     return n * static if static != 1 else n
 
 

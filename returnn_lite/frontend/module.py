@@ -22,6 +22,10 @@ class Parameter(Data):
         self.auxiliary = auxiliary
         self._initial = initial
         self.rf_name = None  # set by the owner model (e.g. "lstm.ff_weight")
+        from ._backend import _global_backend
+
+        if _global_backend[0] is not None and _global_backend[0].executing_eagerly():
+            _global_backend[0].create_parameter_raw(self)  # eager backends (torch): the param exists right away
 
     @property
     def initial(self):

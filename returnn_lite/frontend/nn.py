@@ -33,10 +33,12 @@ class Linear(Module):
         if self.in_dim not in source.dims:
             raise error("Linear", "in_dim %s is not a dim of the input %s" % (
                 self.in_dim.short_repr(), dims_str(source.dims)))
+        bias = self.bias if self.with_bias else None
+        fused = get_backend_for_tensor(source).linear
+        if fused is not None:
+            return fused(source, weight=self.weight, bias=bias, in_dim=self.in_dim)
         out = math_.matmul(source, self.weight, reduce=self.in_dim)
-        if self.with_bias:
-            out = out + self.bias
-        return out
+        return out + bias if bias is not None else out
 
 
 class Embedding(Module):
@@ -210,13 +212,14 @@ class LayerNorm(Module):
 
     def __call__(self, x):
         check_dims_in("LayerNorm", x, [self.in_dim], what="in_dim")
+        bias = self.bias if self.with_bias else None
+        fused = get_backend_for_tensor(x).layer_norm
+        if fused is not None:
+            return fused(x, in_dim=self.in_dim, scale=self.scale, bias=bias, eps=self.eps)
         mean = math_.reduce_mean(x, axis=self.in_dim)
         variance = math_.reduce_mean(math_.squared_difference(x, mean), axis=self.in_dim)
-        norm_x = (x - mean) * math_.rsqrt(variance + self.eps)
-        out = norm_x * self.scale
-        if self.with_bias:
-            out = out + self.bias
-        return out
+        out = (x - mean) * math_.rsqrt(variance + self.eps) * self.scale
+        return out + bias if bias is not None else out
 
 
 class BatchNorm(Module):
@@ -478,10 +481,20 @@ def while_loop(cond, body, initial):  # noqa: A002
     return get_selected_backend().while_loop(cond, body, initial)
 
 
-def scan(*_args, **_kwargs):
-    raise error("scan", "not supported by returnn_lite's layers backend yet (use rf.LSTM over a spatial dim)")
+def scan(*, spatial_dim=None, initial=None, xs=None, ys=None, body, cond=None, max_seq_len=None, **kwargs):
+    """
+    Loop over ``spatial_dim``: ``body(xs_t, state) -> (ys_t, new_state)`` per frame (xs: tensors with spatial_dim,
+    unstacked; ys: per-frame templates or None). Returns ``(ys, final_state, spatial_dim)``; the state of a sequence
+    stays as it is after its length. Only loops over a given spatial_dim are supported (no ``cond``).
+    """
+    if kwargs:
+        raise error("scan", "unsupported option(s) %s" % sorted(kwargs))
+    if spatial_dim is None or cond is not None or max_seq_len is not None:
+        raise error("scan", "only a loop over a given spatial_dim is supported (cond/max_seq_len are not)")
+    return get_selected_backend().scan(spatial_dim=spatial_dim, initial=initial, xs=xs, ys=ys, body=body)
 
 
-class Loop:
-    def __init__(self, *_args, **_kwargs):
-        raise error("Loop", "not supported by returnn_lite's layers backend yet (use rf.LSTM over a spatial dim)")
+def Loop(*, axis=None, max_seq_len=None):  # noqa: N802 (original's class name)
+    """``loop = rf.Loop(axis=time_dim)``; ``loop.state.h = ...``; ``with loop: x_t = loop.unstack(x); ...;
+    loop.state.h = new_h; y = loop.stack(y_t)`` (see the backend's loop)."""
+    return get_selected_backend().loop(axis=axis, max_seq_len=max_seq_len)

@@ -9,57 +9,11 @@ Tensor whose raw tensor is that :class:`Layer`. Params are ``variable`` layers n
 
 from __future__ import annotations
 
-import contextlib
-
 from ..data import Data, Dim, batch_dim
 from ..frontend._backend import Backend
 from ..frontend._utils import FrontendError, broadcast_dims, call_site, dims_str, is_tensor
+from ._emit import _make, _operands, _raw_name
 from ._net import Layer, get_current_builder
-
-
-def _raw_name(t):
-    raw = t.placeholder
-    if raw is None:
-        from ..frontend.module import Parameter
-
-        if isinstance(t, Parameter):
-            raise FrontendError(
-                "rf at %s: param %s %s is used but has no layer: it is not part of the model returned by get_model "
-                "(assign its module as an attribute of the model)" % (call_site(), t.rf_name or "?", dims_str(t.dims)))
-        raise FrontendError("rf at %s: tensor %r has no raw tensor (not created by rf?)" % (call_site(), t.name))
-    if not isinstance(raw, Layer):
-        raise FrontendError("rf at %s: tensor %r has a raw tensor of type %s, not a layer of the layers backend" % (
-            call_site(), t.name, type(raw).__name__))
-    return raw.name
-
-
-def _make(op_name, sources, out_dims, dtype, *, sparse_dim=None, opts=None, name=None, extra=None):
-    builder = get_current_builder()
-    template = Data(name or op_name, dims=list(out_dims), dtype=dtype, sparse_dim=sparse_dim)
-    d = {"class": "frontend_op", "op": op_name, "from": [_raw_name(s) for s in sources], "out": template}
-    if opts:
-        d["opts"] = opts
-    if extra:
-        d.update(extra)
-    layer = builder.add_layer(name or op_name, d, absolute=extra is not None and "loss" in extra)
-    return Data(layer.name, dims=list(out_dims), dtype=dtype, sparse_dim=sparse_dim, placeholder=layer)
-
-
-def _operands(values):
-    """Tensors -> source indices, others -> {"const": value}."""
-    sources, specs = [], []
-    for v in values:
-        if is_tensor(v):
-            if v in sources:
-                specs.append([i for i, s in enumerate(sources) if s is v][0])
-            else:
-                sources.append(v)
-                specs.append(len(sources) - 1)
-        else:
-            if hasattr(v, "tolist"):
-                v = v.tolist()
-            specs.append({"const": v})
-    return sources, specs
 
 
 class ReturnnLayersBackend(Backend):
@@ -233,6 +187,19 @@ class ReturnnLayersBackend(Backend):
         dims = [d for d in a.dims if d not in reduce] + [d for d in b.dims if d not in reduce and d not in a.dims]
         return _make("matmul", [a, b], dims, a.dtype, opts={"reduce": reduce, "use_mask": use_mask}, name="dot")
 
+    @staticmethod
+    def linear(source, *, weight, bias, in_dim):
+        """Fused x . weight + bias (one layer)."""
+        dims = [d for d in source.dims if d != in_dim] + [d for d in weight.dims if d != in_dim]
+        return _make("matmul", [source, weight] + ([bias] if bias is not None else []), dims, source.dtype,
+                     opts={"reduce": [in_dim], "use_mask": False}, name="linear")
+
+    @staticmethod
+    def layer_norm(x, *, in_dim, scale, bias, eps):
+        """Fused layer norm over in_dim (one layer)."""
+        return _make("layer_norm", [x, scale] + ([bias] if bias is not None else []), x.dims, x.dtype,
+                     opts={"in_dim": in_dim, "eps": eps})
+
     # ---- shapes ----
     @staticmethod
     def concat(*sources, allow_broadcast=False, out_dim):
@@ -242,10 +209,13 @@ class ReturnnLayersBackend(Backend):
             for d in x.dims:
                 if d not in dims and all(d != a for _, a in sources):
                     dims.append(d)
-        for x, a in sources:
-            if a.dimension is None:
-                raise FrontendError("rf.concat at %s: concatenating dynamic dims (%s) is not supported" % (
-                    call_site(), a.short_repr()))
+        if any(a.dimension is None for _, a in sources):
+            if out_dim.dimension is None and out_dim.complete_dyn_size() is None and \
+                    out_dim.__dict__.get("_derived_from") is None:
+                total = sources[0][1]
+                for _, a in sources[1:]:
+                    total = total + a
+                out_dim.__dict__["_derived_from"] = ("add", (total, 0))
         return _make("concat", [x for x, _ in sources], dims, first.dtype,
                      opts={"axes": [a for _, a in sources], "out_dim": out_dim})
 
@@ -421,6 +391,24 @@ class ReturnnLayersBackend(Backend):
 
     # ---- control flow ----
     @staticmethod
+    def scan(*, spatial_dim, initial, xs, ys, body):
+        from ._loop import scan
+
+        return scan(spatial_dim=spatial_dim, initial=initial, xs=xs, ys=ys, body=body)
+
+    @staticmethod
+    def while_loop(cond, body, initial):
+        from ._loop import while_loop
+
+        return while_loop(cond, body, initial)
+
+    @staticmethod
+    def loop(*, axis=None, max_seq_len=None):
+        from ._loop import Loop
+
+        return Loop(axis=axis, max_seq_len=max_seq_len)
+
+    @staticmethod
     def cond(pred, true_fn, false_fn):
         """Both branches are built; the result is selected with ``where`` (nested structures of Tensors)."""
         from ..frontend import math_
@@ -475,8 +463,3 @@ class ReturnnLayersBackend(Backend):
 
 def _lstm_state_dims(state_dims, out_dim):
     return [d for d in state_dims if d != out_dim] + [out_dim]
-
-
-@contextlib.contextmanager
-def _noop():
-    yield

@@ -36,11 +36,7 @@ class FrontendOpLayer(LayerBase):
         if op not in OPS:
             raise ValueError("frontend_op: unknown op %r" % op)
         self.op = op
-        self.extra = {}
-        for d in self.output.dims:
-            if d.dimension is None and not d.is_batch_dim() and d.complete_dyn_size() is None and op not in (
-                    "conv", "pool"):
-                pass  # lengths may be set by the op itself
+        self.extra = {}  # further outputs of the op (e.g. the final LSTM state), read by "extra" ops
         x = OPS[op](self, [s.output for s in self.sources], self.output, **(opts or {}))
         self.output.placeholder = x
         for d in self.output.dims:
@@ -88,13 +84,18 @@ def align(data, dims):
     perm = [own.index(d) for d in order]
     if perm != list(range(len(own))):
         x = tf.transpose(x, perm)
-    shape_idx = 0
-    for i, d in enumerate(dims):
-        if d in own:
-            shape_idx += 1
-        else:
-            x = tf.expand_dims(x, i)
+    dims = list(dims)
+    first = next((i for i, d in enumerate(dims) if d in own), len(dims))
+    for i in range(first + 1, len(dims)):  # leading missing dims broadcast by themselves
+        if dims[i] not in own:
+            x = tf.expand_dims(x, i - first)
     return x
+
+
+def _covers(inputs, specs, dims):
+    """Whether one of the operands has all dims (so TF broadcasting gives the full shape)."""
+    n = len(dims)
+    return any(isinstance(sp, int) and len(inputs[sp].dims) == n for sp in specs)
 
 
 def to_out(x, x_dims, out):
@@ -106,6 +107,10 @@ def to_out(x, x_dims, out):
     return x
 
 
+def _in_control_flow():
+    return tf1.get_default_graph()._get_control_flow_context() is not None  # noqa (no public API)
+
+
 def dim_value(layer, d):
     if d.dimension is not None:
         return d.dimension
@@ -114,16 +119,32 @@ def dim_value(layer, d):
     size = d.complete_dyn_size()
     if size is None:
         raise ValueError("dim %s has no sequence lengths" % d)
-    return tf.reduce_max(size)
+    if _in_control_flow():
+        return tf.reduce_max(size)
+    base = d.get_same_base()
+    cached = base.__dict__.get("_max_len_cache")
+    if cached is None or cached[0] is not size:
+        with tf.name_scope("max_len"):
+            cached = (size, tf.reduce_max(size))
+        base.__dict__["_max_len_cache"] = cached
+    return cached[1]
 
 
-def seq_mask(d, dims, x):
-    """Bool mask of the dynamic dim d, broadcastable against x with ``dims``."""
+def seq_mask(d, dims, x=None):
+    """Bool mask of the dynamic dim d (padded length: its max length), broadcastable against ``dims``."""
     from ..data import batch_dim
 
     size = d.complete_dyn_size()
-    axis = list(dims).index(d)
-    mask = tf.sequence_mask(size, maxlen=tf.shape(x)[axis])  # [B,T] (or [T])
+    if _in_control_flow():
+        mask = tf.sequence_mask(size, maxlen=tf.reduce_max(size))
+    else:
+        base = d.get_same_base()
+        cached = base.__dict__.get("_rf_mask_cache")
+        if cached is None or cached[0] is not size:
+            with tf.name_scope("seq_mask"):
+                cached = (size, tf.sequence_mask(size, maxlen=tf.reduce_max(size)))
+            base.__dict__["_rf_mask_cache"] = cached
+        mask = cached[1]
     mask_dims = [batch_dim, d] if size.shape.rank == 1 else [d]
     return align(Data("mask", dims=mask_dims, dtype="bool", placeholder=mask), dims)
 
@@ -131,7 +152,7 @@ def seq_mask(d, dims, x):
 def masked(x, dims, axes, value):
     for d in axes:
         if d.dimension is None and not d.is_batch_dim():
-            x = tf.where(seq_mask(d, dims, x), x, tf.cast(tf.fill(tf.shape(x), value), x.dtype))
+            x = tf.where(seq_mask(d, dims), x, tf.constant(value, dtype=x.dtype))
     return x
 
 
@@ -158,6 +179,8 @@ def _combine(layer, inputs, out, kind, a, b, dtype):
     x = operand(inputs, a, out.dims, dtype)
     y = operand(inputs, b, out.dims, dtype)
     z = _COMBINE[kind](x, y)
+    if _covers(inputs, [a, b], out.dims):
+        return z
     return tf.broadcast_to(z, _shape(layer, out))
 
 
@@ -202,15 +225,19 @@ def _where(layer, inputs, out, cond, true_, false_):
     c = operand(inputs, cond, out.dims, "bool")
     t = operand(inputs, true_, out.dims, out.dtype)
     f = operand(inputs, false_, out.dims, out.dtype)
-    shape = _shape(layer, out)
-    return tf.where(tf.broadcast_to(c, shape), tf.broadcast_to(t, shape), tf.broadcast_to(f, shape))
+    y = tf.where(c, t, f)
+    if _covers(inputs, [cond, true_, false_], out.dims):
+        return y
+    return tf.broadcast_to(y, _shape(layer, out))
 
 
 @op("clip_by_value")
 def _clip(layer, inputs, out, x, lo, hi):
     v = operand(inputs, x, out.dims, out.dtype)
-    return tf.broadcast_to(tf.minimum(tf.maximum(v, operand(inputs, lo, out.dims, out.dtype)),
-                                      operand(inputs, hi, out.dims, out.dtype)), _shape(layer, out))
+    y = tf.minimum(tf.maximum(v, operand(inputs, lo, out.dims, out.dtype)), operand(inputs, hi, out.dims, out.dtype))
+    if _covers(inputs, [x, lo, hi], out.dims):
+        return y
+    return tf.broadcast_to(y, _shape(layer, out))
 
 
 @op("full")
@@ -295,7 +322,8 @@ _LETTERS = "abcdefghijklmnopqrstuvwxyz"
 
 @op("matmul")
 def _matmul(layer, inputs, out, reduce, use_mask):
-    a, b = inputs
+    """a . b over the dims reduce; with a third input: + bias (the fused rf.Linear)."""
+    a, b = inputs[:2]
     all_dims = []
     for d in list(a.dims) + list(b.dims):
         if d not in all_dims:
@@ -308,7 +336,22 @@ def _matmul(layer, inputs, out, reduce, use_mask):
     if use_mask:
         xa = masked(xa, list(a.dims), [d for d in reduce if d.dimension is None and not d.is_batch_dim()], 0.0)
     eq = "%s,%s->%s" % (letters(a.dims), letters(b.dims), letters(out.dims))
-    return tf.einsum(eq, xa, b.placeholder)
+    y = tf.einsum(eq, xa, b.placeholder)
+    if len(inputs) > 2:
+        y = y + align(inputs[2], out.dims)
+    return y
+
+
+@op("layer_norm")
+def _layer_norm(layer, inputs, out, in_dim, eps):
+    x = inputs[0]
+    dims = list(x.dims)
+    axis = dims.index(in_dim)
+    mean, variance = tf.nn.moments(x.placeholder, axes=[axis], keepdims=True)
+    y = (x.placeholder - mean) * tf.math.rsqrt(variance + eps) * align(inputs[1], dims)
+    if len(inputs) > 2:
+        y = y + align(inputs[2], dims)
+    return y
 
 
 @op("transpose")
@@ -318,6 +361,8 @@ def _transpose(layer, inputs, out):
 
 @op("concat")
 def _concat(layer, inputs, out, axes, out_dim):
+    if any(a.dimension is None for a in axes):
+        return _concat_dynamic(layer, inputs, out, axes, out_dim)
     parts = []
     oidx = list(out.dims).index(out_dim)
     shape = _shape(layer, out)
@@ -328,6 +373,53 @@ def _concat(layer, inputs, out, axes, out_dim):
         s[oidx] = dim_value(layer, axis)
         parts.append(tf.broadcast_to(x, s))
     return tf.concat(parts, axis=oidx)
+
+
+def _take_along_axis(x, idx, axis):
+    """x[..., idx[...], ...] along axis with idx of the full output shape (the other axes index themselves)."""
+    perm = [axis] + [k for k in range(x.shape.rank) if k != axis]
+    xt = tf.transpose(x, perm)  # [T, rest...]
+    it = tf.transpose(idx, perm)  # [T', rest...]
+    rest_shape = tf.shape(it)[1:]
+    n_rest = tf.reduce_prod(rest_shape)
+    xf = tf.reshape(xt, [tf.shape(xt)[0], n_rest])  # [T, R]
+    itf = tf.reshape(it, [tf.shape(it)[0], n_rest])  # [T', R]
+    cols = tf.broadcast_to(tf.range(n_rest)[None, :], tf.shape(itf))
+    yf = tf.gather_nd(xf, tf.stack([itf, cols], axis=-1))  # [T', R]
+    y = tf.reshape(yf, tf.concat([tf.shape(it)[:1], rest_shape], 0))
+    inv = [perm.index(k) for k in range(len(perm))]
+    return tf.transpose(y, inv)
+
+
+def _concat_dynamic(layer, inputs, out, axes, out_dim):
+    """Concat along dynamic dims: per sequence, the frames of each source within its length, one after the other."""
+    from ..data import batch_dim
+
+    oidx = list(out.dims).index(out_dim)
+    shape = _shape(layer, out)
+    n_out = shape[oidx]
+    pos = tf.range(n_out)[None, :]  # [1, T']
+    y = None
+    offset = tf.zeros([1, 1], tf.int32)
+    for src, axis in zip(inputs, axes):
+        dims = [axis if d == out_dim else d for d in out.dims]
+        s = list(shape)
+        s[oidx] = dim_value(layer, axis)
+        x = tf.broadcast_to(align(src, dims), s)
+        if axis.dimension is None:
+            size = axis.complete_dyn_size()[:, None]  # [B, 1]
+        else:
+            size = tf.fill([dim_value(layer, batch_dim), 1], axis.dimension)
+        idx = pos - offset  # [B, T'] position within this source
+        inside = tf.logical_and(idx >= 0, idx < size)
+        idx_c = tf.clip_by_value(idx, 0, tf.maximum(s[oidx] - 1, 0))
+        m = align(Data("m", dims=[batch_dim, out_dim], dtype="bool", placeholder=inside), out.dims)
+        i = align(Data("i", dims=[batch_dim, out_dim], dtype="int32", placeholder=idx_c), out.dims)
+        i = tf.broadcast_to(i, [shape[k] if k != oidx else n_out for k in range(len(shape))])
+        part = _take_along_axis(x, i, oidx)
+        y = tf.where(m, part, tf.zeros_like(part)) if y is None else tf.where(m, part, y)
+        offset = offset + size
+    return y
 
 
 @op("pad")
@@ -554,7 +646,6 @@ def _set_out_sizes(in_spatial_dims, out_spatial_dims, filter_size, padding, stri
 def _conv(layer, inputs, out, in_dim, out_dim, in_spatial_dims, out_spatial_dims, filter_size, padding, strides,
           dilation_rate):
     src, filt = inputs[:2]
-    n = len(in_spatial_dims)
     w = align_exact(filt, list(filter_size) + [in_dim, out_dim])
     _set_out_sizes(in_spatial_dims, out_spatial_dims, [d.dimension for d in filter_size], padding, strides,
                    dilation_rate)
@@ -566,7 +657,6 @@ def _conv(layer, inputs, out, in_dim, out_dim, in_spatial_dims, out_spatial_dims
     y = _conv_like(layer, src, in_dim, in_spatial_dims, out_spatial_dims, out, fn)
     if len(inputs) > 2:
         y = y + align(inputs[2], out.dims)
-    del n
     return y
 
 
@@ -585,8 +675,6 @@ def _pool(layer, inputs, out, mode, pool_size, padding, dilation_rate, strides, 
 
 @op("lstm")
 def _lstm(layer, inputs, out, spatial_dim, in_dim, out_dim, gates_dim, single_step):
-    from ..data import batch_dim  # noqa: F401
-
     src, h0, c0, ff_w, rec_w, bias = inputs
     batch_like = [d for d in src.dims if d not in (in_dim, spatial_dim)]
     w_ff = align_exact(ff_w, [in_dim, gates_dim])
@@ -596,7 +684,6 @@ def _lstm(layer, inputs, out, spatial_dim, in_dim, out_dim, gates_dim, single_st
         align(h0, batch_like + [out_dim]), [dim_value(layer, d) for d in batch_like + [out_dim]])
     c = align_exact(c0, batch_like + [out_dim]) if set(c0.dims) == set(batch_like + [out_dim]) else tf.broadcast_to(
         align(c0, batch_like + [out_dim]), [dim_value(layer, d) for d in batch_like + [out_dim]])
-    nb = len(batch_like)
     shape_b = [dim_value(layer, d) for d in batch_like]
     h = tf.reshape(h, [-1, out_dim.dimension])
     c = tf.reshape(c, [-1, out_dim.dimension])
@@ -644,7 +731,6 @@ def _lstm(layer, inputs, out, spatial_dim, in_dim, out_dim, gates_dim, single_st
     y = tf.reshape(ta.stack(), [n_time] + shape_b + [out_dim.dimension])
     layer.extra["h"] = tf.reshape(h, shape_b + [out_dim.dimension])
     layer.extra["c"] = tf.reshape(c, shape_b + [out_dim.dimension])
-    del nb
     return to_out(y, [spatial_dim] + batch_like + [out_dim], out)
 
 

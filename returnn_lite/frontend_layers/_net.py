@@ -35,7 +35,8 @@ def _snake(name):
 class NetDictBuilder:
     """Collects the layers emitted by rf calls; layer names are prefixed by the module path (``a/b/op``)."""
 
-    def __init__(self):
+    def __init__(self, parent=None):
+        self.parent = parent  # the builder of the enclosing net dict (for a loop body)
         self.net_dict = {}
         self.scope = []  # path parts of the current module
         self._counters = {}

@@ -67,7 +67,29 @@ def get_net_dict(*, epoch, step, config=None, task=None):
                                  % task)
             rf.init_forward_step_run_ctx(epoch=epoch, step=step)
         step_func(model=model, extern_data=extern_data)
-    return builder.net_dict, model
+    return prune_unused_layers(builder.net_dict), model
+
+
+def prune_unused_layers(net_dict):
+    """Drop the layers no output, loss or param needs (e.g. unused final loop states), as the original."""
+    from ._loop import _base_refs
+
+    keep, stack = set(), [name for name, d in net_dict.items()
+                          if d.get("is_output_layer") or d.get("loss") or name == "output"]
+    while stack:
+        name = stack.pop()
+        if name in keep or name not in net_dict:
+            continue
+        keep.add(name)
+        d = net_dict[name]
+        deps = list(d.get("from", []))
+        f = (d.get("loss_opts") or {}).get("custom_inv_norm_factor")
+        if isinstance(f, str):
+            deps.append(f)
+        if d.get("op") == "loop":
+            deps.extend(_base_refs(d["opts"]["sub_net_dict"]))
+        stack.extend(deps)
+    return {name: d for name, d in net_dict.items() if name in keep}
 
 
 def register_params(model, builder):

@@ -83,6 +83,7 @@ class SelfAttentionLayer(ConcatInputLayer):
     """
 
     layer_class = "self_attention"
+    unsupported_options = {"restrict_state_to_last_seq": (False,)}
     recurrent = True
 
     def __init__(self, num_heads, total_key_dim, key_shift=None, forward_weights_init="glorot_uniform",
@@ -389,6 +390,7 @@ class CumConcatLayer(ConcatInputLayer):
     """
 
     layer_class = "cum_concat"
+    unsupported_options = {"axis": (None,)}
     recurrent = True
 
     def __init__(self, out_spatial_dim=None, axis=None, **kwargs):

@@ -40,11 +40,55 @@ def get_layer_class_names():
 
 
 class LayerBase:
-    """Base of all layers. A subclass sets ``layer_class`` and builds ``self.output.placeholder`` in __init__."""
+    """
+    Base of all layers. A subclass sets ``layer_class`` and builds ``self.output.placeholder`` in __init__.
+    Options every layer has:
+
+    :param n_out: the output feature dim (checked against the real output; derived from the target with a loss)
+    :param out_type: the output template in detail (dict: dim, shape, sparse, dtype, ...), checked likewise
+    :param target: the loss target: an extern data key, or "layer:NAME"
+    :param loss: loss name (see returnn_lite.losses), computed on this layer's output against the target
+    :param size_target: extern data key whose sequence lengths the output takes (e.g. in a rec loop)
+    :param reuse_params: share params with another layer (layer name, or {"map": {param: {...}}})
+    :param name_scope: scope of the params instead of the layer name ("" = none, "/x" = absolute)
+    :param param_device: device of the params (e.g. "CPU")
+    :param is_output_layer: build this layer even if nothing depends on it
+    :param only_on_eval: the loss only counts in evaluation, not in training
+    :param only_on_search: (refused unless False) the loss only in search
+    :param copy_output_loss_from_source_idx: (refused unless None) take the loss of a source
+    :param batch_norm: batch normalization of the output (True or a dict of batch_norm options)
+    :param L2: L2 constraint factor of the params (adds L2 * sum of squares to the constraints)
+    :param darc1: DARC1 constraint factor (max over features of the summed |output|)
+    :param spatial_smoothing: spatial smoothing constraint factor of the output
+    :param param_variational_noise: stddev of Gaussian noise added to the params in training
+    :param param_dropout: dropout rate on the params (with >= 2 dims) in training
+    :param updater_opts: (refused unless empty) per-layer updater options
+    :param initial_output: inside a rec unit: prev:THIS at the first step ("zeros", "ones", "var", a layer, a value)
+    :param state: (refused unless None) explicit state
+    :param need_last: inside a rec unit: keep the last frame (rec_last_output)
+    :param rec_previous_layer: inside a rec unit: this layer of the previous step (set by the loop)
+    :param encapsulate: (refused unless False) build all sub-layers as one unit
+    :param collocate_with: (refused unless empty) layers to collocate with in a rec loop
+    :param trainable: False: the params are not updated in training
+    :param custom_param_importer: function(layer, values_dict, session) loading this layer's params from a checkpoint
+    :param register_as_extern_data: register the output as extern data under this key
+    :param control_dependencies_on_output: function(layer) -> ops that run before the output is used
+    :param debug_print_layer_output: print the output (and sequence lengths) whenever it is computed
+    """
 
     layer_class = None
     recurrent = False  # True if the layer depends on the order of frames (matters for rec loops)
     layer_options = ()  # options that name another layer (a str is resolved to it; constants stay as they are)
+    option_types = {"batch_norm": (bool, dict)}  # accepted types where the default's type is not the only one
+    # options refused (an error naming them) unless they have one of these values
+    unsupported_options = {"only_on_search": (False, None), "copy_output_loss_from_source_idx": (None,),
+                           "state": (None,), "encapsulate": (False, None), "collocate_with": (None, (), []),
+                           "updater_opts": (None, {})}
+    # options honoured outside the layer class (checked by tests/test_layer_options.py)
+    options_read_elsewhere = {"need_last": "the rec loop (layers/rec/subnet.py)",
+                              "initial_output": "the rec loop (layers/rec/subnet.py)"}
+    options_without_effect = {}  # option -> why the behaviour is already the one asked for
+    n_out_is_output_dim = True  # an explicit n_out must equal the output's feature dim
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -58,7 +102,7 @@ class LayerBase:
                  param_dropout=None, updater_opts=None, initial_output=None, state=None, need_last=False,
                  rec_previous_layer=None, encapsulate=False, collocate_with=None, trainable=None,
                  custom_param_importer=None, register_as_extern_data=None, control_dependencies_on_output=None,
-                 debug_print_layer_output=None, _target_layers=None, **kwargs):
+                 debug_print_layer_output=None, **kwargs):
         if kwargs:
             bad = sorted(kwargs)
             raise TypeError("%s layer %r: unknown option%s %s" % (
@@ -84,8 +128,14 @@ class LayerBase:
         self.rec_previous_layer = rec_previous_layer
         self.trainable = True if trainable is None else trainable
         self.register_as_extern_data = register_as_extern_data
-        self.custom_param_importer = custom_param_importer
-        self.updater_opts = updater_opts
+        self.custom_param_importer = custom_param_importer  # read by checkpoint_loader.py
+        self.updater_opts = updater_opts  # refused unless empty (see unsupported_options)
+        self.name_scope = name_scope
+        self.param_device = param_device
+        self.param_variational_noise = param_variational_noise
+        self.param_dropout = param_dropout
+        self.control_dependencies_on_output = control_dependencies_on_output
+        self.debug_print_layer_output = debug_print_layer_output
         self.params = {}
         self.saveable_param_replace = {}
         self.stats = {}
@@ -117,8 +167,9 @@ class LayerBase:
             if default_target:
                 d["target"] = default_target
         target = d.get("target")
+        target_layers = None
         if target and isinstance(target, str) and target.startswith("layer:"):
-            d["_target_layers"] = {target: get_layer(target[len("layer:"):])}
+            target_layers = {target: get_layer(target[len("layer:"):])}  # built before this layer (its loss needs it)
         elif target and loss_name:
             for t in as_list(target):
                 network.get_extern_data(t, mark_data_key_as_used=True)
@@ -132,7 +183,7 @@ class LayerBase:
             loss.scale = loss_scale
             d["loss"] = loss
             if d.get("n_out", NotSpecified) is NotSpecified and "out_type" not in d and target:
-                tdata = cls._static_get_target_data(target, network, d.get("_target_layers"))
+                tdata = cls._static_get_target_data(target, network, target_layers)
                 if tdata is not None and tdata.dim is not None:
                     d["n_out"] = loss_class.get_auto_output_layer_dim(tdata.feature_dim).dimension
         elif (target and isinstance(target, str) and not target.startswith("layer:")
@@ -143,13 +194,25 @@ class LayerBase:
             if tdata.dim is not None:
                 d["n_out"] = tdata.dim
         for key in cls.layer_options:
-            if isinstance(d.get(key), str):
-                d[key] = get_layer(d[key])
+            v = d.get(key)
+            if isinstance(v, str):
+                d[key] = get_layer(v)
+            elif isinstance(v, (list, tuple)) and v and all(isinstance(x, str) for x in v):
+                d[key] = [get_layer(x) for x in v]
         for key in ("initial_output",):
             v = d.get(key)
             if isinstance(v, str) and v not in ("zeros", "ones", "var", "keep_over_epoch",
                                                  "keep_over_epoch_no_init", "apply(0)"):
                 d[key] = get_layer(v)
+
+    @classmethod
+    def construct_children(cls, d, name, network, get_layer):
+        """
+        Explicit build step after :meth:`transform_config_dict` (which only turns names into objects), run inside
+        the layer's name scope: child networks and templates (subnetwork, cond branches, masked_computation's unit,
+        the rec unit's template). Results replace the option values they are built from (e.g. the ``subnetwork``
+        dict becomes the :class:`Subnetwork`). Default: nothing.
+        """
 
     @staticmethod
     def _static_get_target_data(target, network, target_layers=None):
@@ -205,12 +268,32 @@ class LayerBase:
     @contextlib.contextmanager
     def var_creation_scope(self):
         """Variable scope with the layer's absolute name, so params get the original's names (e.g. output/W)."""
-        scope_name = self.get_absolute_name_scope_prefix() + self.tf_scope_name
+        scope_name = self._param_scope_name()
         if self.reuse_params is not None:
             scope_name = self.reuse_params.get_scope_name(self) or scope_name
         scope = tf1.VariableScope(reuse=tf1.AUTO_REUSE, name=scope_name)
-        with tf1.variable_scope(scope, auxiliary_name_scope=False):
+        with tf1.variable_scope(scope, auxiliary_name_scope=False), self._param_device_scope():
             yield scope
+
+    def _param_scope_name(self):
+        """
+        The params' scope: <network prefix><layer name>; with the option ``name_scope``: that scope relative to the
+        network prefix ("" = no own scope), or absolute if it starts with "/".
+        """
+        ns = getattr(self, "name_scope", None)
+        if ns is None:
+            return self.get_absolute_name_scope_prefix() + self.tf_scope_name
+        if ns.startswith("/"):
+            return ns[1:]
+        prefix = self.get_absolute_name_scope_prefix()
+        return prefix + ns if ns else prefix.rstrip("/")
+
+    def _param_device_scope(self):
+        """The option ``param_device`` (e.g. "CPU" or "/device:CPU:0"): where the params are placed."""
+        device = getattr(self, "param_device", None)
+        if not device:
+            return contextlib.nullcontext()
+        return tf.device(device if "/" in device or ":" in device else "/device:%s:0" % device.upper())
 
     def get_absolute_name_scope_prefix(self):
         return self.network.get_absolute_name_scope_prefix()
@@ -238,11 +321,35 @@ class LayerBase:
         return self.add_param(var)
 
     def add_param(self, param, custom_update=None, trainable=None, saveable=None, axes_split_info=None):
+        """
+        Registers the variable; returns what the layer computes with: the variable, or in training with the
+        options ``param_variational_noise`` (Gaussian noise of that stddev) / ``param_dropout`` (dropout of that rate,
+        on params with at least 2 dims), as the original, the noisy / dropped-out variable.
+        """
         name = param.op.name
-        prefix = self.get_absolute_name_scope_prefix() + self.tf_scope_name + "/"
+        prefix = self._param_scope_name() + "/"
         key = name[len(prefix):] if name.startswith(prefix) else name.split("/")[-1]
         self.params[key] = param
-        return param
+        return self._param_in_training(param)
+
+    def _param_in_training(self, param):
+        noise = getattr(self, "param_variational_noise", None)
+        rate = getattr(self, "param_dropout", None)
+        if not (noise or rate) or not param.dtype.is_floating or self.network.train_flag is False:
+            return param
+        x = tf.convert_to_tensor(param)
+
+        def train():
+            y = x
+            if noise:
+                y = y + tf.random.normal(tf.shape(y), stddev=noise, dtype=y.dtype,
+                                         seed=self.network.random_seed_for(self, "param_noise"))
+            if rate and x.shape.rank is not None and x.shape.rank >= 2:
+                y = tf.nn.dropout(y, rate=rate, seed=self.network.random_seed_for(self, "param_dropout"))
+            return y
+
+        with tf.name_scope("param_noise_dropout"):
+            return self.network.cond_on_train(train, lambda: x)
 
     def get_param_values_dict(self, session):
         return {k: v for k, v in session.run(self.params).items()}
@@ -316,8 +423,9 @@ class LayerBase:
         deps = [s for s in self.sources if s is not None]
         for key in self.layer_options:
             v = (self.kwargs or {}).get(key)
-            if isinstance(v, LayerBase) and v not in deps:
-                deps.append(v)
+            for x in (v if isinstance(v, (list, tuple)) else [v]):
+                if isinstance(x, LayerBase) and x not in deps:
+                    deps.append(x)
         return deps
 
     def get_sub_layer(self, layer_name):
@@ -335,6 +443,20 @@ class LayerBase:
             opts = self.use_batch_norm if isinstance(self.use_batch_norm, dict) else {}
             apply_batch_norm = get_layer_class("batch_norm").apply_batch_norm  # via the registry: no import cycle
             self.output.placeholder = apply_batch_norm(self, self.output, **opts)
+        deps = []
+        if self.control_dependencies_on_output is not None:  # fn(layer) -> ops that run before the output is used
+            if not callable(self.control_dependencies_on_output):
+                raise TypeError("option control_dependencies_on_output must be a function (layer) -> list of ops, "
+                                "got %r" % (self.control_dependencies_on_output,))
+            deps += list(self.control_dependencies_on_output(self) or [])
+        if self.debug_print_layer_output:  # prints the output (with its sequence lengths) whenever it is computed
+            out = self.output
+            sizes = [d.dyn_size for d in out.dims if d.dyn_size is not None]
+            deps.append(tf.print("layer %r:" % self.get_absolute_name(), out.short_repr(), out.placeholder,
+                                 *(["seq lens:"] + sizes if sizes else []), summarize=3))
+        if deps and self.output.placeholder is not None:
+            with tf.control_dependencies(deps):
+                self.output.placeholder = tf.identity(self.output.placeholder)
 
     @classmethod
     def get_rec_initial_extra_outputs(cls, **kwargs):
@@ -451,7 +573,16 @@ def concat_sources(sources, name=None):
 
 
 class ConcatInputLayer(LayerBase):
-    """Base for layers that work on their sources concatenated: sets ``self.input_data`` (with dropout)."""
+    """
+    Base for layers that work on their sources concatenated: sets ``self.input_data`` (with dropout).
+
+    :param dropout: dropout rate on the (concatenated) input, in training
+    :param dropout_noise_shape: noise shape of the dropout (axis description -> 1 or None)
+    :param dropout_on_forward: apply the dropout also outside of training
+    :param mask: (refused unless None) the original's dropout mask kind
+    """
+
+    unsupported_options = {"mask": (None,)}
 
     def __init__(self, dropout=0, dropout_noise_shape=None, dropout_on_forward=False, mask=None, **kwargs):
         super().__init__(**kwargs)
@@ -465,9 +596,14 @@ class ConcatInputLayer(LayerBase):
 
 
 class CopyLayer(ConcatInputLayer):
-    """Output is the (concatenated) input."""
+    """
+    Output is the (concatenated) input.
+
+    :param extra_deps: layers this one depends on without using their output
+    """
 
     layer_class = "copy"
+    layer_options = ("extra_deps",)  # dependencies without using their output
 
     def __init__(self, extra_deps=(), **kwargs):
         dropout = kwargs.get("dropout")
@@ -481,11 +617,6 @@ class CopyLayer(ConcatInputLayer):
             if owa is not None:
                 self.output_before_activation = owa
 
-    @classmethod
-    def transform_config_dict(cls, d, network, get_layer):
-        super().transform_config_dict(d, network=network, get_layer=get_layer)
-        if d.get("extra_deps"):
-            d["extra_deps"] = [get_layer(n) for n in as_list(d["extra_deps"])]
 
     @classmethod
     def get_out_data_from_opts(cls, name, sources=(), out_type=None, n_out=NotSpecified, **kwargs):

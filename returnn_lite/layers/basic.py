@@ -208,6 +208,7 @@ class CombineLayer(LayerBase):
     """Elementwise combination of the sources with broadcasting (add, sub, mul, ..., eval)."""
 
     layer_class = "combine"
+    unsupported_options = {"eval_for_output_loss": (False,)}
 
     def __init__(self, kind, sources, activation=None, with_bias=False, eval=None, eval_locals=None,
                  eval_for_output_loss=False, **kwargs):
@@ -216,6 +217,8 @@ class CombineLayer(LayerBase):
         if kind == "eval":
             x = _run_eval(eval, self, xs, eval_locals)
         else:
+            if len({x.dtype.base_dtype for x in xs}) > 1:  # mixed int/float sources: in the template's dtype
+                xs = [tf.cast(x, self.output.dtype) for x in xs]
             x = _COMBINE_KINDS[kind](xs) if kind in _COMBINE_KINDS else _fold(_combine_tf_func(kind), xs)
         if with_bias:
             b = self.create_param("b", (self.output.dim,), 0.0)
@@ -231,7 +234,10 @@ class CombineLayer(LayerBase):
     @classmethod
     def get_out_data_from_opts(cls, name, sources=(), kind=None, out_type=None, n_out=NotSpecified, **kwargs):
         if not sources:
-            raise ValueError("needs at least one source")
+            if kind == "eval" and out_type and any(k in out_type for k in ("shape", "dims", "dim_tags")):
+                return _apply_out_type(None, out_type, name)  # e.g. a constant condition: no sources needed
+            raise ValueError("needs at least one source (an eval layer without sources needs an out_type "
+                             "with the shape, e.g. {'shape': (), 'batch_dim_axis': None, 'dtype': 'bool'})")
         common, _ = Data.get_common_data([s.output for s in sources], name="%s_output" % name), None
         if any(s.output.dtype != sources[0].output.dtype for s in sources) and kind != "eval":
             dtypes = sorted({s.output.dtype for s in sources})
@@ -353,6 +359,7 @@ class CompareLayer(LayerBase):
     """Elementwise comparison of the sources (or of one source against ``value``); bool output."""
 
     layer_class = "compare"
+    options_without_effect = {"allow_broadcast_all_sources": "sources are always broadcast against each other"}
 
     def __init__(self, kind="equal", value=None, allow_broadcast_all_sources=NotSpecified, **kwargs):
         super().__init__(**kwargs)

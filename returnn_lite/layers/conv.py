@@ -205,6 +205,8 @@ class ConvLayer(_ConvBase):
     """N-D convolution over the spatial axes, filter layout [*filter_size, n_in // groups, n_out]."""
 
     layer_class = "conv"
+    unsupported_options = {"in_dim": (None,)}
+    options_without_effect = {"auto_use_channel_first": "a layout choice for speed; the output is the same"}
 
     def __init__(self, n_out=None, filter_size=None, padding=None, strides=1, dilation_rate=1, groups=1,
                  input_expand_dims=0, input_add_feature_dim=False, input_split_feature_dim=None,
@@ -236,6 +238,10 @@ class ConvLayer(_ConvBase):
         x, restore = _merge_batch(data.placeholder, n_batch)
         strides_ = list(strides)
         dil = list(dilation_rate)
+        subsample = None
+        if any(st > 1 for st in strides_) and any(d > 1 for d in dil):
+            # TF has no strided dilated conv: convolve with stride 1, then take every stride-th frame (as the original)
+            subsample, strides_ = strides_, [1] * len(strides_)
         if groups == 1:
             y = tf.nn.convolution(x, w, strides=strides_, padding=padding, dilations=dil)
         else:
@@ -243,6 +249,8 @@ class ConvLayer(_ConvBase):
             ws = tf.split(w, groups, axis=-1)
             y = tf.concat([tf.nn.convolution(xi, wi, strides=strides_, padding=padding, dilations=dil)
                            for xi, wi in zip(xs, ws)], axis=-1)
+        if subsample:
+            y = y[(slice(None),) + tuple(slice(None, None, st) for st in subsample) + (slice(None),)]
         y = restore(y)
         if with_bias is NotSpecified:
             with_bias = bias is not None
@@ -301,6 +309,8 @@ class PoolLayer(_ConvBase):
     """Max/avg pooling over the spatial axes (strides default to pool_size)."""
 
     layer_class = "pool"
+    unsupported_options = {"in_dim": (None,), "out_dim": (None,)}
+    options_without_effect = {"use_channel_first": "a layout choice for speed; the output is the same"}
 
     def __init__(self, mode, pool_size, padding="VALID", dilation_rate=1, strides=None, use_channel_first=False,
                  in_dim=None, in_spatial_dims=None, out_dim=None, out_spatial_dims=None, use_time_mask=False,
@@ -364,6 +374,7 @@ class TransposedConvLayer(_ConvBase):
     """Transposed convolution (1D/2D), filter param ``W_native_transposed_conv`` [*filter_size, n_out, n_in]."""
 
     layer_class = "transposed_conv"
+    unsupported_options = {"filter_perm": (None,), "in_dim": (None,)}
 
     def __init__(self, filter_size, activation=None, strides=None, padding="same", remove_padding=0,
                  output_padding=None, with_bias=True, forward_weights_init="glorot_uniform", bias_init=0.0,

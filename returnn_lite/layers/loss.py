@@ -190,6 +190,8 @@ class CtcLossLayer(_LogitsTargetsLayer):
     """CTC loss per sequence ([B] float32) of ``logits`` [B,T,N] (unnormalized) against sparse ``targets``."""
 
     layer_class = "ctc_loss"
+    options_without_effect = {"logits_normalized": "the CTC loss normalizes its logits with log_softmax, which leaves "
+                                                   "normalized log-probabilities unchanged"}
     recurrent = True
 
     def __init__(self, logits, targets, blank_index=-1, max_approx=False, logits_normalized=False, **kwargs):

@@ -355,6 +355,7 @@ class DotLayer(LayerBase):
     """
 
     layer_class = "dot"
+    unsupported_options = {"debug": (False, None)}
 
     def __init__(self, reduce=NotSpecified, red1=NotSpecified, red2=NotSpecified, var1=NotSpecified,
                  var2=NotSpecified, add_var2_if_empty=NotSpecified, debug=False, **kwargs):
@@ -645,6 +646,7 @@ class VariableLayer(LayerBase):
     """A trainable variable <layer>/<layer>, optionally with a batch axis (tiled) and a size-1 time axis."""
 
     layer_class = "variable"
+    unsupported_options = {"non_critical_for_restore": (False,)}
 
     def __init__(self, shape, dtype="float32", add_batch_axis=False, add_time_axis=False, trainable=True, init=None,
                  init_by_layer=None, param_name=None, non_critical_for_restore=False, **kwargs):

@@ -181,6 +181,7 @@ class LayerNormLayer(CopyLayer):
     """Layer normalization over the feature axis, with params scale (ones) and bias (zeros)."""
 
     layer_class = "layer_norm"
+    unsupported_options = {"in_dim": (None,), "out_dim": (None,)}
 
     def __init__(self, epsilon=1e-6, in_dim=None, out_dim=None, **kwargs):
         super().__init__(**kwargs)

@@ -58,7 +58,7 @@ class _BeamAdaptedLayer(InternalLayer):
         self.params = {}
 
     def get_last_hidden_state(self, key):
-        from .rec.layer import last_hidden_state
+        from .rec.state import last_hidden_state
 
         if self.rec_vars_outputs:
             return last_hidden_state(self.rec_vars_outputs, key)
@@ -108,6 +108,7 @@ class ChoiceLayer(LayerBase):
     """
 
     layer_class = "choice"
+    option_types = {"cheating": (bool, str), "scheduled_sampling": (bool, dict)}  # cheating="exclusive"
 
     def __init__(self, beam_size=NotSpecified, keep_beams=False, search=NotSpecified, input_type="prob",
                  prob_scale=1.0, base_beam_score_scale=1.0, random_sample_scale=0.0, length_normalization=True,
@@ -181,16 +182,15 @@ class ChoiceLayer(LayerBase):
         ended = getattr(info, "prev_end_flag", None) if info is not None else None
         if ended is not None:  # finished hypotheses: label 0 with score 0 (they keep their score), nothing else
             ended = tf.reshape(ended, [batch, k_in, 1])
-            only_zero = tf.concat([tf.zeros([batch, k_in, 1]), tf.fill([batch, k_in, dim - 1], -1e30)], axis=2)
-            scores_in = tf.where(tf.broadcast_to(ended, tf.shape(scores_in)), only_zero, scores_in)
+            only_zero = tf.concat([tf.zeros([1]), tf.fill([dim - 1], -1e30)], axis=0)
+            scores_in = tf.where(ended, only_zero[None, None, :], scores_in)
         if length_normalization and info is not None:
             t = tf.cast(info.step, tf.float32)
             f_base = (t / (t + 1.)) ** exponent
             f_in = 1. / (t + 1.) ** exponent
             if ended is not None:
-                e2 = tf.reshape(ended, [batch, k_in])
-                base = tf.where(e2, base, base * f_base)
-                scores_in = tf.where(tf.broadcast_to(ended, tf.shape(scores_in)), scores_in, scores_in * f_in)
+                base = tf.where(tf.reshape(ended, [batch, k_in]), base, base * f_base)
+                scores_in = scores_in * tf.where(ended, 1., f_in)
             else:
                 base = base * f_base
                 scores_in = scores_in * f_in
@@ -234,8 +234,7 @@ class ChoiceLayer(LayerBase):
     def transform_config_dict(cls, d, network, get_layer):
         if d.get("explicit_search_source") is not None:
             if d.get("explicit_search_sources") is not None:
-                raise ValueError("choice layer %r: give explicit_search_source or explicit_search_sources, not both"
-                                 % d["_name"])
+                raise ValueError("give explicit_search_source or explicit_search_sources, not both")
             d["explicit_search_sources"] = [d.pop("explicit_search_source")]
         explicit = d.get("explicit_search_sources")
         super().transform_config_dict(d, network=network, get_layer=get_layer)
@@ -245,15 +244,15 @@ class ChoiceLayer(LayerBase):
         input_type = d.get("input_type", "prob")
         search = cls.use_search(network, d.get("search", NotSpecified), input_type)
         if search and not d.get("beam_size"):
-            raise ValueError("choice layer %r: option 'beam_size' is required with search (search_flag of the network "
-                             "or search=True)" % d["_name"])
+            raise ValueError("option 'beam_size' is required with search (search_flag of the network "
+                             "or search=True)")
         target = d.get("target")
         if isinstance(target, (list, tuple)):
             if len(target) != 1:
-                raise NotImplementedError("choice layer %r: several targets %r" % (d["_name"], target))
+                raise NotImplementedError("several targets %r" % (target,))
             target = target[0]
         if not target and input_type != "regression" and (not search or d.get("cheating")):
-            raise ValueError("choice layer %r needs a target" % d["_name"])
+            raise ValueError("option 'target' is required")
         if target and (not search or d.get("cheating")) and input_type != "regression":
             d["_target_layer"] = get_layer(target[len("layer:"):] if target.startswith("layer:") else
                                            "data:%s" % target)
@@ -295,8 +294,9 @@ def _beam_scores(layer, owner):
 
 
 def _decided_dims(src, name, removes_beam=True):
-    """src's dims, batch-major, with each dynamic axis replaced by a new tag (lengths set at runtime)."""
-    out = src.copy_as_batch_major()
+    """src's dims (batch-major where the beam is removed), each dynamic axis replaced by a new tag (lengths set at
+    runtime)."""
+    out = src.copy_as_batch_major() if removes_beam else src.copy_template()
     dims = [Dim(None, kind=d.kind, description="%s:%s" % (name, d.description)) if d.is_dynamic() else d
             for d in out.dims]
     out = out.copy_template_new_dim_tags(dims, name="%s_output" % name, keep_special_axes=True)
@@ -361,7 +361,7 @@ class DecideKeepBeamLayer(LayerBase):
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
         src_layer = self.sources[0]
-        src = src_layer.output.copy_as_batch_major()
+        src = src_layer.output
         if src.beam is None:
             raise ValueError("decide_keep_beam layer %r: source %r has no search beam" % (self.name, src_layer.name))
         beam = _beam_scores(src_layer, "decide_keep_beam layer %r" % self.name)

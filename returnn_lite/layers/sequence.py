@@ -577,6 +577,11 @@ class TimeUnChunkingLayer(ConcatInputLayer):
     def get_out_data_from_opts(cls, name, chunking_layer, sources=(), **kwargs):
         data = concat_sources_template(sources, name="%s_output" % name)
         data = _as_time_batch_major(data)
+        chunked = _as_time_batch_major(chunking_layer.output)
+        if data.dims[1] != chunked.dims[1]:
+            raise ValueError("time_unchunking: option 'from': %s is not in the chunks of chunking_layer %r (batch %s); "
+                             "unchunk a layer computed from the chunks" % (
+                                 data.short_repr(), chunking_layer.name, chunked.dims[1]))
         orig = _as_time_batch_major(concat_sources_template(chunking_layer.sources),
                                     (chunking_layer.kwargs or {}).get("axis", "T"))
         out = data.copy_template_replace_dim_tag(0, orig.dims[0]).copy_template_replace_dim_tag(1, orig.dims[1])

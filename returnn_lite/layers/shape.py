@@ -418,7 +418,8 @@ class SqueezeLayer(ConcatInputLayer):
             if isinstance(axis, str) and len(axes) > 1:  # e.g. "spatial": the size-1 ones among them
                 axes = [i for i in axes if data.dims[i].dimension == 1]
         # no matching axis: a no-op (as the original, also without allow_no_op)
-        bad = [i for i in axes if data.dims[i].dimension != 1]
+        # a dynamic axis is squeezed too (as the original: its size must be 1 at run time, tf.squeeze checks)
+        bad = [i for i in axes if data.dims[i].dimension not in (1, None) or data.dims[i].is_batch_dim()]
         if bad:
             raise ValueError("squeeze: axis %r of %s has size %s, not 1" % (
                 axis, data.short_repr(), ", ".join(str(data.dims[i].dimension or "?") for i in bad)))
@@ -825,6 +826,9 @@ class RepeatLayer(ConcatInputLayer):
 
     @classmethod
     def get_out_data_from_opts(cls, name, repetitions, axis="T", sources=(), **kwargs):
+        if not isinstance(repetitions, LayerBase) and (
+                not isinstance(repetitions, int) or isinstance(repetitions, bool) or repetitions < 0):
+            raise ValueError("repeat: option 'repetitions' must be an int >= 0 or a layer, got %r" % (repetitions,))
         data = concat_sources_template(sources, name="%s_output" % name)
         if cls._broadcast_batch(data, repetitions):
             data = data.copy_add_batch_dim(0)

@@ -127,9 +127,11 @@ class MergeDimsLayer(ConcatInputLayer):
             dim = int(np.prod([d.dimension for d in tags])) if all(d.dimension is not None for d in tags) else None
             tag = Dim(dim, kind=Dim.Types.Feature if f_in else Dim.Types.Spatial,
                       description="%s:merged:%s" % (name, "*".join(d.description for d in tags)))
-        if n_out is not NotSpecified and n_out is not None and tag.dimension != n_out:
-            raise ValueError("merge_dims: n_out=%r does not match the merged dim %r (axes %s of %s)" % (
-                n_out, tag.dimension, [d.short_repr() for d in tags], data.short_repr()))
+        # n_out is the output feature dim (as the original), which is the merged dim only if the feature axis is merged
+        out_feature_dim = tag.dimension if f_in else (data.dim if f is not None else None)
+        if n_out is not NotSpecified and n_out is not None and out_feature_dim not in (None, n_out):
+            raise ValueError("merge_dims: n_out=%r does not match the output feature dim %r (merged axes %s of %s)" % (
+                n_out, out_feature_dim, [d.short_repr() for d in tags], data.short_repr()))
         target = cls._target_axis(data, axes)
         dims = [d for i, d in enumerate(data.dims) if i not in axes]
         if b in axes:
@@ -340,6 +342,8 @@ class SplitLayer(ConcatInputLayer):
 
 class SplitBatchTimeLayer(ConcatInputLayer):
     """(B*T, ...) -> (B, T, ...), with B and T (and its sequence lengths) from base."""
+
+    derived_options = ("base",)  # default: "data"
 
     layer_class = "split_batch_time"
 

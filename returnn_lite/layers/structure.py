@@ -13,76 +13,10 @@ import tensorflow as tf
 
 from ..data import Data, Dim
 from ..util import NotSpecified, as_list
-from .base import InternalLayer, LayerBase, concat_sources, concat_sources_template
+from ..errors import LayerNotFound
+from .base import LayerBase, concat_sources
 
 tf1 = tf.compat.v1
-
-
-def _network_module():
-    from .. import network  # late import: network imports the layer registry
-
-    return network
-
-
-def make_subnetwork(parent_net, name, own_data=None, fallback_to_parent=False, parent_get_layer=None):
-    """
-    A child TFNetwork for the namespace ``<parent prefix><name>/``.
-
-    :param own_data: dict data key -> Data: extern data of the child ("data", "data:KEY"); other keys come
-        from the parent network
-    :param fallback_to_parent: names missing in the child's layer dict are looked up in the parent network
-    :param parent_get_layer: how the parent resolves names (e.g. inside a rec unit); ``prev:X`` and ``:i`` of the
-        child go there as ``prev:<name>/X`` and ``:i``
-    """
-    net_mod = _network_module()
-
-    class Subnetwork(net_mod.TFNetwork):
-        """Namespace of a subnetwork layer (params ``<name>/<sub layer>/...``, losses ``<name>/<sub layer>``)."""
-
-        def __init__(self):
-            super().__init__(parent_net=parent_net, extern_data=parent_net.extern_data,
-                             train_flag=parent_net.train_flag, eval_flag=parent_net.eval_flag,
-                             search_flag=parent_net.search_flag, name=name,
-                             absolute_name_prefix=parent_net.get_absolute_name_prefix() + name + "/")
-            self.own_data = dict(own_data or {})
-            self.fallback_to_parent = fallback_to_parent
-
-        def __repr__(self):
-            return "<Subnetwork %r parent_layer=%r train=%s>" % (
-                self.get_absolute_name_prefix(), self.parent_layer, self.train_flag)
-
-        @staticmethod
-        def _data_key(layer_name):
-            return "data" if layer_name == "data" else layer_name[len("data:"):]
-
-        def _get_extern_data_layer(self, layer_name):
-            key = self._data_key(layer_name)
-            if key not in self.own_data:
-                return self.parent_net.get_layer(layer_name)
-            if layer_name not in self.layers:
-                self.layers[layer_name] = InternalLayer(name=layer_name, network=self, output=self.own_data[key])
-            return self.layers[layer_name]
-
-        def get_extern_data(self, key, mark_data_key_as_used=True):
-            if key in self.own_data:
-                return self.own_data[key]
-            return self.parent_net.get_extern_data(key, mark_data_key_as_used=mark_data_key_as_used)
-
-        def construct_layer(self, net_dict, layer_name, get_layer=None, add_layer=None, check_existing=True):
-            if layer_name.startswith("prev:") or layer_name == ":i":
-                outer = parent_get_layer or self.parent_net.get_layer
-                if layer_name == ":i":
-                    return outer(layer_name)
-                rest = layer_name[len("prev:"):]
-                return outer("prev:" + (rest if self.fallback_to_parent and rest not in net_dict else name + "/" + rest))
-            if (self.fallback_to_parent and layer_name not in net_dict and layer_name not in self.layers
-                    and not layer_name.startswith("base:") and layer_name != "data"
-                    and not layer_name.startswith("data:") and "/" not in layer_name):
-                return self.parent_net.get_layer(layer_name)
-            return super().construct_layer(net_dict, layer_name, get_layer=get_layer, add_layer=add_layer,
-                                           check_existing=check_existing)
-
-    return Subnetwork()
 
 
 def flatten_subnetworks_in_unit(unit):
@@ -146,16 +80,16 @@ class SubnetworkLayer(LayerBase):
     layer_class = "subnetwork"
     recurrent = True
 
-    def __init__(self, subnetwork, _subnet, _output, concat_sources=True, load_on_init=None, dropout=0,
-                 dropout_noise_shape=None, dropout_on_forward=False, _parent_layer_cache=None, _from=None, **kwargs):
+    def __init__(self, subnetwork, concat_sources=True, load_on_init=None, dropout=0, dropout_noise_shape=None,
+                 dropout_on_forward=False, **kwargs):
         super().__init__(**kwargs)
-        self.subnetwork = _subnet
-        _subnet.parent_layer = self
-        self.output_layer = _output
+        self.subnetwork = subnetwork  # the Subnetwork built by construct_children
+        subnetwork.parent_layer = self
+        self.output_layer = subnetwork.get_layer("output")
         self.load_on_init = load_on_init
-        self.output.placeholder = _output.output.placeholder
-        for layer in _subnet.get_all_layers_deep():  # sub params are also this layer's params (original naming)
-            prefix = _subnet.get_absolute_name_prefix()
+        self.output.placeholder = self.output_layer.output.placeholder
+        prefix = subnetwork.get_absolute_name_prefix()
+        for layer in subnetwork.get_all_layers_deep():  # sub params are also this layer's params (original naming)
             for p in layer.params.values():
                 name = p.op.name
                 self.params.setdefault(name[len(prefix):] if name.startswith(prefix) else name, p)
@@ -163,42 +97,44 @@ class SubnetworkLayer(LayerBase):
     @classmethod
     def transform_config_dict(cls, d, network, get_layer):
         super().transform_config_dict(d, network=network, get_layer=get_layer)
-        name = d["_name"]
         net_dict = d.get("subnetwork")
         if not isinstance(net_dict, dict):
-            raise TypeError("subnetwork layer %r: option 'subnetwork' must be a layer dict, got %r" % (name, net_dict))
+            raise TypeError("option 'subnetwork' must be a layer dict, got %r" % (net_dict,))
         if "output" not in net_dict:
-            raise _network_module().LayerNotFound(
-                "subnetwork layer %r: its subnetwork dict has no 'output' layer (it has: %s); the 'output' sub layer "
-                "is the output of the subnetwork layer" % (
-                    network.get_absolute_name_prefix() + name, ", ".join(sorted(net_dict)) or "nothing"),
-                "output", network)
+            raise LayerNotFound(
+                "its subnetwork dict has no 'output' layer (it has: %s); the 'output' sub layer is the output of the "
+                "subnetwork layer" % (", ".join(sorted(net_dict)) or "nothing"), "output", network)
+
+    @classmethod
+    def construct_children(cls, d, name, network, get_layer):
+        """The child network (its input: the sources, concatenated unless concat_sources=False) and its layers."""
+        from ..subnetwork import Subnetwork
+
         sources = d["sources"]
         own = {}
+
+        def dropout(data):
+            if not d.get("dropout"):
+                return data
+            return network.apply_dropout(data, d["dropout"], noise_shape=d.get("dropout_noise_shape"),
+                                         on_forward=d.get("dropout_on_forward", False))
+
         if sources:
             if d.get("concat_sources", True):
-                data = concat_sources(sources, name="%s_data" % name)
-                if d.get("dropout"):
-                    data = network.apply_dropout(data, d["dropout"], noise_shape=d.get("dropout_noise_shape"),
-                                                 on_forward=d.get("dropout_on_forward", False))
-                own["data"] = data
+                own["data"] = dropout(concat_sources(sources, name="%s_data" % name))
             else:
                 for i, src in enumerate(sources):
-                    data = src.output.copy(name="%s_data_%i" % (name, i))
-                    if d.get("dropout"):
-                        data = network.apply_dropout(data, d["dropout"], noise_shape=d.get("dropout_noise_shape"),
-                                                     on_forward=d.get("dropout_on_forward", False))
+                    data = dropout(src.output.copy(name="%s_data_%i" % (name, i)))
                     own[str(i)] = data
                     own.setdefault(src.name, data)
                 own["data"] = own["0"]
-        subnet = make_subnetwork(network, name, own_data=own, parent_get_layer=get_layer)
-        subnet.construct_from_dict(net_dict)
-        d["_subnet"] = subnet
-        d["_output"] = subnet.get_layer("output")
+        subnet = Subnetwork(network, name, net_dict=d["subnetwork"], own_data=own, parent_get_layer=get_layer)
+        subnet.construct_from_dict(d["subnetwork"])
+        d["subnetwork"] = subnet
 
     @classmethod
-    def get_out_data_from_opts(cls, name, _output, n_out=NotSpecified, out_type=None, **kwargs):
-        out = _output.output.copy_template(name="%s_output" % name)
+    def get_out_data_from_opts(cls, name, subnetwork, n_out=NotSpecified, out_type=None, **kwargs):
+        out = subnetwork.get_layer("output").output.copy_template(name="%s_output" % name)
         if n_out is not NotSpecified and n_out is not None and out.dim != n_out:
             raise ValueError("n_out=%r does not match the dim %r of the subnetwork output %s" % (
                 n_out, out.dim, out.short_repr()))
@@ -228,7 +164,9 @@ class SubnetworkLayer(LayerBase):
         opts.setdefault("load_if_prefix", prefix)
         opts.setdefault("params_prefix", "")
         params = [p for layer in self.subnetwork.get_all_layers_deep() for p in layer.params.values()]
-        loader = _network_module().CustomCheckpointLoader(saveable_params=params, network=self.subnetwork, **opts)
+        from ..network import CustomCheckpointLoader
+
+        loader = CustomCheckpointLoader(saveable_params=params, network=self.subnetwork, **opts)
         loader.load_now(session)
 
 
@@ -241,10 +179,9 @@ class CondLayer(LayerBase):
     layer_class = "cond"
     recurrent = True
 
-    def __init__(self, condition, true_layer, false_layer, _extra_net=None, **kwargs):
+    def __init__(self, condition, true_layer, false_layer, **kwargs):
         super().__init__(**kwargs)
         self.condition_layer, self.true_layer, self.false_layer = condition, true_layer, false_layer
-        self._extra_net = _extra_net
         c = condition.output
         if c.batch_ndim != 0 or c.dtype != "bool":
             raise ValueError("condition %r must be a scalar bool, got %s" % (condition.name, c.short_repr()))
@@ -281,21 +218,37 @@ class CondLayer(LayerBase):
     def transform_config_dict(cls, d, network, get_layer):
         d.setdefault("from", [])
         super().transform_config_dict(d, network=network, get_layer=get_layer)
-        name = d["_name"]
-        extra = None
         for key in ("condition", "true_layer", "false_layer"):
             v = d.get(key)
             if v is None:
-                raise ValueError("cond layer %r: option %r must be given" % (name, key))
+                raise ValueError("option %r must be given" % key)
             if isinstance(v, str):
                 d[key] = get_layer(v)
-            elif isinstance(v, dict):
+            elif not isinstance(v, (dict, LayerBase)):
+                raise TypeError("option %r must be a layer name or dict, got %r" % (key, v))
+
+    @classmethod
+    def construct_children(cls, d, name, network, get_layer):
+        """Layer dicts given as condition/true_layer/false_layer: sub layers <name>/<option> of one Subnetwork."""
+        from ..subnetwork import Subnetwork
+
+        extra = None
+        for key in ("condition", "true_layer", "false_layer"):
+            if isinstance(d[key], dict):
                 if extra is None:
-                    extra = make_subnetwork(network, name, fallback_to_parent=True, parent_get_layer=get_layer)
-                d[key] = extra.construct_layer({key: v}, key)
-            elif not isinstance(v, LayerBase):
-                raise TypeError("cond layer %r: option %r must be a layer name or dict, got %r" % (name, key, v))
-        d["_extra_net"] = extra
+                    extra = Subnetwork(network, name, fallback_to_parent=True, parent_get_layer=get_layer)
+                d[key] = extra.construct_layer({key: d[key]}, key)
+
+    @property
+    def _extra_net(self):
+        """The child network of the branches given as dicts (None if all are layer names)."""
+        from ..subnetwork import Subnetwork
+
+        for layer in (self.condition_layer, self.true_layer, self.false_layer):
+            net = layer.network
+            if isinstance(net, Subnetwork) and net.parent_net is self.network and net.name == self.name:
+                return net
+        return None
 
     @classmethod
     def get_out_data_from_opts(cls, name, true_layer, false_layer, **kwargs):
@@ -336,6 +289,7 @@ class HDFDumpLayer(LayerBase):
     """
 
     layer_class = "hdf_dump"
+    unsupported_options = {"dump_per_run": (False,)}
 
     def __init__(self, filename, extra=None, dump_whole_batches=False, labels=None, extend_existing_file=False,
                  dump_per_run=False, **kwargs):
@@ -525,6 +479,7 @@ class FramewiseStatisticsLayer(LayerBase):
 
 class _NeedsSprintLayer(LayerBase):
     _why = ""
+    accepts_any_options = True  # refused as a whole (transform_config_dict), whatever the options
 
     @classmethod
     def transform_config_dict(cls, d, network, get_layer):

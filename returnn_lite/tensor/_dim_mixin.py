@@ -10,7 +10,21 @@ first needed (:meth:`DimFrontendMixin.complete_dyn_size`).
 
 from __future__ import annotations
 
+import sys
+
 _ARITH_KINDS = ("add", "sub", "mul", "floordiv", "ceildiv")
+_frontend = [None]  # returnn_lite.frontend registers itself here (the compiler's data module does not import it)
+
+
+def _rf():
+    if _frontend[0] is None:
+        raise RuntimeError("Dim: this needs the RETURNN frontend: import returnn_lite.frontend first")
+    return _frontend[0]
+
+
+def _data_mod(obj):
+    """The module that defines the Dim/Data classes (returnn_lite.data), without importing it."""
+    return sys.modules[type(obj).__module__]
 
 
 def _static_value(x):
@@ -20,6 +34,8 @@ def _static_value(x):
 
 
 def _apply_arith(kind, a, b):
+    if kind in ("add", "sub") and isinstance(b, int) and b == 0:
+        return a
     if kind == "add":
         return a + b
     if kind == "sub":
@@ -50,8 +66,7 @@ class DimFrontendMixin:
     @property
     def dyn_size_ext(self):
         """The sequence lengths as a Tensor (dims [batch] or []), or None (static dim / lengths not known yet)."""
-        from ..data import Data, batch_dim
-
+        mod = _data_mod(self)
         base = self.get_same_base()
         ext = base.__dict__.get("_dyn_size_ext")
         if ext is not None:
@@ -62,8 +77,8 @@ class DimFrontendMixin:
         if size is None:
             return None
         rank = getattr(getattr(size, "shape", None), "rank", None)
-        dims = [] if rank == 0 else [batch_dim]
-        return Data("%s:size" % base.description, dims=dims, dtype="int32", placeholder=size)
+        dims = [] if rank == 0 else [mod.batch_dim]
+        return mod.Data("%s:size" % base.description, dims=dims, dtype="int32", placeholder=size)
 
     @dyn_size_ext.setter
     def dyn_size_ext(self, value):
@@ -115,15 +130,11 @@ class DimFrontendMixin:
     # ---- size tensors ----
     def get_dim_value_tensor(self):
         """Scalar Tensor: the static size, or the max over the sequence lengths (the padded length)."""
-        from .. import frontend as rf
-
-        return rf.get_backend_for_dims().dim_value_tensor(self)
+        return _rf().get_backend_for_dims().dim_value_tensor(self)
 
     def get_size_tensor(self):
         """Tensor of the sizes: [batch] lengths for a dynamic dim, a scalar for a static one."""
-        from .. import frontend as rf
-
-        return rf.get_backend_for_dims().dim_size_tensor(self)
+        return _rf().get_backend_for_dims().dim_size_tensor(self)
 
     @property
     def capacity(self):
@@ -131,7 +142,7 @@ class DimFrontendMixin:
 
     # ---- dim arithmetic ----
     def _derive(self, kind, other, reverse=False):
-        from ..data import Dim
+        Dim = _data_mod(self).Dim  # noqa: N806
 
         if not isinstance(other, (int, Dim)):
             return NotImplemented

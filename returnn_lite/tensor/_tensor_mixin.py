@@ -7,10 +7,7 @@ Frontend methods of :class:`returnn_lite.data.Data` (= ``Tensor``, which inherit
 from __future__ import annotations
 
 
-def _rf():
-    from .. import frontend as rf
-
-    return rf
+from ._dim_mixin import _data_mod, _rf
 
 
 class TensorFrontendMixin:
@@ -38,8 +35,7 @@ class TensorFrontendMixin:
         return None
 
     def remaining_dims(self, remove=()):
-        from ..data import Dim
-
+        Dim = _data_mod(self).Dim  # noqa: N806
         remove = [remove] if isinstance(remove, Dim) else list(remove)
         return [d for d in self.dims if d not in remove]
 
@@ -50,8 +46,7 @@ class TensorFrontendMixin:
                 self.name, [d.short_repr() for d in self.dims], [d.short_repr() for d in out_shape]))
 
     def _perm_from_dims(self, perm):
-        from ..data import Dim
-
+        Dim = _data_mod(self).Dim  # noqa: N806
         perm = list(perm)
         if perm and all(isinstance(p, Dim) for p in perm):
             if len(perm) != len(self.dims) or set(perm) != set(self.dims):

@@ -207,3 +207,97 @@ def test_error_param_of_module_outside_model():
 def test_torch_backend_not_implemented():
     with pytest.raises(NotImplementedError, match="not implemented yet"):
         rf.select_backend_torch()
+
+
+def test_concat_dynamic_dims():
+    t1, t2, f = Dim(None, name="t1"), Dim(None, name="t2"), Dim(2, name="f")
+    extern_data = {"a": {"dims": (batch_dim, t1, f), "dtype": "float32"},
+                   "b": {"dims": (batch_dim, t2, f), "dtype": "float32"}}
+
+    def step(*, model, extern_data, **_):
+        y, d = rf.concat((extern_data["a"], t1), (extern_data["b"], t2))
+        y.mark_as_output("y", shape=(batch_dim, d, f))
+        d.get_size_tensor().mark_as_output("lens", shape=(batch_dim,))
+
+    a = np.arange(12).reshape(2, 3, 2).astype("float32")
+    b = -np.arange(1, 9).reshape(2, 2, 2).astype("float32")
+    res, _, _ = _build_and_run(extern_data, lambda **_: _Empty(), step, {
+        "a": a, "b": b, "size:t1": np.array([3, 1], "int32"), "size:t2": np.array([2, 1], "int32")})
+    assert res["lens"].tolist() == [5, 2]
+    np.testing.assert_array_equal(res["y"][0], np.concatenate([a[0], b[0]]))
+    np.testing.assert_array_equal(res["y"][1, :2], np.concatenate([a[1, :1], b[1, :1]]))
+
+
+def test_scan_cumsum_and_lstm_cell_loop():
+    time_dim, feat, extern_data = _data_3d(3)
+    hid = Dim(4, name="hid")
+
+    class Model(rf.Module):
+        def __init__(self):
+            super().__init__()
+            self.lstm = rf.LSTM(feat, hid)
+
+    def step(*, model, extern_data, **_):
+        x = extern_data["data"]
+
+        def body(x_t, s):
+            acc = s["acc"] + x_t
+            y_t, st = model.lstm(x_t, state=s["lstm"], spatial_dim=rf.single_step_dim)
+            return (acc, y_t), {"acc": acc, "lstm": st}
+
+        initial = {"acc": rf.zeros([batch_dim, feat]), "lstm": model.lstm.default_initial_state(batch_dims=[batch_dim])}
+        (acc, ys), last, _ = rf.scan(spatial_dim=time_dim, xs=x, initial=initial, ys=None, body=body)
+        acc.mark_as_output("acc", shape=(batch_dim, time_dim, feat))
+        last["acc"].mark_as_output("last", shape=(batch_dim, feat))
+        ys.mark_as_output("ys", shape=(batch_dim, time_dim, hid))
+        y_ref, _ = model.lstm(x, state=model.lstm.default_initial_state(batch_dims=[batch_dim]), spatial_dim=time_dim)
+        y_ref.mark_as_output("y_ref", shape=(batch_dim, time_dim, hid))
+
+    x = np.random.RandomState(4).randn(2, 4, 3).astype("float32")
+    lens = np.array([4, 2], "int32")
+    res, net_dict, _ = _build_and_run(extern_data, lambda **_: Model(), step, {"data": x, "size:time": lens})
+    np.testing.assert_allclose(res["acc"][0], np.cumsum(x[0], axis=0), rtol=1e-5)
+    np.testing.assert_allclose(res["last"], [x[0].sum(0), x[1, :2].sum(0)], rtol=1e-5)
+    np.testing.assert_allclose(res["ys"][0], res["y_ref"][0], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(res["ys"][1, :2], res["y_ref"][1, :2], rtol=1e-5, atol=1e-6)
+    assert net_dict["loop"]["op"] == "loop" and "x0" in net_dict["loop"]["opts"]["sub_net_dict"]
+
+
+def test_loop_state_unstack_stack():
+    time_dim, feat, extern_data = _data_3d(3)
+
+    def step(*, model, extern_data, **_):
+        x = extern_data["data"]
+        loop = rf.Loop(axis=time_dim)
+        loop.state.acc = rf.zeros([batch_dim, feat])
+        with loop:
+            x_t = loop.unstack(x)
+            loop.state.acc = loop.state.acc + x_t
+            y = loop.stack(loop.state.acc * 2.0)
+        y.mark_as_output("y", shape=(batch_dim, time_dim, feat))
+        loop.state.acc.mark_as_output("last", shape=(batch_dim, feat))
+
+    x = np.random.RandomState(5).randn(2, 4, 3).astype("float32")
+    res, _, _ = _build_and_run(extern_data, lambda **_: _Empty(), step, {"data": x, "size:time": np.array([4, 3], "int32")})
+    np.testing.assert_allclose(res["y"][0], 2 * np.cumsum(x[0], axis=0), rtol=1e-5)
+    np.testing.assert_allclose(res["last"][1], x[1, :3].sum(0), rtol=1e-5)
+
+
+def test_while_loop():
+    time_dim, feat, extern_data = _data_3d(3)
+
+    def step(*, model, extern_data, **_):
+        x = rf.reduce_sum(extern_data["data"], axis=time_dim)  # [B, F]
+
+        def cond(s):
+            return s["i"] < 3
+
+        def body(s):
+            return {"i": s["i"] + 1, "x": s["x"] * 2.0}
+
+        out = rf.while_loop(cond, body, {"i": rf.convert_to_tensor(0), "x": x})
+        out["x"].mark_as_output("x8", shape=(batch_dim, feat))
+
+    x = np.random.RandomState(6).randn(2, 4, 3).astype("float32")
+    res, _, _ = _build_and_run(extern_data, lambda **_: _Empty(), step, {"data": x, "size:time": np.array([4, 4], "int32")})
+    np.testing.assert_allclose(res["x8"], 8 * x.sum(1), rtol=1e-5)

@@ -90,16 +90,30 @@ class NativeLstm2Cell(CellBase):
     """LSTM as the original's NativeLstm2: z = x W + b + h W_re, gates (cell-in, input, forget, output)."""
 
     state_names = ("c", "h")
-    default_opts = {}
+    # unit_opts as the original's NativeLstm2: dropout on the recurrent weights (one mask per run, in training,
+    # optionally broadcast along axes given as 1 in rec_weight_dropout_shape), a constant forget gate bias
+    default_opts = {"rec_weight_dropout": 0.0, "rec_weight_dropout_shape": None, "forget_bias": 0.0}
 
     def create_params(self):
         n = self.n_out
         self.W = self.param("W", (self.n_in, 4 * n))
         self.W_re = self.param("W_re", (n, 4 * n))
         self.b = self.param("b", (4 * n,), 0.0)
+        rate = self.opts["rec_weight_dropout"]
+        if rate:
+            shape = self.opts["rec_weight_dropout_shape"]
+            noise = [d if s is None else s for s, d in zip(shape, (n, 4 * n))] if shape else None
+            w_re = self.W_re
+            self.W_re = self.layer.network.cond_on_train(
+                lambda: tf.nn.dropout(w_re, rate=rate, noise_shape=noise), lambda: w_re)
 
     def project(self, x):
-        return self._matmul_in(x, self.W) + self.b
+        z = self._matmul_in(x, self.W) + self.b
+        if self.opts["forget_bias"]:  # gates j, i, f, o: added to the f part
+            n = self.n_out
+            z = z + tf.concat([tf.zeros([2 * n], z.dtype), tf.fill([n], tf.cast(self.opts["forget_bias"], z.dtype)),
+                               tf.zeros([n], z.dtype)], 0)
+        return z
 
     def step(self, z, state):
         z = z + tf.matmul(state["h"], self.W_re)
@@ -272,7 +286,13 @@ class ZoneoutLSTMCell(LSTMCell):
 
 
 class LayerNormVariantsLSTMCell(CellBase):
-    """LSTM with layer norm on the input and recurrent projections and on the new cell (original's defaults)."""
+    """
+    LSTM with layer norm variants (the original's unit_opts): by default layer norm on the input and recurrent
+    projections (``global_norm``) and on the new cell (``cell_norm``); ``global_norm_joined`` normalizes their sum
+    instead, ``per_gate_norm`` each gate, ``hidden_norm`` the output; ``with_concat`` uses one weight matrix on
+    [x, h]; ``dropout``/``dropout_h`` drop input/recurrent units in training. Norm params are ``gamma_<part>`` and
+    ``beta_<part>``.
+    """
 
     state_names = ("c", "h")
     default_opts = {"norm_gain": 1.0, "norm_shift": 0.0, "forget_bias": 0.0, "activation": None,
@@ -281,35 +301,92 @@ class LayerNormVariantsLSTMCell(CellBase):
                     "per_gate_norm": False, "cell_norm": True, "cell_norm_in_output": True,
                     "hidden_norm": False, "variance_epsilon": 1e-12}
 
-    _supported = {"with_concat": False, "global_norm": True, "global_norm_joined": False, "per_gate_norm": False,
-                  "cell_norm": True, "hidden_norm": False}
-
     def create_params(self):
         n, o = self.n_out, self.opts
-        for k, v in self._supported.items():
-            if bool(o[k]) != v:
-                raise NotImplementedError("layernormvariantslstm: unit_opts %s=%r is not supported" % (k, o[k]))
-        if (o["dropout"] or o["dropout_h"]) and self.layer.network.train_flag is not False:
-            raise NotImplementedError("layernormvariantslstm: unit_opts dropout/dropout_h are not supported")
-        self.W_ff = self.param("W_ff", (self.n_in, 4 * n))
-        self.W_re = self.param("W_re", (n, 4 * n))
-        self.gamma_in = self.param("gamma_input_below", (4 * n,), o["norm_gain"])
-        self.beta_in = self.param("beta_input_below", (4 * n,), o["norm_shift"])
-        self.gamma_state = self.param("gamma_state_below", (4 * n,), o["norm_gain"])
-        self.gamma_c = self.param("gamma_new_c", (n,), o["norm_gain"])
-        self.beta_c = self.param("beta_new_c", (n,), o["norm_shift"])
+        self._norms = {}
+        if o["with_concat"]:
+            self.W = self.param("W", (self.n_in + n, 4 * n))
+        else:
+            self.W_ff = self.param("W_ff", (self.n_in, 4 * n))
+            self.W_re = self.param("W_re", (n, 4 * n))
+        if o["global_norm_joined"] or (o["with_concat"] and o["global_norm"]):
+            self._add_norm("input_below", 4 * n)
+        elif o["global_norm"]:
+            self._add_norm("input_below", 4 * n)
+            self._add_norm("state_below", 4 * n, with_beta=False)
+        if o["per_gate_norm"]:
+            for gate in ("i", "j", "f", "o"):
+                self._add_norm(gate, n)
+        if o["cell_norm"]:
+            self._add_norm("new_c", n)
+        if o["hidden_norm"]:
+            self._add_norm("new_h", n)
+        self._h_mask = None
+
+    def _add_norm(self, part, dim, with_beta=True):
+        gamma = self.param("gamma_" + part, (dim,), self.opts["norm_gain"])
+        beta = self.param("beta_" + part, (dim,), self.opts["norm_shift"]) if with_beta else None
+        self._norms[part] = (gamma, beta)
+
+    def _norm(self, x, part):
+        gamma, beta = self._norms[part]
+        return _layer_norm(x, gamma, beta, self.opts["variance_epsilon"])
+
+    def _dropout(self, x, rate, batch_axis):
+        """Dropout in training with one mask per sequence (broadcast over time for time-major input)."""
+        if not rate or self.layer.network.train_flag is False:
+            return x
+        shape = tf.shape(x)
+        noise = tf.concat([tf.ones([x.shape.rank - 2], tf.int32), shape[-2:]], 0) if x.shape.rank > 2 else None
+        return self.layer.network.cond_on_train(
+            lambda: tf.nn.dropout(x, rate=rate, noise_shape=noise, seed=self.opts["dropout_seed"]), lambda: x)
 
     def project(self, x):
-        return _layer_norm(self._matmul_in(x, self.W_ff), self.gamma_in, self.beta_in, self.opts["variance_epsilon"])
+        o = self.opts
+        if o["dropout_h"] and self.layer.network.train_flag is not False:
+            batch = tf.shape(x)[-2]
+            ones = tf.ones([batch, self.n_out])
+            self._h_mask = self.layer.network.cond_on_train(
+                lambda: tf.nn.dropout(ones, rate=o["dropout_h"], seed=o["dropout_seed"]), lambda: ones)
+        if x.dtype.is_integer:
+            if o["dropout"]:
+                raise NotImplementedError("layernormvariantslstm: unit_opts dropout on sparse input is not supported")
+        else:
+            x = self._dropout(x, o["dropout"], batch_axis=-2)
+        if o["with_concat"]:
+            return x  # the matmul is on [x, h], in the step
+        z = self._matmul_in(x, self.W_ff)
+        if o["global_norm"] and not o["global_norm_joined"]:
+            z = self._norm(z, "input_below")
+        return z
 
     def step(self, z, state):
-        eps = self.opts["variance_epsilon"]
-        r = _layer_norm(tf.matmul(state["h"], self.W_re), self.gamma_state, None, eps)
-        i, j, f, o = tf.split(z + r, 4, axis=-1)
-        c = tf.sigmoid(f + self.opts["forget_bias"]) * state["c"] + tf.sigmoid(i) * self.act(j)
-        c_norm = _layer_norm(c, self.gamma_c, self.beta_c, eps)
-        h = self.act(c_norm if self.opts["cell_norm_in_output"] else c) * tf.sigmoid(o)
-        return h, {"c": c_norm, "h": h}
+        o = self.opts
+        h_prev = state["h"] if self._h_mask is None else state["h"] * self._h_mask
+        if o["with_concat"]:
+            x = z if not z.dtype.is_integer else tf.one_hot(z, self.n_in)
+            lstm_in = tf.matmul(tf.concat([x, h_prev], axis=-1), self.W)
+            if o["global_norm"] or o["global_norm_joined"]:
+                lstm_in = self._norm(lstm_in, "input_below")
+        else:
+            r = tf.matmul(h_prev, self.W_re)
+            if o["global_norm_joined"]:
+                lstm_in = self._norm(z + r, "input_below")
+            else:
+                lstm_in = z + (self._norm(r, "state_below") if o["global_norm"] else r)
+        i, j, f, g_o = tf.split(lstm_in, 4, axis=-1)
+        if o["per_gate_norm"]:
+            i, j, f, g_o = (self._norm(i, "i"), self._norm(j, "j"), self._norm(f, "f"), self._norm(g_o, "o"))
+        c = tf.sigmoid(f + o["forget_bias"]) * state["c"] + tf.sigmoid(i) * self.act(j)
+        if o["cell_norm"]:
+            c_norm = self._norm(c, "new_c")
+            h = self.act(c_norm if o["cell_norm_in_output"] else c) * tf.sigmoid(g_o)
+            c = c_norm
+        else:
+            h = self.act(c) * tf.sigmoid(g_o)
+        if o["hidden_norm"]:
+            h = self._norm(h, "new_h")
+        return h, {"c": c, "h": h}
 
 
 # name (lower case) -> cell class, for the rec layer with a cell unit

@@ -11,16 +11,10 @@ from ...data import Data, Dim, batch_dim
 from ...util import NotSpecified
 from ..base import ConcatInputLayer, LayerBase, concat_sources_template
 from . import cells as _cells
+from .state import last_hidden_state
+from .subnet import RecSubnetLoop
 
 tf1 = tf.compat.v1
-
-
-def last_hidden_state(state, key="*"):
-    """Concatenation of the state parts (sorted by name, i.e. c before h), or one part."""
-    if key not in (None, "*") and key in state:
-        return state[key]
-    parts = [state[k] for k in sorted(state)]
-    return parts[0] if len(parts) == 1 else tf.concat(parts, axis=-1)
 
 
 def _initial_cell_state(layer, cell, initial_state, batch_dim, var_prefix):
@@ -55,6 +49,7 @@ class _CellMixin:
     """Runs a cell unit over the time axis of self.input_data, or one step inside a rec loop."""
 
     initial_output_from_state = "h"  # inside a rec loop, prev:layer at the first step is the initial h
+    n_out_is_output_dim = False  # n_out is the number of units (the output dim differs e.g. with num_proj)
 
     def _build_cell(self, cell_class, unit_opts, initial_state, direction, var_prefix, step_only):
         inp = self.input_data
@@ -62,7 +57,9 @@ class _CellMixin:
         n_units = self.n_out if isinstance(self.n_out, int) else self.output.dim
         cell = cell_class(self, n_in, n_units, **(unit_opts or {}))
         self.cell = cell
-        batch_dim = self.network.get_data_batch_dim()
+        # the input's own batch size (time_chunking before the rec layer changes it), else the global one
+        batch_dim = (tf.shape(inp.placeholder)[inp.batch_dim_axis] if inp.have_batch_axis()
+                     else self.network.get_data_batch_dim())
         if inp.have_time_axis() and not self._is_per_step(inp):
             x = inp.copy_as_time_batch_major() if inp.have_batch_axis() else inp.copy_as_time_major()
             seq_len = inp.get_time_dim_tag().dyn_size
@@ -137,6 +134,7 @@ class RnnCellLayer(_CellMixin, ConcatInputLayer):
     """One step of a cell unit (inside a rec loop); outside a loop it runs over the time axis."""
 
     layer_class = "rnn_cell"
+    unsupported_options = {"weights_init": (None,)}
     recurrent = True
 
     def __init__(self, unit, unit_opts=None, initial_state=None, initial_output=None, weights_init=None,
@@ -200,27 +198,34 @@ class RecLayer(_CellMixin, ConcatInputLayer):
     """
 
     layer_class = "rec"
+    options_read_elsewhere = dict(LayerBase.options_read_elsewhere, include_eos="the rec loop (layers/rec/subnet.py)")
     recurrent = True
 
     def __init__(self, unit="lstm", unit_opts=None, direction=None, input_projection=True, initial_state=None,
                  max_seq_len=None, forward_weights_init=None, recurrent_weights_init=None, bias_init=None,
                  optimize_move_layers_out=None, cheating=False, unroll=False, back_prop=None,
                  use_global_rec_step_offset=False, include_eos=False, debug=None, axis=None, in_dim=None,
-                 out_dim=None, _subnet_template=None, **kwargs):
-        if isinstance(unit, dict):
+                 out_dim=None, **kwargs):
+        if not isinstance(unit, str):  # a subnetwork unit: its template (RecSubnetTemplate, see construct_children)
             kwargs.setdefault("dropout", 0)
         super().__init__(**kwargs)
         self._extra_params = []
         self.final_state = None
         self.subnet = None
+        self._param_inits = {"forward": forward_weights_init, "recurrent": recurrent_weights_init, "bias": bias_init}
+        for opt, value in (("unroll", unroll), ("debug", debug), ("axis", axis), ("in_dim", in_dim),
+                           ("out_dim", out_dim)):
+            if value not in (None, False):
+                raise NotImplementedError("rec layer %r: option %s=%r is not supported" % (self.name, opt, value))
+        if not isinstance(unit, str) and any(v is not None for v in self._param_inits.values()):
+            raise NotImplementedError("rec layer %r: forward_weights_init/recurrent_weights_init/bias_init only apply "
+                                      "to a cell unit, not to a subnetwork unit" % self.name)
         for opt, value, default in (("input_projection", input_projection, True),
                                     ("use_global_rec_step_offset", use_global_rec_step_offset, False),
                                     ("cheating", cheating, False)):
             if value != default:
                 raise NotImplementedError("rec layer %r: option %s=%r is not supported" % (self.name, opt, value))
-        if isinstance(unit, dict):
-            from .subnet import RecSubnetLoop
-
+        if not isinstance(unit, str):
             if back_prop is False:
                 raise NotImplementedError("rec layer %r: option back_prop=False is not supported with a subnetwork "
                                           "unit" % self.name)
@@ -229,7 +234,7 @@ class RecLayer(_CellMixin, ConcatInputLayer):
                                           (self.name, direction))
             self.subnet = RecSubnetLoop(self, unit, max_seq_len=max_seq_len,
                                         optimize_move_layers_out=optimize_move_layers_out,
-                                        template=_subnet_template)
+                                        template=unit)
             self.subnet.build()
         else:
             if direction not in (None, 1, -1):
@@ -250,21 +255,22 @@ class RecLayer(_CellMixin, ConcatInputLayer):
         super().transform_config_dict(d, network=network, get_layer=get_layer)
         if d.get("initial_state") is not None:
             d["initial_state"] = _resolve_initial_state(d["initial_state"], get_layer)
-        if isinstance(unit, dict):
-            from .subnet import RecSubnetLoop
-
-            d["_subnet_template"] = RecSubnetLoop.make_template(d, network, get_layer)
-        else:
+        if not isinstance(unit, dict):
             _cells.get_cell_class(unit)
             for t in ([d["target"]] if isinstance(d.get("target"), str) else []):
                 if not t.startswith("layer:"):
                     network.get_extern_data(t)
 
     @classmethod
-    def get_out_data_from_opts(cls, name, network, sources=(), unit="lstm", n_out=NotSpecified, _subnet_template=None,
-                               **kwargs):
-        if isinstance(unit, dict):
-            return _subnet_template.get_output_template(name)
+    def construct_children(cls, d, name, network, get_layer):
+        """A subnetwork unit (dict): its per-step templates; ``unit`` becomes the RecSubnetTemplate."""
+        if isinstance(d.get("unit", "lstm"), dict):
+            d["unit"] = RecSubnetLoop.make_template(d, network, get_layer, name=name)
+
+    @classmethod
+    def get_out_data_from_opts(cls, name, network, sources=(), unit="lstm", n_out=NotSpecified, **kwargs):
+        if not isinstance(unit, str):
+            return unit.get_output_template(name)
         cell_class = _cells.get_cell_class(unit)
         if n_out is NotSpecified or n_out is None:
             raise ValueError("n_out must be given for a rec layer with a cell unit")
@@ -274,10 +280,23 @@ class RecLayer(_CellMixin, ConcatInputLayer):
     @classmethod
     def get_rec_initial_extra_outputs(cls, batch_dim, rec_layer, unit="lstm", n_out=None, unit_opts=None,
                                       initial_state=None, name=None, **kwargs):
-        if isinstance(unit, dict):
+        if not isinstance(unit, str):
             return {}
         return cls._cell_rec_initial_extra_outputs(
             _cells.get_cell_class(unit), batch_dim, rec_layer, n_out, unit_opts, initial_state, "rec/", name)
+
+    # cell param name (after "rec/") -> which of the options forward_weights_init/recurrent_weights_init/bias_init
+    _PARAM_INIT_KIND = {"W": "forward", "W_ff": "forward", "kernel": "forward", "gates/kernel": "forward",
+                        "candidate/kernel": "forward", "W_re": "recurrent", "b": "bias", "bias": "bias",
+                        "gates/bias": "bias", "candidate/bias": "bias"}
+
+    def create_param(self, name, shape, initializer=None, **kwargs):
+        """The cell's params, with the initializers of the options forward_weights_init etc. where given."""
+        kind = self._PARAM_INIT_KIND.get(name[len("rec/"):] if name.startswith("rec/") else name)
+        custom = getattr(self, "_param_inits", {}).get(kind)
+        if custom is not None:
+            initializer = custom
+        return super().create_param(name, shape, initializer=initializer, **kwargs)
 
     # ---- sub-layers (subnetwork unit) ----
     def get_subnet_scope_prefix(self):
@@ -349,6 +368,7 @@ class RecUnstackLayer(LayerBase):
     """
 
     layer_class = "rec_unstack"
+    unsupported_options = {"declare_rec_time": (NotSpecified, False)}
 
     def __init__(self, axis="T", declare_rec_time=NotSpecified, **kwargs):
         super().__init__(**kwargs)
@@ -394,47 +414,43 @@ class MaskedComputationLayer(LayerBase):
     layer_class = "masked_computation"
     recurrent = True
 
-    def __init__(self, mask, unit, masked_from=None, _unit_net=None, **kwargs):
+    def __init__(self, mask, unit, masked_from=None, **kwargs):
         super().__init__(**kwargs)
-        self.unit_net = _unit_net
+        self.unit_net = unit.network  # the Subnetwork built by construct_children
         self.unit_layer = unit
         self.output.placeholder = unit.output.placeholder
 
     @classmethod
     def transform_config_dict(cls, d, network, get_layer):
-        from ...network import TFNetwork
-
-        name = d["_name"]
         for key in ("unit", "mask"):
             if not d.get(key):
-                raise ValueError("masked_computation %r needs the option %r" % (name, key))
-        unit_desc = dict(d["unit"])
+                raise ValueError("option %r must be given" % key)
         super().transform_config_dict(d, network=network, get_layer=get_layer)
         if d.get("masked_from"):
-            raise NotImplementedError("masked_computation %r: masked_from" % name)
+            raise NotImplementedError("option masked_from is not supported")
         if network.is_inside_rec_layer():
-            raise NotImplementedError("masked_computation %r: inside a rec loop it must be a sub-layer of the unit" % name)
-        mask = get_layer(d["mask"])
-        d["mask"] = mask
-        src = concat_sources_template(d["sources"], name="%s_masked_input" % name) if len(d["sources"]) > 1 \
-            else d["sources"][0].output
+            raise NotImplementedError("inside a rec loop, masked_computation must be a sub-layer of the unit")
+        d["mask"] = get_layer(d["mask"])
+
+    @classmethod
+    def construct_children(cls, d, name, network, get_layer):
+        """The masked frames of the sources (a new time axis) and the unit over them; ``unit`` becomes that layer."""
+        from ...subnetwork import Subnetwork
+
         if len(d["sources"]) > 1:
             from ..base import concat_sources
 
             src = concat_sources(d["sources"], name="%s_masked_input" % name)
-        masked = _mask_frames(src, mask.output, name)
-        net = TFNetwork(parent_net=network, absolute_name_prefix=network.get_absolute_name_prefix())
-        net.eval_flag = False
-        src_layer = InternalLayerForMask(name="%s_masked_data" % name, network=net, output=masked)
-
-        def get_unit_layer(ref):
-            if ref in ("data", "data:source", "__masked_sources__"):
-                return src_layer
-            return get_layer(ref)
-
+        else:
+            src = d["sources"][0].output
+        masked = _mask_frames(src, d["mask"].output, name)
+        # the unit layer has this layer's name (its params are this layer's), so the child shares our name prefix
+        net = Subnetwork(network, name, own_data={"data": masked, "source": masked}, fallback_to_parent=True,
+                         parent_get_layer=get_layer, absolute_name_prefix=network.get_absolute_name_prefix(),
+                         eval_flag=False)
+        unit_desc = dict(d["unit"])
         unit_desc.setdefault("from", "data")
-        d["unit"] = net.construct_layer({name: unit_desc}, name, get_layer=get_unit_layer)
-        d["_unit_net"] = net
+        d["unit"] = net.construct_layer({name: unit_desc}, name)
 
     @classmethod
     def get_out_data_from_opts(cls, name, unit, **kwargs):
@@ -456,14 +472,6 @@ def _mask_frames(data, mask, name):
     out = x.copy_template_replace_dim_tag(1, new_dim)
     out.placeholder = tf.gather(x.placeholder, order, axis=1, batch_dims=1)
     return out
-
-
-class InternalLayerForMask(LayerBase):
-    """The masked sources of a masked_computation, as a layer for its unit."""
-
-    @classmethod
-    def get_out_data_from_opts(cls, output=None, **kwargs):
-        return output
 
 
 class MaskedSelectLayer(LayerBase):

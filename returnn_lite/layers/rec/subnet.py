@@ -13,14 +13,19 @@ The per-step subnetwork of a rec layer (``"unit": {...}``).
 
 from __future__ import annotations
 
+import collections
+
 import tensorflow as tf
 
 from ...data import Data, Dim, SearchBeam, batch_dim
-from ...network import LayerNotFound, NetworkConstructionDependencyLoopException, TFNetwork, assign_output_beam
+from ...errors import LayerNotFound, NetworkConstructionDependencyLoopException
+from ...network import assign_output_beam
+from ...subnetwork import Subnetwork
 from ...losses.holder import LossHolder
 from ...util import as_list
 from ..base import InternalLayer, LayerBase
 from ..search import select_beam_tensor, tile_batch
+from .state import last_hidden_state
 
 tf1 = tf.compat.v1
 
@@ -48,20 +53,10 @@ class RecStepInfo:
         return tf.logical_not(self.step < self.seq_lens)
 
 
-class _SubNet(TFNetwork):
+def _SubNet(parent_net, rec_name, scope_prefix, **flags):
     """Child network of a rec layer: layer names 'rec/sub', params under 'rec/rec/sub/...'."""
-
-    def __init__(self, parent_net, rec_name, scope_prefix, **kwargs):
-        super().__init__(parent_net=parent_net, absolute_name_prefix=parent_net.get_absolute_name_prefix() +
-                         rec_name + "/", **kwargs)
-        self._scope_prefix = scope_prefix
-        self.eval_flag = False  # losses are registered on the accumulated outputs by the rec layer
-
-    def get_absolute_name_scope_prefix(self):
-        return self._scope_prefix
-
-    def _get_extern_data_layer(self, name):
-        return self.parent_net._get_extern_data_layer(name)
+    # eval_flag False: losses are registered on the accumulated outputs by the rec layer
+    return Subnetwork(parent_net, rec_name, name_scope_prefix=scope_prefix, eval_flag=False, **flags)
 
 
 class _TemplateLayer(LayerBase):
@@ -86,8 +81,6 @@ class _PrevLayer(InternalLayer):
         self.rec_vars_outputs = rec_vars_outputs
 
     def get_last_hidden_state(self, key):
-        from .layer import last_hidden_state
-
         return last_hidden_state(self.rec_vars_outputs, key) if self.rec_vars_outputs else None
 
 
@@ -196,26 +189,55 @@ class RecSubnetTemplate:
 
     def get_output_template(self, name):
         out = self.templates["output"].output
-        res = out.copy_template_adding_time_dim(0, self.out_time_dim if out.beam is not None else self.time_dim,
-                                                name="%s_output" % name)
+        res = out.copy_template_adding_time_dim(0, self.out_time_dim, name="%s_output" % name)
         return res
 
 
-class RecSubnetLoop:
-    """Builds a rec layer with a subnetwork unit (see module doc)."""
+class RecTemplateBuilder:
+    """
+    The template phase of a rec unit, as named passes (``run``):
 
-    # ---- template phase ----
-    @classmethod
-    def make_template(cls, d, network, get_layer):
+    1. ``setup_time_axes``: the loop's time axis (input, target or a new one ended by 'end'), the output's;
+    2. ``build_needed``: the template of every needed sub-layer (and of every layer referenced via prev:),
+       guessing a prev: template that is still being built;
+    3. ``refine``: derive all templates again from the previous pass until nothing changes (guesses resolved,
+       search beams settled);
+    4. ``find_search_beam``: the search beam of the unit (one choice with search), if any.
+    """
+
+    def __init__(self, d, network, get_layer, name):
         from ..structure import flatten_subnetworks_in_unit
 
-        name = d["_name"]
-        unit, gates = flatten_masked_computation(d["unit"])
-        unit = flatten_subnetworks_in_unit(unit)  # subnetwork layers in the unit: prev: on their sub-layers
-        sources = d.get("sources") or []
-        if "output" not in unit:
+        self.name = name
+        self.d = d
+        self.network = network
+        self.get_layer = get_layer
+        unit, self.gates = flatten_masked_computation(d["unit"])
+        self.unit = flatten_subnetworks_in_unit(unit)  # subnetwork layers in the unit: prev: on their sub-layers
+        if "output" not in self.unit:
             raise LayerNotFound("rec layer %r: its unit has no 'output' sub-layer (sub-layers: %s)" % (
-                name, sorted(unit)), "output", network)
+                self.name, sorted(self.unit)), "output", network)
+        self.searching = _searching_choices(self.unit, network)
+        self.building = []  # names being built (innermost last)
+        self.guess_only = set()  # prev: targets that cannot be built before the requesting layer
+        self.subst = set()  # prev: targets replaced by a stand-in template in this pass
+        self.guessed = set()  # names built with a guessed prev: template
+        self.prev_fallback = {}  # templates of the previous pass
+        self.cache = {}
+        self.tpl = None
+        self.net = None
+
+    def run(self):
+        self.setup_time_axes()
+        self.build_needed()
+        self.refine()
+        self.find_search_beam()
+        return self.tpl
+
+    # ---- pass 1 ----
+    def setup_time_axes(self):
+        d, network, unit, name = self.d, self.network, self.unit, self.name
+        sources = d.get("sources") or []
         input_data = None
         time_dim = None
         if sources:
@@ -226,176 +248,78 @@ class RecSubnetLoop:
                 time_dim = input_data.get_time_dim_tag()
         target = d.get("size_target") or d.get("target")
         target = as_list(target)[0] if target else None
-        searching = _searching_choices(unit, network)
-        if time_dim is None and target and (not searching or any(unit[c].get("cheating") for c in searching)):
-            tdata = network.get_extern_data(target) if not target.startswith("layer:") else get_layer(
+        cheating = any(unit[c].get("cheating") for c in self.searching)
+        if time_dim is None and target and (not self.searching or cheating):
+            tdata = network.get_extern_data(target) if not target.startswith("layer:") else self.get_layer(
                 target[len("layer:"):]).output
             time_dim = tdata.get_time_dim_tag()
         dynamic_end = False
+        out_time_dim = None
         if time_dim is None:
             if "end" not in unit:
                 raise ValueError("rec layer %r: without input time axis and without target, the unit needs an 'end' "
                                  "layer" % name)
             if d.get("max_seq_len") is None:
                 raise ValueError("rec layer %r: a loop ended by its 'end' layer needs max_seq_len" % name)
-            time_dim = Dim(None, kind=Dim.Types.Spatial, description="%s:rec-time" % name)
+            time_dim = out_time_dim = Dim(None, kind=Dim.Types.Spatial, description="%s:rec-time" % name)
             dynamic_end = True
+        elif self.searching and "end" in unit and not cheating:
+            dynamic_end = True  # a search over input frames still ends each hypothesis by its 'end' layer
+            out_time_dim = Dim(None, kind=Dim.Types.Spatial, description="%s:rec-time" % name)
         tpl = RecSubnetTemplate(name, network, unit, sources, target, input_data, time_dim)
         tpl.dynamic_end = dynamic_end
-        tpl.gates = gates
+        tpl.gates = self.gates
+        tpl.include_eos = bool(d.get("include_eos"))
+        tpl.out_time_dim = out_time_dim  # set in find_search_beam where None
         scope = network.get_absolute_name_scope_prefix() + name + "/rec/"
-        net = _SubNet(network, name, scope, inside_rec_time_dim=time_dim)
-        net.template_beams = {}  # one search beam per choice layer, the same in every template pass
-        tpl.net = net
-        step_dim = Data(name=":i", dims=(), dtype="int32")
-        building = []
-        guess_only = set()  # prev: targets that cannot be built before the requesting layer
-        subst = set()  # prev: targets replaced by a stand-in template in this pass
-        guessed = set()  # names built with a guessed prev: template
-        prev_fallback = {}  # templates of the previous pass
-
-        def outer_layer(ref):
-            layer = get_layer(ref)
-            if ref.startswith("data:"):
-                layer = _extern_data_on_loop_time(layer, time_dim, net)
-            frame = _frame_template(layer.output, time_dim)
-            if frame is None:
-                return layer
-            return InternalLayer(name=ref, network=net, output=frame)
-
-        cache = {}
-
-        def get_tpl(ref):
-            if ref in cache:
-                return cache[ref]
-            cur = building[-1] if building else None
-            if cur is not None:
-                tpl.deps.setdefault(cur, set()).add(ref)
-            if ref.startswith("prev:"):
-                x = ref[len("prev:"):]
-                if x not in unit:
-                    raise LayerNotFound("rec layer %r: 'prev:%s' refers to sub-layer %r which is not in the unit "
-                                        "(sub-layers: %s)" % (name, x, x, sorted(unit)), x, net)
-                if x in tpl.templates:
-                    return tpl.templates[x]
-                if x in prev_fallback:  # later passes: the template of the previous pass
-                    return prev_fallback[x]
-                if x in building or x in guess_only:  # a guess, derived again once all templates exist
-                    n_out = unit[x].get("n_out")
-                    if not isinstance(n_out, int) and x not in subst:
-                        raise _NeedPrev(x, cur)
-                    guessed.add(cur)
-                    return InternalLayer(name=ref, network=net, output=Data(
-                        name="%s_guess" % x, dims=(batch_dim, Dim(n_out if isinstance(n_out, int) else 1,
-                                                                  kind=Dim.Types.Feature, description="%s:guess" % x))))
-                try:
-                    return build(x)
-                except NetworkConstructionDependencyLoopException as exc:  # x needs cur: a recurrence via prev:
-                    if isinstance(exc, _NeedPrev) and exc.requester != cur:
-                        raise
-                    raise _NeedPrev(x, cur) from exc
-            if ref == ":i":
-                return InternalLayer(name=":i", network=net, output=step_dim.copy_template())
-            if ref in ("data", "data:source"):
-                if input_data is None:
-                    raise LayerNotFound("rec layer %r has no input ('from'), so 'data:source' is undefined" % name,
-                                        ref, net)
-                res = InternalLayer(name="data:source", network=net, output=_frame_template(input_data, time_dim)
-                                    or input_data.copy_template())
-            elif ref.startswith("data:"):
-                res = outer_layer(ref)
-            elif ref.startswith("base:"):  # the outer layer as a whole (e.g. the encoder, with its time axis)
-                res = get_layer(ref[len("base:"):])
-            elif ref in unit:
-                return build(ref)
-            elif "/" in ref and ref.split("/", 1)[0] in unit:  # a sub-layer of a layer of the unit, e.g. split/0
-                base_name, sub_name = ref.split("/", 1)
-                parent = get_tpl(base_name)
-                sub = parent.cls.get_sub_layer_out_data_from_opts(
-                    sub_name, dict(parent.kwargs, name=base_name, network=net))
-                if sub is None:
-                    raise LayerNotFound("rec layer %r: layer %r has no sub-layer %r" % (name, base_name, sub_name),
-                                        ref, net)
-                return InternalLayer(name=ref, network=net, output=sub[0].copy_template(name="%s_output" % ref))
-            else:
-                raise LayerNotFound("rec layer %r: sub-layer %r not found in its unit (sub-layers: %s)" % (
-                    name, ref, sorted(unit)), ref, net)
-            cache[ref] = res
-            return res
-
-        def add_template(name, layer_class, **kwargs):
-            out = layer_class.get_out_data_from_opts(name=name, network=net, **kwargs)
-            assign_output_beam(layer_class, out, kwargs)
-            layer = _TemplateLayer(name, net, out, layer_class, kwargs)
-            net.layers[name] = layer
-            return layer
-
-        def build(x, unit_dict=None):
-            if x in tpl.templates:
-                return tpl.templates[x]
-            desc = dict(unit[x])
-            building.append(x)
-            tpl.deps[x] = set()
-            try:
-                while True:
-                    try:
-                        layer = net.construct_layer(unit_dict or {x: desc}, x, get_layer=get_tpl,
-                                                    add_layer=add_template)
-                        break
-                    except _NeedPrev as exc:
-                        if exc.requester != x:
-                            raise
-                        ref, srcs = "prev:" + exc.layer_name, as_list(desc.get("from", "data"))
-                        if exc.layer_name not in guess_only:
-                            guess_only.add(exc.layer_name)  # retry with a guess for it
-                        elif ref in srcs and len(srcs) > 1:  # first guess: the layer without that source
-                            desc["from"] = [s for s in srcs if s != ref]
-                            guessed.add(x)
-                        elif exc.layer_name not in subst:
-                            subst.add(exc.layer_name)  # else a [B, n_out or 1] stand-in
-                        else:
-                            raise
-                        net.layers.pop(x, None)
-            finally:
-                building.pop()
-            tpl.templates[x] = layer
-            return layer
-
+        self.net = _SubNet(network, name, scope, inside_rec_time_dim=time_dim)
+        self.net.template_beams = {}  # one search beam per choice layer, the same in every template pass
+        tpl.net = self.net
+        self.tpl = tpl
         outside_refs = _outside_refs(network, name, unit)
-        needed = ["output"] + [n for n in sorted(unit) if n != "output" and (
+        self.needed = ["output"] + [n for n in sorted(unit) if n != "output" and (
             n == "end" or unit[n].get("is_output_layer") or unit[n].get("need_last")
             or (unit[n].get("loss") and network.eval_flag) or n in outside_refs)]
-        def build_all():
-            for x in needed:
-                build(x)
-            while True:  # every layer referenced via prev: is computed in the loop
-                missing = sorted({r[len("prev:"):] for refs in list(tpl.deps.values()) for r in refs
-                                  if r.startswith("prev:") and r[len("prev:"):] not in tpl.templates})
-                if not missing:
-                    break
-                for x in missing:
-                    build(x)
+        tpl.needed = set(self.needed)
 
-        tpl.needed = set(needed)
-        build_all()
-        for _ in range(3):  # derive once more where a prev: template was guessed, until nothing changes
-            if not guessed:
+    # ---- pass 2 ----
+    def build_needed(self):
+        tpl = self.tpl
+        for x in self.needed:
+            self.build(x)
+        while True:  # every layer referenced via prev: is computed in the loop
+            missing = sorted({r[len("prev:"):] for refs in list(tpl.deps.values()) for r in refs
+                              if r.startswith("prev:") and r[len("prev:"):] not in tpl.templates})
+            if not missing:
+                break
+            for x in missing:
+                self.build(x)
+
+    # ---- pass 3 ----
+    def refine(self):
+        tpl = self.tpl
+        changed = False
+        for _ in range(5):  # derive once more where a prev: template was guessed, until nothing changes
+            if not self.guessed and not changed:
                 break
             earlier = dict(tpl.templates)
-            prev_fallback.clear()
-            prev_fallback.update(earlier)
-            guess_only.clear()
-            subst.clear()
-            guessed.clear()
+            self.prev_fallback = earlier
+            self.guess_only.clear()
+            self.subst.clear()
+            self.guessed.clear()
             tpl.templates.clear()
             tpl.deps.clear()
-            net.layers.clear()
-            cache.clear()
-            build_all()
+            self.net.layers.clear()
+            self.cache.clear()
+            self.build_needed()
             changed = [x for x in tpl.templates if x not in earlier or not _same_template(
                 earlier[x].output, tpl.templates[x].output)]
             if not changed:
                 break
+
+    # ---- pass 4 ----
+    def find_search_beam(self):
+        tpl, name = self.tpl, self.name
         tpl.beam = None
         beams = {}
         for x, t in tpl.templates.items():
@@ -406,14 +330,143 @@ class RecSubnetLoop:
                 name, ", ".join(sorted(x for _, x in beams.values()))))
         if beams:
             tpl.beam = next(iter(beams.values()))[0]
-            tpl.choice_names = [x for x in searching if x in tpl.templates]
+            tpl.choice_names = [x for x in self.searching if x in tpl.templates]
             if not tpl.choice_names:
                 raise NotImplementedError("rec layer %r: a search beam without a choice layer in the unit" % name)
-        tpl.include_eos = bool(d.get("include_eos"))
-        # under search, each hypothesis has its own length: the output gets its own time axis
-        tpl.out_time_dim = time_dim if dynamic_end or tpl.beam is None else Dim(
-            None, kind=Dim.Types.Spatial, description="%s:rec-time-beam" % name)
-        return tpl
+        if tpl.out_time_dim is None:  # under search, each hypothesis has its own length: its own time axis
+            tpl.out_time_dim = tpl.time_dim if tpl.beam is None else Dim(
+                None, kind=Dim.Types.Spatial, description="%s:rec-time-beam" % name)
+
+    # ---- building one template ----
+    def build(self, x):
+        tpl, net = self.tpl, self.net
+        if x in tpl.templates:
+            return tpl.templates[x]
+        desc = dict(self.unit[x])
+        self.building.append(x)
+        tpl.deps[x] = set()
+        try:
+            while True:
+                try:
+                    layer = net.construct_layer({x: desc}, x, get_layer=self.resolve, add_layer=self._add_template)
+                    break
+                except _NeedPrev as exc:
+                    if exc.requester != x:
+                        raise
+                    ref, srcs = "prev:" + exc.layer_name, as_list(desc.get("from", "data"))
+                    if exc.layer_name not in self.guess_only:
+                        self.guess_only.add(exc.layer_name)  # retry with a guess for it
+                    elif ref in srcs and len(srcs) > 1:  # first guess: the layer without that source
+                        desc["from"] = [s for s in srcs if s != ref]
+                        self.guessed.add(x)
+                    elif exc.layer_name not in self.subst:
+                        self.subst.add(exc.layer_name)  # else a [B, n_out or 1] stand-in
+                    else:
+                        raise
+                    net.layers.pop(x, None)
+        finally:
+            self.building.pop()
+        tpl.templates[x] = layer
+        return layer
+
+    def _add_template(self, name, layer_class, **kwargs):
+        out = layer_class.get_out_data_from_opts(name=name, network=self.net, **kwargs)
+        assign_output_beam(layer_class, out, kwargs)
+        layer = _TemplateLayer(name, self.net, out, layer_class, kwargs)
+        self.net.layers[name] = layer
+        return layer
+
+    def resolve(self, ref):
+        """A reference inside the unit -> its template layer (``get_layer`` of the template network)."""
+        if ref in self.cache:
+            return self.cache[ref]
+        tpl, net, unit, name = self.tpl, self.net, self.unit, self.name
+        cur = self.building[-1] if self.building else None
+        if cur is not None:
+            tpl.deps.setdefault(cur, set()).add(ref)
+        if ref.startswith("prev:"):
+            return self._resolve_prev(ref[len("prev:"):], cur)
+        if ref == ":i":
+            return InternalLayer(name=":i", network=net, output=Data(name=":i", dims=(), dtype="int32"))
+        if ref in ("data", "data:source"):
+            if tpl.input_data is None:
+                raise LayerNotFound("rec layer %r has no input ('from'), so 'data:source' is undefined" % name,
+                                    ref, net)
+            res = InternalLayer(name="data:source", network=net, output=_frame_template(tpl.input_data, tpl.time_dim)
+                                or tpl.input_data.copy_template())
+        elif ref.startswith("data:"):
+            res = self._outer_frame_layer(ref)
+        elif ref.startswith("base:"):  # the outer layer as a whole (e.g. the encoder, with its time axis)
+            res = self.get_layer(ref[len("base:"):])
+        elif ref in unit:
+            return self.build(ref)
+        elif "/" in ref and ref.split("/", 1)[0] in unit:  # a sub-layer of a layer of the unit, e.g. split/0
+            base_name, sub_name = ref.split("/", 1)
+            parent = self.resolve(base_name)
+            sub = parent.cls.get_sub_layer_out_data_from_opts(sub_name, dict(parent.kwargs, name=base_name, network=net))
+            if sub is None:
+                raise LayerNotFound("rec layer %r: layer %r has no sub-layer %r" % (name, base_name, sub_name), ref, net)
+            return InternalLayer(name=ref, network=net, output=sub[0].copy_template(name="%s_output" % ref))
+        else:
+            raise LayerNotFound("rec layer %r: sub-layer %r not found in its unit (sub-layers: %s)" % (
+                name, ref, sorted(unit)), ref, net)
+        self.cache[ref] = res
+        return res
+
+    def _resolve_prev(self, x, cur):
+        tpl, unit = self.tpl, self.unit
+        if x not in unit:
+            raise LayerNotFound("rec layer %r: 'prev:%s' refers to sub-layer %r which is not in the unit "
+                                "(sub-layers: %s)" % (self.name, x, x, sorted(unit)), x, self.net)
+        if x in tpl.templates:
+            return tpl.templates[x]
+        if x in self.prev_fallback:  # later passes: the template of the previous pass
+            return self.prev_fallback[x]
+        if x in self.building or x in self.guess_only:  # a guess, derived again once all templates exist
+            n_out = unit[x].get("n_out")
+            if not isinstance(n_out, int) and x not in self.subst:
+                raise _NeedPrev(x, cur)
+            self.guessed.add(cur)
+            return InternalLayer(name="prev:" + x, network=self.net, output=Data(
+                name="%s_guess" % x, dims=(batch_dim, Dim(n_out if isinstance(n_out, int) else 1,
+                                                          kind=Dim.Types.Feature, description="%s:guess" % x))))
+        try:
+            return self.build(x)
+        except NetworkConstructionDependencyLoopException as exc:  # x needs cur: a recurrence via prev:
+            if isinstance(exc, _NeedPrev) and exc.requester != cur:
+                raise
+            raise _NeedPrev(x, cur) from exc
+
+    def _outer_frame_layer(self, ref):
+        layer = self.get_layer(ref)
+        time_dim = self.tpl.time_dim
+        if ref.startswith("data:"):
+            layer = _extern_data_on_loop_time(layer, time_dim, self.net)
+        frame = _frame_template(layer.output, time_dim)
+        if frame is None:
+            return layer
+        return InternalLayer(name=ref, network=self.net, output=frame)
+
+
+class LoopState(collections.namedtuple("LoopState", ["i", "prev", "extra", "acc", "logits", "end", "search"])):
+    """
+    The variables of the rec loop, by name: ``i`` the step; ``prev`` sub-layer -> its output of the previous step;
+    ``extra`` (sub-layer, state name) -> its state (e.g. an LSTM's c and h); ``acc`` sub-layer -> TensorArray of
+    its outputs; ``logits`` sub-layer -> TensorArray of its logits (for its loss); ``end`` {"ended", "lens"} per
+    sequence or hypothesis where the loop tracks ends; ``search`` {"scores" [B, beam], "src_beams" TensorArray}
+    under search.
+    """
+
+    __slots__ = ()
+
+
+class RecSubnetLoop:
+    """Builds a rec layer with a subnetwork unit (see module doc)."""
+
+    # ---- template phase ----
+    @classmethod
+    def make_template(cls, d, network, get_layer, name):
+        return RecTemplateBuilder(d, network, get_layer, name).run()
 
     # ---- real construction ----
     def __init__(self, rec_layer, unit, max_seq_len=None, optimize_move_layers_out=None, template=None):
@@ -457,6 +510,16 @@ class RecSubnetLoop:
         return [x for x in names if in_loop[x]], [x for x in names if not in_loop[x]]
 
     def build(self):
+        if self.tpl.beam is not None and self.rec_layer.network.train_flag is False:
+            # a search is never differentiated: TF's v1 control flow (no function graph, no intermediates kept for
+            # gradients) builds the loop about 3x faster
+            from .cells import control_flow_v1
+
+            with control_flow_v1():
+                return self._build()
+        return self._build()
+
+    def _build(self):
         rec = self.rec_layer
         net = rec.network
         tpl = self.tpl
@@ -503,7 +566,7 @@ class RecSubnetLoop:
 
         # the loop
         dynamic = tpl.dynamic_end
-        if dynamic:
+        if dynamic and (self.max_seq_len is not None or seq_len is None):
             n_time = self._max_seq_len(net)
         else:
             n_time = tf.reduce_max(seq_len) if seq_len is not None else None
@@ -549,26 +612,34 @@ class RecSubnetLoop:
         extra_keys = [(x, k) for x in sorted(extra_init) for k in sorted(extra_init[x])]
         loss_layers = [x for x in in_loop if tpl.templates[x].kwargs.get("loss") is not None and net.eval_flag]
         track_end = dynamic or beam is not None
-        n_state = 2 if track_end else 0  # ended flags, lengths
-        n_search = 2 if beam is not None else 0  # beam scores, src_beams TensorArray
+        pretiled = {}  # base: layers used only by layers on the beam: repeated per hypothesis once, outside the loop
+        if beam is not None:
+            root_beam = SearchBeam(k_beam, name="%s/repeated" % rec.get_absolute_name(), invariant=True)
+            users = {}
+            for x in in_loop:
+                for ref in tpl.deps.get(x, ()):
+                    if ref.startswith("base:"):
+                        users.setdefault(ref, set()).add(x)
+            for ref, xs in sorted(users.items()):
+                layer = outer(ref)
+                if xs <= has_beam and layer.output.beam is None and layer.output.have_batch_axis():
+                    pretiled[ref] = InternalLayer(name=ref, network=net,
+                                                  output=layer.output.copy_as_batch_major().copy_extend_with_beam(
+                                                      root_beam))
 
-        def body(i, *args):
-            args = list(args)
-            prevs = dict(zip(prev_names, args[:len(prev_names)]))
-            args = args[len(prev_names):]
+        def body(*state):
+            state = LoopState(*state)
+            i, prevs = state.i, state.prev
             extras = {}
-            for (x, k), v in zip(extra_keys, args[:len(extra_keys)]):
+            for (x, k), v in state.extra.items():
                 extras.setdefault(x, {})[k] = v
-            tail = args[len(args) - n_state - n_search:]
-            tas = args[len(extra_keys):len(args) - n_state - n_search]
-            ended = lens = beam_in = None
-            if track_end:
-                ended, lens = tail[:2]
+            ended, lens = state.end.get("ended"), state.end.get("lens")
+            beam_in = None
             loop = _SubNet(net, rec.name, scope, inside_rec_time_dim=time_dim)
             loop.parent_layer = rec
             if beam is not None:
                 beam_in = SearchBeam(k_beam, name="%s/prev:%s" % (rec.get_absolute_name(), tpl.choice_names[0]))
-                beam_in.beam_scores = tail[n_state]
+                beam_in.beam_scores = state.search["scores"]
                 beam_in.active_size = tf.where(i > 0, k_beam, 1)
             loop.rec_step_info = RecStepInfo(i, seq_len, time_dim, prev_end_flag=ended if beam is not None else None,
                                              prev_seq_lens=lens)
@@ -610,6 +681,8 @@ class RecSubnetLoop:
                 elif ref in full:  # moved out: its frame (or itself, if it does not have the loop's time axis)
                     res = self._frame_layer(ref, full[ref].output, frame_source, i, loop) if _frame_template(
                         full[ref].output, time_dim) is not None else full[ref]
+                elif ref in pretiled:
+                    res = pretiled[ref]
                 else:
                     layer = outer(ref)
                     res = self._frame_layer(ref, layer.output, frame_source, i, loop) if _frame_template(
@@ -638,24 +711,21 @@ class RecSubnetLoop:
             else:
                 on_beam = lambda x, data: data  # noqa: E731
                 state_on_beam = old_on_beam = lambda x, value: value  # noqa: E731
-            new_prev = [self._gate(loop, x, self._as_template_layout(on_beam(x, loop.layers[x].output),
-                                                                     tpl.templates[x].output),
-                                   old_on_beam(x, prevs[x])) for x in prev_names]
-            new_extra = [self._gate(loop, x, state_on_beam(x, loop.layers[x].rec_vars_outputs[k]),
-                                    old_on_beam(x, extras[x][k])) for x, k in extra_keys]
-            new_tas = []
-            for ta, x in zip(tas[:len(acc_names)], acc_names):
-                new_tas.append(ta.write(i, self._as_template_layout(on_beam(x, loop.layers[x].output),
-                                                                    tpl.templates[x].output)))
-            logit_tas = tas[len(acc_names):]
-            for ta, x in zip(logit_tas, loss_layers):
-                oba = getattr(loop.layers[x], "output_before_activation", None)
-                new_tas.append(ta.write(i, oba.data.placeholder))
-            res = [i + 1] + new_prev + new_extra + new_tas
+            new_prev = {x: self._gate(loop, x, self._as_template_layout(on_beam(x, loop.layers[x].output),
+                                                                        tpl.templates[x].output),
+                                      old_on_beam(x, prevs[x])) for x in prev_names}
+            new_extra = {(x, k): self._gate(loop, x, state_on_beam(x, loop.layers[x].rec_vars_outputs[k]),
+                                            old_on_beam(x, extras[x][k])) for x, k in extra_keys}
+            new_acc = {x: ta.write(i, self._as_template_layout(on_beam(x, loop.layers[x].output),
+                                                               tpl.templates[x].output))
+                       for x, ta in state.acc.items()}
+            new_logits = {x: ta.write(i, loop.layers[x].output_before_activation.data.placeholder)
+                          for x, ta in state.logits.items()}
+            new_end, new_search = {}, {}
             if track_end:  # a sequence ends with the first frame where 'end' is True
                 if beam is not None:
                     ended, lens = (select_beam_tensor(v, beam_in, beam_out) for v in (ended, lens))
-                if "end" in loop.layers:
+                if "end" in loop.layers and dynamic:  # (a loop over known lengths ignores it, as the original)
                     end = loop.layers["end"].output
                     if beam is not None and (end.beam is not None or end.have_batch_axis()):
                         end = end.copy_select_beam(beam_out)
@@ -669,63 +739,74 @@ class RecSubnetLoop:
                         end = tf.logical_or(end, i >= tile_batch(seq_len, k_beam))
                 # (without search the end frame is part of the sequence; under search only with include_eos)
                 last = i + 1 if beam is None or tpl.include_eos else i
-                res += [tf.logical_or(ended, end), tf.where(ended, lens, tf.where(end, tf.fill(tf.shape(lens), last),
-                                                                                  tf.fill(tf.shape(lens), i + 1)))]
+                new_end = {"ended": tf.logical_or(ended, end),
+                           "lens": tf.where(ended, lens, tf.where(end, tf.fill(tf.shape(lens), last),
+                                                                  tf.fill(tf.shape(lens), i + 1)))}
             if beam is not None:
-                res += [beam_out.beam_scores, tail[n_state + 1].write(i, beam_out.src_beams)]
-            return res
+                new_search = {"scores": beam_out.beam_scores,
+                              "src_beams": state.search["src_beams"].write(i, beam_out.src_beams)}
+            return LoopState(i + 1, new_prev, new_extra, new_acc, new_logits, new_end, new_search)
 
         ta_size = 0 if dynamic else n_time
-        tas = [tf.TensorArray(tf.as_dtype(tpl.templates[x].output.dtype), size=ta_size, dynamic_size=dynamic,
-                              element_shape=tf.TensorShape(tpl.templates[x].output.batch_shape)) for x in acc_names]
         self._loss_logits = [x for x in loss_layers if x in acc_names]
-        tas += [tf.TensorArray(tf.float32, size=ta_size, dynamic_size=dynamic, infer_shape=False)
-                for x in self._loss_logits]
         loss_layers[:] = self._loss_logits
-        init = [tf.constant(0)] + prev_init + [extra_init[x][k] for x, k in extra_keys] + tas
-        invariants = ([tf.TensorShape([])] + [tf.TensorShape(tpl.templates[x].output.batch_shape) for x in prev_names]
-                      + [tf.TensorShape([None] * extra_init[x][k].shape.rank) for x, k in extra_keys]
-                      + [tf.TensorShape(None) for _ in tas])
-        cond = lambda i, *_: i < n_time  # noqa: E731
-        if track_end:
-            init += [tf.zeros([batch_dim * k_beam], tf.bool), tf.zeros([batch_dim * k_beam], tf.int32)]
-            invariants += [tf.TensorShape([None]), tf.TensorShape([None])]
-        if dynamic:
-            def cond(i, *args):
-                return tf.logical_and(i < n_time, tf.logical_not(tf.reduce_all(args[-2 - n_search])))
-        if beam is not None:
-            init += [tf.zeros([batch_dim, k_beam]),
-                     tf.TensorArray(tf.int32, size=ta_size, dynamic_size=dynamic, element_shape=tf.TensorShape(
-                         [None, k_beam]))]
-            invariants += [tf.TensorShape([None, k_beam]), tf.TensorShape(None)]
-        res = _while_loop_all_intermediates(cond, body, init, invariants) if in_loop else None
+        int_shape = tf.TensorShape([None])
+        init = LoopState(
+            i=tf.constant(0),
+            prev=dict(zip(prev_names, prev_init)),
+            extra={(x, k): extra_init[x][k] for x, k in extra_keys},
+            acc={x: tf.TensorArray(tf.as_dtype(tpl.templates[x].output.dtype), size=ta_size, dynamic_size=dynamic,
+                                   element_shape=tf.TensorShape(tpl.templates[x].output.batch_shape))
+                 for x in acc_names},
+            logits={x: tf.TensorArray(tf.float32, size=ta_size, dynamic_size=dynamic, infer_shape=False)
+                    for x in loss_layers},
+            end={"ended": tf.zeros([batch_dim * k_beam], tf.bool), "lens": tf.zeros([batch_dim * k_beam], tf.int32)}
+            if track_end else {},
+            search={"scores": tf.zeros([batch_dim, k_beam]), "src_beams": tf.TensorArray(
+                tf.int32, size=ta_size, dynamic_size=dynamic, element_shape=tf.TensorShape([None, k_beam]))}
+            if beam is not None else {})
+        invariants = LoopState(
+            i=tf.TensorShape([]),
+            prev={x: tf.TensorShape(tpl.templates[x].output.batch_shape) for x in prev_names},
+            extra={key: tf.TensorShape([None] * v.shape.rank) for key, v in init.extra.items()},
+            acc={x: tf.TensorShape(None) for x in init.acc}, logits={x: tf.TensorShape(None) for x in init.logits},
+            end={k: int_shape for k in init.end},
+            search={"scores": tf.TensorShape([None, k_beam]), "src_beams": tf.TensorShape(None)}
+            if beam is not None else {})
+
+        def cond(*state):
+            state = LoopState(*state)
+            if dynamic:
+                return tf.logical_and(state.i < n_time, tf.logical_not(tf.reduce_all(state.end["ended"])))
+            return state.i < n_time
+
+        res = LoopState(*_while_loop_all_intermediates(cond, body, init, invariants)) if in_loop else None
         backtrack = None
         if res is not None:
-            n_steps = res[0]
+            n_steps = res.i
             if beam is not None:
-                scores, src_beams_ta = res[-2:]
-                res = res[:-2]
-                src_beams = src_beams_ta.stack()  # [T, B, K]
-                beam.beam_scores = self._final_beam_scores(scores, n_steps, res[-2] if dynamic else None)
+                src_beams = res.search["src_beams"].stack()  # [T, B, K]
+                beam.beam_scores = self._final_beam_scores(res.search["scores"], n_steps,
+                                                           res.end["ended"] if dynamic else None)
                 beam.src_beams = src_beams[-1]
                 backtrack = _backtrack_indices(src_beams)
             if track_end:
-                ended, lens = res[-2:]
-                res = res[:-2]
+                ended, lens = res.end["ended"], res.end["lens"]
                 if dynamic:
-                    time_dim.dyn_size = tf.where(ended, lens, tf.fill(tf.shape(lens), n_steps))
+                    tpl.out_time_dim.dyn_size = tf.where(ended, lens, tf.fill(tf.shape(lens), n_steps))
+                    if beam is not None:  # per sequence: its best hypothesis did not end (cut at max_seq_len)
+                        rec.search_unfinished = tf.logical_not(tf.reshape(ended, [-1, k_beam])[:, 0])
             if beam is not None and not dynamic:
                 tpl.out_time_dim.dyn_size = tile_batch(seq_len, k_beam)
-            res = res[1 + len(prev_names) + len(extra_keys):]
-            for x, ta in zip(acc_names, res[:len(acc_names)]):
+            for x, ta in sorted(res.acc.items()):
                 step_tpl = tpl.templates[x].output
                 out = step_tpl.copy_template_adding_time_dim(
-                    0, tpl.out_time_dim if x in has_beam else time_dim, name="%s/%s" % (rec.name, x))
+                    0, tpl.out_time_dim if x in has_beam or dynamic else time_dim, name="%s/%s" % (rec.name, x))
                 out.placeholder = ta.stack()
                 if x in has_beam:
                     out.placeholder = _apply_backtrack(out.placeholder, backtrack, k_beam)
                 self.accumulated[x] = _AccumulatedLayer(x, self.loop_net, out, self.loop_net.layers[x])
-            for x, ta in zip(loss_layers, res[len(acc_names):]):
+            for x, ta in sorted(res.logits.items()):
                 logits = ta.stack()
                 layer = self.accumulated[x]
                 layer.set_logits(logits)
@@ -745,7 +826,13 @@ class RecSubnetLoop:
             for x in sorted(self.accumulated):
                 layer = self.accumulated[x]
                 if layer.loss is not None:
+                    if layer.output.beam is not None:
+                        raise NotImplementedError(
+                            "rec layer %r: sub-layer %r has a loss, which is not computed on the search beam (the "
+                            "hypotheses do not follow the target); set loss_only_on_non_search=True on it, or build "
+                            "the search network without eval_flag" % (rec.name, x))
                     key = net.get_absolute_name_prefix() + rec.name + "/" + x
+                    _check_loss_dims(layer, key)
                     net.get_root_network().losses_dict[key] = LossHolder(
                         name=key, loss=layer.loss, layer_output=layer.output, layer=layer, network=net)
 
@@ -755,7 +842,7 @@ class RecSubnetLoop:
         length of the loop) reports its final scores times T**exponent / (T + 1) (T: the number of steps).
         """
         kwargs = self.tpl.templates[self.tpl.choice_names[0]].kwargs
-        if not kwargs.get("length_normalization", True):
+        if not kwargs.get("length_normalization", True) or self.tpl.include_eos:
             return scores
         exponent = kwargs.get("length_normalization_exponent", 1.0)
         t = tf.cast(n_steps, tf.float32)
@@ -858,9 +945,18 @@ class RecSubnetLoop:
 
     def get_last_frame(self, name):
         acc = self.accumulated[name].output
-        seq_len = self.time_dim.dyn_size
+        seq_len = self.tpl.out_time_dim.dyn_size
         x = acc.copy_as_batch_major().placeholder  # [B, T, ...]
         return tf.gather(x, tf.maximum(seq_len - 1, 0), axis=1, batch_dims=1)
+
+
+def _check_loss_dims(layer, key):
+    """The same dim checks of output vs target as for losses outside a rec unit."""
+    target = layer._get_target_value() if layer.loss.need_target and layer.target else None
+    try:
+        layer.loss.check_dims(layer, target)
+    except ValueError as exc:
+        raise ValueError("rec unit layer %r: %s" % (key, exc)) from None
 
 
 def _backtrack_indices(src_beams):

@@ -1,0 +1,140 @@
+"""
+The options of every layer class, derived once per class from the ``__init__`` signatures along its MRO (plus the
+dict keys every layer dict may have and the class's ``transform_options``), and the checks a layer dict goes through
+before anything is built (:func:`validate_layer_desc`): unknown options (with did-you-mean), missing required
+options, types (a bool option takes a bool: ``"True"`` is an error), sizes (``n_out`` > 0). After the output
+template exists, :func:`check_explicit_output` compares an explicit ``n_out`` / ``out_type`` with it.
+Every error is a :class:`LayerOptionError` naming the option (the network adds the layer's name).
+"""
+
+from __future__ import annotations
+
+import inspect
+
+from .errors import LayerOptionError
+from .util import NotSpecified, did_you_mean
+
+# keys of every layer dict that are not __init__ arguments (transform_config_dict turns them into others)
+DICT_ONLY_OPTIONS = ("class", "from", "loss_opts", "loss_scale", "loss_only_on_non_search")
+# __init__ arguments that are not user options (set by the network / transform_config_dict)
+INTERNAL_ARGS = ("self", "name", "network", "output", "sources", "rec_previous_layer")
+# keys the rec loop puts into the dicts of its sub-layers
+INTERNAL_DICT_KEYS = ("rec_previous_layer",)
+
+_cache = {}
+
+
+class LayerOptionsInfo:
+    """What one layer class accepts (see module doc)."""
+
+    def __init__(self, layer_class):
+        self.layer_class = layer_class
+        params = {}
+        for klass in reversed(layer_class.__mro__):
+            init = klass.__dict__.get("__init__")
+            if init is None or klass is object:
+                continue
+            for p in inspect.signature(init).parameters.values():
+                if p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL) or p.name in INTERNAL_ARGS:
+                    continue
+                params[p.name] = p
+        self.params = params  # option -> inspect.Parameter (the most derived declaration)
+        self.defaults = {k: p.default for k, p in params.items() if p.default is not inspect.Parameter.empty}
+        self.names = set(params) | set(DICT_ONLY_OPTIONS) | set(INTERNAL_DICT_KEYS) | set(getattr(layer_class, "transform_options", ()))
+        # required: no default in the class's own __init__ (a base class's may be passed on by the subclass)
+        own = inspect.signature(layer_class.__init__).parameters.values()
+        self.required = sorted(set(getattr(layer_class, "required_options", ())) | {
+            p.name for p in own if p.default is inspect.Parameter.empty and p.name not in INTERNAL_ARGS
+            and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)
+            and p.name not in getattr(layer_class, "derived_options", ())})
+        option_types = {}
+        for klass in reversed(layer_class.__mro__):
+            option_types.update(klass.__dict__.get("option_types", {}))
+        self.option_types = option_types  # option -> tuple of accepted types (beyond the default's type)
+        unsupported = {}
+        for klass in reversed(layer_class.__mro__):
+            unsupported.update(klass.__dict__.get("unsupported_options", {}))
+        self.unsupported = unsupported  # option -> accepted values (anything else is refused)
+
+
+def get_layer_options_info(layer_class):
+    """:rtype: LayerOptionsInfo"""
+    info = _cache.get(layer_class)
+    if info is None:
+        info = _cache[layer_class] = LayerOptionsInfo(layer_class)
+    return info
+
+
+def _is_bool(v):
+    return isinstance(v, bool) or type(v).__name__ == "bool_"
+
+
+def _is_positive_int(v):
+    return isinstance(v, int) and not isinstance(v, bool) and v > 0
+
+
+def validate_layer_desc(layer_class, desc):
+    """
+    Checks the options of one layer dict (without "class") before transform_config_dict and the template.
+    :raises LayerOptionError: naming the option
+    """
+    if getattr(layer_class, "accepts_any_options", False):
+        return
+    info = get_layer_options_info(layer_class)
+    cls_name = layer_class.layer_class
+    for key in desc:
+        if key not in info.names:
+            raise LayerOptionError("unknown option %r for layer class %r.%s (options: see python -m returnn_lite.doc %s)"
+                                   % (key, cls_name, did_you_mean(key, info.names), cls_name), key)
+    for key in info.required:
+        if key not in desc:
+            raise LayerOptionError("option %r is required for layer class %r" % (key, cls_name), key)
+    for key, accepted in info.unsupported.items():
+        if key in desc and not any(desc[key] is a or (type(desc[key]) is type(a) and desc[key] == a)
+                                   for a in accepted):
+            raise LayerOptionError("option %s=%r is not supported by returnn_lite for layer class %r (supported: %s)" % (
+                key, desc[key], cls_name, " or ".join(repr(a) for a in accepted)), key)
+    for key, value in desc.items():
+        if value is None or value is NotSpecified:
+            continue
+        types = info.option_types.get(key)
+        if types is not None:
+            if not isinstance(value, types):
+                raise LayerOptionError("option %r must be %s, got %r" % (
+                    key, " or ".join(t.__name__ for t in types), value), key)
+            continue
+        default = info.defaults.get(key)
+        if _is_bool(default) and isinstance(value, (str, int, float)) and not _is_bool(value):
+            raise LayerOptionError("option %r must be a bool (True/False), got %r (%s)" % (
+                key, value, type(value).__name__), key)
+    n_out = desc.get("n_out", None)
+    if n_out is not None and n_out is not NotSpecified and not _is_positive_int(n_out):
+        raise LayerOptionError("option 'n_out' must be a positive int, got %r" % (n_out,), "n_out")
+    out_type = desc.get("out_type")
+    if out_type is not None and not isinstance(out_type, dict) and not callable(out_type):
+        raise LayerOptionError("option 'out_type' must be a dict, got %r" % (out_type,), "out_type")
+
+
+def check_explicit_output(layer, desc):
+    """An explicit n_out / out_type (as given in the layer dict) must agree with the layer's real output."""
+    out = layer.output
+    n_out = desc.get("n_out")
+    layer_class = getattr(layer, "cls", type(layer))  # (a rec template layer knows its class as .cls)
+    if getattr(layer_class, "n_out_is_output_dim", True) and _is_positive_int(n_out) and out.dim is not None and out.dim != n_out:
+        raise LayerOptionError("option n_out=%r contradicts the output %s (its dim is %r)" % (
+            n_out, out.short_repr(), out.dim), "n_out")
+    out_type = desc.get("out_type")
+    if isinstance(out_type, dict):
+        dim = out_type.get("dim", NotSpecified)
+        if _is_positive_int(dim) and out.dim is not None and out.dim != dim:
+            raise LayerOptionError("option out_type dim=%r contradicts the output %s (its dim is %r)" % (
+                dim, out.short_repr(), out.dim), "out_type")
+        shape = out_type.get("shape")
+        if isinstance(shape, (list, tuple)) and len(shape) == len(out.shape) and any(
+                a is not None and b is not None and a != b for a, b in zip(shape, out.shape)):
+            raise LayerOptionError("option out_type shape=%r contradicts the output %s" % (
+                tuple(shape), out.short_repr()), "out_type")
+        for key in ("sparse", "dtype"):
+            if key in out_type and out_type[key] != getattr(out, key):
+                raise LayerOptionError("option out_type %s=%r contradicts the output %s" % (
+                    key, out_type[key], out.short_repr()), "out_type")

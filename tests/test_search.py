@@ -1,0 +1,175 @@
+"""Beam search: task = "search" on a tiny trained attention model, search layers, bad input errors."""
+
+import os
+import re
+import ast
+
+import numpy
+import pytest
+import tensorflow as tf
+
+from returnn_lite.__main__ import main
+from returnn_lite.extern_data import ExternData
+from returnn_lite.network import TFNetwork
+
+tf1 = tf.compat.v1
+
+SEARCH_CONFIG = """#!rnn.py
+import numpy
+_rnd = numpy.random.RandomState(%(seed)i)
+def _seqs(n):
+    res = []
+    for _ in range(n):
+        x = _rnd.randint(1, 5, size=_rnd.randint(2, 5))
+        res.append({"data": x, "classes": numpy.concatenate([x, [0]])})
+    return res
+task = "train"
+train = {"class": "StaticDataset", "data": _seqs(60), "output_dim": {"data": (5, 1), "classes": (5, 1)}}
+dev = {"class": "StaticDataset", "data": _seqs(6), "output_dim": {"data": (5, 1), "classes": (5, 1)}}
+extern_data = {"data": {"dim": 5, "sparse": True}, "classes": {"dim": 5, "sparse": True}}
+batch_size = 400
+max_seqs = 20
+network = {
+    "embed": {"class": "linear", "activation": None, "n_out": 8, "from": "data"},
+    "encoder": {"class": "rec", "unit": "lstm", "n_out": 8, "from": "embed"},
+    "enc_ctx": {"class": "linear", "activation": None, "n_out": 8, "from": "encoder"},
+    "output": {"class": "rec", "from": [], "target": "classes", "max_seq_len": "max_len_from('base:encoder') * 2",
+               "unit": {
+        "output": {"class": "choice", "target": "classes", "beam_size": 3, "from": "prob", "initial_output": 0},
+        "end": {"class": "compare", "from": "output", "value": 0},
+        "embed": {"class": "linear", "activation": None, "n_out": 8, "from": "prev:output"},
+        "s": {"class": "rnn_cell", "unit": "LSTMBlock", "n_out": 8, "from": ["embed", "prev:c"]},
+        "c": {"class": "dot_attention", "from": "s", "base": "base:encoder", "base_ctx": "base:enc_ctx"},
+        "prob": {"class": "softmax", "from": ["s", "c"], "target": "classes", "loss": "ce"},
+    }},
+    "decision": {"class": "decide", "from": "output"},
+}
+adam = True
+learning_rate = 0.05
+num_epochs = 3
+model = %(dir)r + "/model"
+log = %(dir)r + "/log"
+log_verbosity = 4
+"""
+
+
+def test_search_task_writes_hypotheses_and_error(tmp_path, capsys):
+    cfg = tmp_path / "search.config"
+    cfg.write_text(SEARCH_CONFIG % {"seed": 1, "dir": str(tmp_path / "out")})
+    assert main([str(cfg)]) in (0, None)
+    txt, py = tmp_path / "out.txt", tmp_path / "out.py"
+    assert main([str(cfg), "++task", "search", "++search_output_file", str(txt)]) in (0, None)
+    log = (tmp_path / "out" / "log").read_text() + capsys.readouterr().out
+    lines = txt.read_text().splitlines()
+    assert len(lines) == 6
+    assert all(re.fullmatch(r"[0-4]( [0-4])*|", line) for line in lines)
+    m = re.search(r"search: WER (\d+\.\d+)% \((\d+)/(\d+) labels\)", log)
+    assert m, log
+    assert 0 < int(m.group(3)) <= 6 * 5 and float(m.group(1)) == pytest.approx(100. * int(m.group(2)) / int(m.group(3)),
+                                                                                abs=0.01)
+    assert main([str(cfg), "++task", "search", "++search_output_file", str(py), "++search_output_file_format", "py"]) \
+        in (0, None)
+    res = ast.literal_eval(py.read_text())
+    assert len(res) == 6
+    for tag, hyps in res.items():
+        assert len(hyps) == 3  # the whole beam, best first
+        scores = [s for s, _ in hyps]
+        assert scores == sorted(scores, reverse=True)
+        assert all(re.fullmatch(r"[0-4]( [0-4])*|", h) for _, h in hyps)
+    assert [res["seq-%i" % i][0][1] for i in range(6)] == lines  # txt: the best hypothesis per seq, in order
+
+
+def _build(net_dict, search=True, extern=None):
+    extern = extern or {"data": {"dim": 4}, "classes": {"dim": 5, "sparse": True}}
+    net = TFNetwork(extern_data=ExternData(extern), train_flag=False, search_flag=search)
+    net.construct_from_dict(net_dict)
+    return net
+
+
+_DECODER = {
+    "enc": {"class": "reduce", "mode": "mean", "axis": "T", "from": "data"},
+    "output": {"class": "rec", "from": [], "target": "classes", "max_seq_len": 6, "unit": {
+        "embed": {"class": "linear", "activation": None, "n_out": 4, "from": "prev:output"},
+        "s": {"class": "rnn_cell", "unit": "LSTMBlock", "n_out": 6, "from": ["embed", "base:enc"]},
+        "prob": {"class": "softmax", "from": "s", "target": "classes"},
+        "output": {"class": "choice", "target": "classes", "beam_size": 3, "from": "prob", "initial_output": 0},
+        "end": {"class": "compare", "from": "output", "value": 0},
+    }},
+    "decision": {"class": "decide", "from": "output", "is_output_layer": True},
+}
+
+
+def _run(net, layers, seed=0):
+    rnd = numpy.random.RandomState(seed)
+    data = net.extern_data.data["data"]
+    feed = {data.placeholder: rnd.normal(size=(2, 5, 4)).astype("float32"), data.size_placeholder[0]: [5, 3]}
+    with tf1.Session() as session:
+        net.initialize_params(session)
+        for p in net.get_params_list():  # peaky distributions
+            session.run(p.assign(p * 3.0))
+        return session.run([net.get_layer(x).output.placeholder for x in layers] +
+                           [net.get_layer(x).output.get_time_dim_tag().dyn_size for x in layers
+                            if net.get_layer(x).output.have_time_axis()], feed)
+
+
+def test_search_beam_templates_and_decide():
+    with tf.Graph().as_default():
+        net = _build(_DECODER)
+        out = net.get_layer("output").output
+        assert out.beam is not None and out.beam.beam_size == 3
+        assert net.get_layer("decision").output.beam is None
+        labels, decided, lens, dec_lens = _run(net, ["output", "decision"])
+        assert labels.shape[1] == 2 * 3 and decided.shape[0] == 2
+        scores = None
+        for b in range(2):  # the decided hypothesis is the first (best) of its beam
+            assert dec_lens[b] == lens[b * 3]
+            numpy.testing.assert_array_equal(decided[b, :dec_lens[b]], labels[:lens[b * 3], b * 3])
+        assert scores is None
+
+
+def test_search_errors_name_layer_and_option():
+    bad = dict(_DECODER, output=dict(_DECODER["output"], unit=dict(_DECODER["output"]["unit"])))
+    bad["output"]["unit"]["output"] = {k: v for k, v in _DECODER["output"]["unit"]["output"].items()
+                                       if k != "beam_size"}
+    with tf.Graph().as_default():
+        with pytest.raises(Exception, match=r"output.*beam_size"):
+            _build(bad)
+    with tf.Graph().as_default():
+        with pytest.raises(Exception, match=r"split.*no search beam"):
+            _build({"lin": {"class": "linear", "n_out": 3, "from": "data"},
+                    "split": {"class": "split_batch_beam", "from": "lin", "is_output_layer": True}})
+
+
+def test_search_beam_mismatch_names_layer():
+    second = dict(_DECODER["output"])
+    net_dict = dict(_DECODER, output2=second,
+                    len1={"class": "length", "from": "output"}, len2={"class": "length", "from": "output2"},
+                    both={"class": "combine", "kind": "add", "from": ["len1", "len2"], "is_output_layer": True})
+    with tf.Graph().as_default():
+        with pytest.raises(Exception, match=r"both.*beam mismatch"):
+            _build(net_dict)
+
+
+def test_search_task_refuses_net_without_choice():
+    from types import SimpleNamespace
+
+    from returnn_lite.engine.search import _check_has_search
+
+    with tf.Graph().as_default():
+        net = _build({"output": {"class": "softmax", "from": "data", "target": "classes"}}, search=True)
+        with pytest.raises(RuntimeError, match=r"no 'choice' layer.*'output'"):
+            _check_has_search(SimpleNamespace(network=net), "output", RuntimeError)
+
+
+def test_extra_search_net_shares_params():
+    net_dict = dict(_DECODER, output=dict(_DECODER["output"], unit=dict(
+        _DECODER["output"]["unit"], output=dict(_DECODER["output"]["unit"]["output"]))))
+    net_dict["decision"] = {"class": "decide", "from": "extra.search:output", "is_output_layer": True}
+    extern = {"data": {"dim": 4}, "classes": {"dim": 5, "sparse": True}}
+    with tf.Graph().as_default():
+        net = _build(net_dict, search=False, extern=extern)
+        assert net.get_layer("output").output.beam is None  # teacher forcing in the main net
+        names = sorted(p.op.name for p in net.get_params_list())
+        assert len(names) == len(set(names)) and all(not n.startswith("extra") for n in names)
+        assert net.get_layer("decision").output.beam is None
+        assert len(tf1.global_variables()) == len(names)  # the extra net made no variables of its own

@@ -1,0 +1,464 @@
+#!/usr/bin/env python3
+"""
+Mutation fuzzer over the networks of the conformance cases (a test tool): each mutant is one case network with
+one user error (an option key with a typo, a misspelled ``is_output_layer``/``loss`` key, an option of the wrong
+type, a size <= 0, a removed option, a dependency loop, a wrong target, a source that does not exist, an
+``n_out`` that contradicts the output). Each mutant is built (``construct_from_dict`` + ``get_objective``) and, if
+that succeeds, run once (outputs, objective and its gradients) on the case's inputs, in a worker subprocess (a crash of TF only loses that mutant).
+
+Classes of results:
+
+- ``clean``: an error at construction naming the mutated layer (and, where an option is at fault, the option:
+  counted as ``clean_named_option`` / ``clean_no_option``);
+- ``raw``: an error that does not name the layer, whose text is TF's / Python's internal text (``Dimension -4
+  must be >= 0``, ``unhashable type``, ...), or an error only at ``session.run``;
+- ``crash``: the worker process died (or hung);
+- ``accepted``: a mutation that is a user error was built and run without any error;
+- ``accepted_ok``: a mutation that may be legal (a removed optional option) was accepted.
+
+Usage::
+
+    python tools/fuzz_net_dicts.py --seed 0 --count 150 [--cases DIR] [--only rec_] [-v] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import os
+import random
+import re
+import select
+import subprocess
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULT_CASES = os.path.join(os.path.dirname(REPO), "shared", "conformance", "cases")
+
+SIZE_KEYS = {"n_out", "num_heads", "total_key_dim", "repetitions", "window_size", "filter_size", "strides",
+             "frame_size", "frame_shift", "pool_size", "fft_size", "num_pieces", "nr_of_channels", "nr_of_filters",
+             "num_splits", "factor", "dilation_rate", "size", "dim", "beam_size", "window_right", "window_left"}
+NEVER_MUTATE = {"class"}
+SUBNET_KEYS = ("unit", "subnetwork")
+# texts that are Python's / TF's, not ours: an error whose message is (after the layer prefix) just one of these
+RAW_MARKERS = (
+    "Dimension ", "Dimensions must be", "Shape must be", "Shapes must be", "unhashable type", "required positional "
+    "argument", "has no attribute", "object is not", "not subscriptable", "unsupported operand", "Cannot convert",
+    "list index out of range", "tuple index out of range", "NoneType", "not iterable", "must be >= 0",
+    "invalid literal for int", "Incompatible shapes", "Tried to convert", "got an unexpected keyword",
+    "index out of range", "KeyError", "is out of bounds", "object of type", "can't multiply", "can only concatenate",
+    "not supported between instances", "Attempt to convert a value", "Expected int32", "Expected float32",
+    "Value for attr", "Negative dimension", "division by zero", "bad operand type", "ZeroDivisionError",
+    "Invalid value in tensor", "Requires start <= limit", "{{node ", "Op has type", "Tensor conversion requested",
+)
+
+
+# ---- mutants
+
+def load_cases(cases_dir, only=None):
+    cases = []
+    for name in sorted(os.listdir(cases_dir)):
+        path = os.path.join(cases_dir, name)
+        if not os.path.isfile(os.path.join(path, "case.py")):
+            continue
+        if name.startswith(("error_", "search_")) or (only and not any(o in name for o in only.split(","))):
+            continue
+        with open(os.path.join(path, "case.py")) as f:
+            case = ast.literal_eval(f.read())
+        if case.get("expect_error") or case.get("search_flag"):
+            continue
+        case["dir"] = path
+        cases.append(case)
+    return cases
+
+
+def iter_layers(net_dict, prefix=()):
+    """(path of layer names, layer dict) for every layer, also inside rec units / subnetworks."""
+    for name, desc in net_dict.items():
+        if not isinstance(desc, dict):
+            continue
+        yield prefix + (name,), desc
+        for key in SUBNET_KEYS:
+            sub = desc.get(key)
+            if isinstance(sub, dict) and sub and all(isinstance(v, dict) for v in sub.values()):
+                yield from iter_layers(sub, prefix + (name, key))
+
+
+def _get(net_dict, path):
+    d = net_dict
+    for part in path:
+        d = d[part]
+    return d
+
+
+def _typo(key, rng):
+    for _ in range(10):
+        kind = rng.randrange(3)
+        if kind == 0 and len(key) >= 3:
+            i = rng.randrange(len(key) - 1)
+            new = key[:i] + key[i + 1] + key[i] + key[i + 2:]
+        elif kind == 1 and len(key) >= 4:
+            i = rng.randrange(1, len(key))
+            new = key[:i] + key[i + 1:]
+        else:
+            i = rng.randrange(len(key))
+            new = key[:i] + key[i] + key[i:]
+        if new != key:
+            return new
+    return key + "x"
+
+
+def _wrong_type(key, value, rng):
+    """A value of the wrong type for this option, or None if we cannot tell one."""
+    if isinstance(value, bool):
+        return str(value)  # "True"
+    if key in ("from", "target", "loss", "activation", "kind", "mode", "padding", "eval", "reduce", "unit"):
+        return rng.choice([{"x": 1}, 3.5]) if key != "from" else rng.choice([5, {"x": 1}])
+    if isinstance(value, int) and key in SIZE_KEYS:
+        return rng.choice([str(value), float(value) + 0.5, [value, value]])
+    if isinstance(value, float):
+        return str(value)
+    return None
+
+
+def _bad_size(key, value, rng):
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return -2 if key == "repetitions" else rng.choice([0, -2, -4])
+    if isinstance(value, (list, tuple)) and value and all(isinstance(v, int) for v in value):
+        new = list(value)
+        new[rng.randrange(len(new))] = rng.choice([0, -2])
+        return type(value)(new)
+    return None
+
+
+MUTATIONS = ("typo_key", "typo_output_key", "wrong_type", "bad_size", "remove_option", "loop", "wrong_target",
+             "wrong_from", "n_out_contradicts")
+
+
+def mutate(case, kind, rng):
+    """One mutant of the case network: dict(kind, path, option, must_fail, net, desc), or None if not applicable."""
+    net = ast.literal_eval(repr(case["network"]))
+    expected_layers = set(case.get("expected", {}).get("layers", {}))
+    layers = [(p, d) for p, d in iter_layers(net) if len(p) > 1 or p[0] in expected_layers or d.get("loss")]
+    if not layers:
+        return None
+    path, desc = rng.choice(layers)
+    name = path[-1]
+    res = {"kind": kind, "path": "/".join(path), "layer": name, "option": None, "must_fail": True}
+    keys = [k for k in desc if k not in NEVER_MUTATE]
+    if kind == "typo_key":
+        if not keys:
+            return None
+        key = rng.choice(keys)
+        new = _typo(key, rng)
+        desc[new] = desc.pop(key)
+        res.update(option=new, desc="option %r -> %r" % (key, new))
+    elif kind == "typo_output_key":
+        key = rng.choice(["is_ouput_layer", "is_output_layr", "los", "is_output"])
+        desc[key] = "ce" if key == "los" else True
+        res.update(option=key, desc="added %r" % key)
+    elif kind == "wrong_type":
+        cands = [(k, _wrong_type(k, desc[k], rng)) for k in keys]
+        cands = [(k, v) for k, v in cands if v is not None]
+        if not cands:
+            return None
+        key, value = rng.choice(cands)
+        res.update(option=key, desc="%s: %r -> %r" % (key, desc[key], value))
+        desc[key] = value
+    elif kind == "bad_size":
+        cands = [(k, _bad_size(k, desc[k], rng)) for k in keys if k in SIZE_KEYS]
+        cands = [(k, v) for k, v in cands if v is not None]
+        if not cands:
+            return None
+        key, value = rng.choice(cands)
+        res.update(option=key, desc="%s: %r -> %r" % (key, desc[key], value))
+        desc[key] = value
+    elif kind == "remove_option":
+        cands = [k for k in keys if k not in ("is_output_layer",)]
+        if not cands:
+            return None
+        key = rng.choice(cands)
+        desc.pop(key)
+        res.update(option=key, desc="removed %r" % key, must_fail=False)
+    elif kind == "loop":
+        container = _get(net, path[:-1]) if len(path) > 1 else net
+        srcs = desc.get("from", "data")
+        srcs = [srcs] if isinstance(srcs, str) else list(srcs) if isinstance(srcs, (list, tuple)) else []
+        srcs = [s for s in srcs if isinstance(s, str) and s in container and isinstance(container[s], dict)]
+        if not srcs:
+            desc["from"] = name  # the layer from itself
+            res.update(desc="'from' itself")
+        else:
+            src = rng.choice(srcs)
+            container[src]["from"] = name
+            res.update(desc="source %r made from %r" % (src, name))
+    elif kind == "wrong_target":
+        if "target" in desc:
+            res.update(option=("target", "clases"), desc="target %r -> 'clases'" % desc["target"])
+            desc["target"] = "clases"
+        elif desc.get("loss"):
+            desc["target"] = "clases"
+            res.update(option=("target", "clases"), desc="added target 'clases'")
+        else:
+            return None
+    elif kind == "wrong_from":
+        srcs = desc.get("from")
+        if isinstance(srcs, str) and srcs not in ("data",) and not srcs.startswith(("data:", "prev:", "base:")):
+            desc["from"] = srcs + "x"
+        elif isinstance(srcs, (list, tuple)) and srcs and isinstance(srcs[0], str):
+            desc["from"] = [srcs[0] + "x"] + list(srcs[1:])
+        else:
+            desc["from"] = "no_such_layer"
+        bad = desc["from"] if isinstance(desc["from"], str) else desc["from"][0]
+        res.update(option=("from", bad), desc="from -> %r" % (desc["from"],))
+    elif kind == "n_out_contradicts":
+        if "n_out" in desc or "out_type" in desc or desc.get("class") in ("rec",):
+            return None
+        desc["n_out"] = 12345
+        res.update(option="n_out", desc="added n_out 12345")
+    else:
+        raise ValueError(kind)
+    res["net"] = net
+    res["case"] = case["name"]
+    res["case_dir"] = case["dir"]
+    return res
+
+
+def make_mutants(cases, seed, count):
+    rng = random.Random(seed)
+    mutants = []
+    while len(mutants) < count:
+        case = rng.choice(cases)
+        kind = rng.choice(MUTATIONS)
+        mutant = mutate(case, kind, rng)
+        if mutant is not None:
+            mutant["id"] = len(mutants)
+            mutants.append(mutant)
+    return mutants
+
+
+# ---- worker (in a subprocess)
+
+def _exc_text(exc):
+    parts, seen = [], set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        parts.append("%s: %s" % (type(exc).__name__, exc))
+        exc = exc.__cause__ or exc.__context__
+    return "\n".join(parts)
+
+
+def run_mutant(spec):
+    """Build + run one mutant; returns dict(stage, error type, message, chain)."""
+    import numpy
+    import tensorflow as tf
+
+    from returnn_lite.extern_data import ExternData
+    from returnn_lite.network import TFNetwork
+
+    tf1 = tf.compat.v1
+    case = ast.literal_eval(open(os.path.join(spec["case_dir"], "case.py")).read())
+    with tf.Graph().as_default():
+        try:
+            extern_data = ExternData(case["extern_data"])
+            net = TFNetwork(extern_data=extern_data, train_flag=case["train_flag"])
+            net.construct_from_dict(spec["net"])
+            objective = net.get_objective()
+        except Exception as exc:
+            return {"stage": "construct", "type": type(exc).__name__, "message": str(exc), "chain": _exc_text(exc)}
+        try:
+            inputs = dict(numpy.load(os.path.join(spec["case_dir"], "inputs.npz")))
+            feed = {}
+            for key, data in extern_data.data.items():
+                if key not in inputs:
+                    continue
+                feed[data.placeholder] = inputs[key]
+                for axis, size in (data.size_placeholder or {}).items():
+                    if "%s:size%i" % (key, axis) in inputs:
+                        feed[size] = inputs["%s:size%i" % (key, axis)]
+            fetches = {name: layer.output.placeholder for name, layer in net.layers.items()
+                       if getattr(layer.output, "placeholder", None) is not None}
+            if isinstance(objective, (tf.Tensor, tf.Variable)):
+                fetches["_objective"] = objective
+                params = net.get_trainable_params() if hasattr(net, "get_trainable_params") else net.get_params_list()
+                grads = [g for g in tf.gradients(objective, params) if g is not None] if params else []
+                if grads:
+                    fetches["_grads"] = grads
+            with tf1.Session() as session:
+                net.initialize_params(session)
+                session.run(fetches, feed_dict=feed)
+        except Exception as exc:
+            return {"stage": "run", "type": type(exc).__name__, "message": str(exc).split("\n")[0][:500],
+                    "chain": _exc_text(exc)[:2000]}
+    return {"stage": "ok"}
+
+
+def worker_main():
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    sys.path.insert(0, REPO)
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    for line in sys.stdin:
+        spec = ast.literal_eval(line)
+        try:
+            res = run_mutant(spec)
+        except BaseException as exc:  # noqa: the worker must answer
+            res = {"stage": "worker", "type": type(exc).__name__, "message": str(exc)[:500], "chain": ""}
+        res["id"] = spec["id"]
+        sys.stdout.write(json.dumps(res) + "\n")
+        sys.stdout.flush()
+
+
+# ---- classification
+
+def _strip_layer_prefix(message):
+    """ "layer 'x' (class 'y'): ..." -> "..." (repeatedly)."""
+    text = message
+    while text.startswith("layer '"):
+        i = text.find(": ")
+        if i < 0:
+            break
+        text = text[i + 2:]
+    return text
+
+
+def classify(mutant, res):
+    stage = res.get("stage")
+    if stage in ("crash", "timeout"):
+        return "crash"
+    if stage == "ok":
+        return "accepted" if mutant["must_fail"] else "accepted_ok"
+    if stage == "run":
+        return "raw"
+    if stage == "worker":
+        return "raw"
+    message = res.get("message", "")
+    layer = mutant["layer"]
+    names_layer = ("'%s'" % layer) in message or ("'%s/" % layer) in message or ("/%s'" % layer) in message
+    if mutant["kind"] in ("loop",):
+        names_layer = names_layer or "dependency loop" in message
+    core = _strip_layer_prefix(message)
+    core = core.split(": ", 1)[1] if core.split(": ", 1)[0].endswith(("Error", "Exception")) and ": " in core else core
+    is_raw_text = any(core.startswith(m) or core.startswith("'") and m in core[:40] for m in RAW_MARKERS)
+    if not names_layer or is_raw_text:
+        return "raw"
+    return "clean"
+
+
+def names_option(mutant, res):
+    option = mutant.get("option")
+    if not option:
+        return None
+    message = res.get("message", "")
+    return any(re.search(r"(?<![\w])%s(?![\w])" % re.escape(o), message)
+               for o in (option if isinstance(option, tuple) else (option,)))
+
+
+# ---- driver
+
+class _Worker:
+    def __init__(self):
+        env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""),
+                   TF_CPP_MIN_LOG_LEVEL="3")
+        self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker"], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, text=True,
+                                     bufsize=1)
+
+    def run(self, spec, timeout):
+        self.proc.stdin.write(repr(spec) + "\n")
+        self.proc.stdin.flush()
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        if not ready:
+            return {"stage": "timeout"}
+        line = self.proc.stdout.readline()
+        if not line:
+            return {"stage": "crash", "returncode": self.proc.wait()}
+        return json.loads(line)
+
+    def close(self):
+        if self.proc.poll() is None:
+            try:
+                self.proc.stdin.close()
+                self.proc.wait(timeout=10)
+            except Exception:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def run_fuzzer(seed=0, count=150, cases_dir=DEFAULT_CASES, only=None, timeout=120, verbose=False):
+    """Returns (counts dict, list of (mutant, result, class))."""
+    mutants = make_mutants(load_cases(cases_dir, only), seed, count)
+    results = []
+    worker = None
+    try:
+        for mutant in mutants:
+            if worker is None:
+                worker = _Worker()
+            spec = {"id": mutant["id"], "net": mutant["net"], "case_dir": mutant["case_dir"]}
+            res = worker.run(spec, timeout)
+            if res.get("stage") in ("crash", "timeout"):
+                worker.proc.kill()
+                worker.close()
+                worker = None
+            cls = classify(mutant, res)
+            results.append((mutant, res, cls))
+            if verbose:
+                print("%3i %-12s %-18s %-40s %-16s %s" % (
+                    mutant["id"], cls, mutant["kind"], mutant["case"] + ":" + mutant["path"], mutant.get("desc", ""),
+                    (res.get("message") or res.get("stage"))[:300].replace("\n", " ")), flush=True)
+    finally:
+        if worker is not None:
+            worker.close()
+    counts = {}
+    for mutant, res, cls in results:
+        counts[cls] = counts.get(cls, 0) + 1
+        if cls == "clean":
+            named = names_option(mutant, res)
+            if named is not None:
+                key = "clean_named_option" if named else "clean_no_option"
+                counts[key] = counts.get(key, 0) + 1
+    return counts, results
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--count", type=int, default=150)
+    parser.add_argument("--cases", default=DEFAULT_CASES)
+    parser.add_argument("--only", default=None)
+    parser.add_argument("--timeout", type=float, default=120)
+    parser.add_argument("--json", default=None)
+    parser.add_argument("--show", default="raw,crash,accepted,clean_no_option",
+                        help="classes to list at the end (comma separated)")
+    parser.add_argument("-v", "--verbose", action="store_true")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        return worker_main()
+    start = time.time()
+    counts, results = run_fuzzer(args.seed, args.count, args.cases, args.only, args.timeout, args.verbose)
+    show = set(args.show.split(","))
+    for mutant, res, cls in results:
+        label = cls
+        if cls == "clean" and names_option(mutant, res) is False:
+            label = "clean_no_option"
+        if label in show:
+            print("%-16s %-18s %s: %s\n    %s" % (label, mutant["kind"], mutant["case"] + ":" + mutant["path"],
+                                                mutant.get("desc", ""),
+                                                (res.get("message") or res.get("stage", ""))[:400].replace("\n", " ")))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump([{"mutant": {k: v for k, v in m.items() if k != "net"}, "result": r, "class": c}
+                       for m, r, c in results], f, indent=1, default=repr)
+    print("%i mutants in %.0fs: %s" % (len(results), time.time() - start,
+                                       ", ".join("%s %i" % kv for kv in sorted(counts.items()))))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
