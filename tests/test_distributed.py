@@ -152,3 +152,39 @@ def test_killed_worker_ends_the_run(tmp_path):
     assert status != 0
     assert "launch: worker 1 failed (killed by signal 9)" in out, out
     assert elapsed < 50
+
+
+def test_killed_worker_stops_the_other_with_a_clear_message(tmp_path):
+    """Without the launcher: the surviving worker notices by itself (collective error / timeout)."""
+    import subprocess
+    import sys
+
+    from returnn_lite.launch import free_ports, worker_env
+
+    cfg = tmp_path / "dist.config"
+    cfg.write_text(CONFIG + "model = %r\n" % str(tmp_path / "net") + (
+        "import os, json, threading, signal\n"
+        "if json.loads(os.environ['TF_CONFIG'])['task']['index'] == 1:\n"
+        "    threading.Timer(12.0, lambda: os.kill(os.getpid(), signal.SIGKILL)).start()\n"
+        "train = {'class': 'Task12AXDataset', 'num_seqs': 2000}\nnum_epochs = 1000\nlearning_rate = 0.01\n"
+        "log_verbosity = 3\ndistributed_timeout = 20\n"))
+    workers = ["127.0.0.1:%i" % p for p in free_ports(2)]
+    procs = []
+    for rank in (0, 1):
+        env = worker_env(workers, rank)
+        env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+        procs.append(subprocess.Popen([sys.executable, "-m", "returnn_lite", str(cfg)], env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+    try:
+        out1, _ = procs[1].communicate(timeout=50)
+        start = time.time()
+        out0, _ = procs[0].communicate(timeout=50)
+        assert time.time() - start < 45
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert procs[1].returncode == -9
+    assert procs[0].returncode == 1
+    assert "distributed: worker 0 of 2 lost contact with the other workers" in out0.decode(), out0.decode()[-2000:]

@@ -41,15 +41,19 @@ def setup_distributed_training(engine, error_cls):
             setup.rank, setup.workers[setup.rank], str(exc).splitlines()[0] if str(exc) else exc)) from None
     engine.log.v3("distributed: worker %i of %i (%s), reduce_type %r, dataset_distribution %r" % (
         setup.rank, setup.size, setup.workers[setup.rank], setup.reduce_type, setup.dataset_distribution))
-    return DistributedTraining(setup, engine.log)
+    return DistributedTraining(setup, engine.log, error_cls)
 
 
 class DistributedTraining:
     """Graph pieces and per-step logic; one instance per engine (the graph pieces are rebuilt per graph)."""
 
-    def __init__(self, setup, log):
+    _LOST = (tf.errors.UnavailableError, tf.errors.DeadlineExceededError, tf.errors.AbortedError,
+             tf.errors.CancelledError)
+
+    def __init__(self, setup, log, error_cls=DistributedError):
         self.setup = setup
         self.log = log
+        self.error_cls = error_cls
         self.collectives = None
         self.steps = 0  # train steps over all epochs (param sync counting)
         self.more_ph = self.more_sum = None
@@ -92,24 +96,43 @@ class DistributedTraining:
 
     # ---- running
 
+    def lost_contact_error(self, exc, what="a collective op"):
+        """The engine's error for a TF error from a worker that died or hangs, else None."""
+        if not isinstance(exc, self._LOST):
+            return None
+        text = " ".join(str(getattr(exc, "message", exc)).split())[:300]
+        return self.error_cls(
+            "distributed: worker %i of %i lost contact with the other workers in %s (another worker died or "
+            "stopped answering within %g s): %s: %s" % (
+                self.setup.rank, self.setup.size, what, self.setup.timeout, type(exc).__name__, text))
+
+    def _run(self, session, fetches, feed=None, what="a collective op"):
+        try:
+            return session.run(fetches, feed)
+        except tf.errors.OpError as exc:
+            err = self.lost_contact_error(exc, what)
+            if err is None:
+                raise
+            raise err from None
+
     def broadcast(self, session):
-        session.run(self.broadcast_op)
+        self._run(session, self.broadcast_op, what="the params broadcast from rank 0")
         self.log.v4("distributed: params broadcast from rank 0")
 
     def all_have_batch(self, session, have):
         """Separate check (at epoch start): do all workers have a (first) batch?"""
-        return session.run(self.more_sum, {self.more_ph: float(have)}) >= self.setup.size - 0.5
+        return self._run(session, self.more_sum, {self.more_ph: float(have)}) >= self.setup.size - 0.5
 
     def after_step(self, session):
         """``"param"`` mode: average the params every ``param_sync_step`` steps."""
         self.steps += 1
         if self.average_op is not None and self.steps % self.setup.param_sync_step == 0:
-            session.run(self.average_op)
+            self._run(session, self.average_op, what="the params averaging")
             self.log.v5("distributed: params averaged after step %i" % self.steps)
 
     def end_of_epoch(self, session):
         if self.average_op is not None:
-            session.run(self.average_op)
+            self._run(session, self.average_op, what="the params averaging")
 
     def sum_accumulator(self, session, acc):
         """Sums of the epoch's cost/error/frames/seqs over all workers (in place)."""
@@ -117,13 +140,13 @@ class DistributedTraining:
             [("frames", k) for k in sorted(acc.frames)]
         values = numpy.array([getattr(acc, part)[k] for part, k in keys] + [acc.num_seqs, acc.num_steps],
                              dtype=numpy.float64)
-        summed = session.run(self.vec_sum, {self.vec_ph: values})
+        summed = self._run(session, self.vec_sum, {self.vec_ph: values}, what="the epoch score sum")
         for (part, k), value in zip(keys, summed):
             getattr(acc, part)[k] = float(value)
         acc.num_seqs, acc.num_steps = int(summed[-2]), int(summed[-1])
 
     def barrier(self, session):
-        session.run(self.barrier_op)
+        self._run(session, self.barrier_op, what="the final barrier")
 
     # ---- datasets
 

@@ -475,16 +475,20 @@ class Engine:
     def _dist_synced_batches(self, pairs):
         """The worker's batches while every worker has one (checked with the step's all-reduce)."""
         pairs = iter(pairs)
-        current = next(pairs, None)
-        if not self.dist.all_have_batch(self.session, current is not None):
-            return
-        while current is not None:
-            following = next(pairs, None)
-            self._dist_have_next = following is not None
-            yield current
-            if not self._dist_all_more:
+        try:
+            current = next(pairs, None)
+            if not self.dist.all_have_batch(self.session, current is not None):
                 return
-            current = following
+            while current is not None:
+                following = next(pairs, None)
+                self._dist_have_next = following is not None
+                yield current
+                if not self._dist_all_more:
+                    return
+                current = following
+        finally:
+            if hasattr(pairs, "close"):
+                pairs.close()  # e.g. stops the prefetch thread
 
     def _session_run(self, fetches, feed, dataset_name, step):
         """session.run; TF errors (feeds, label ranges, ...) end as one line naming the dataset and the layer."""
@@ -493,6 +497,8 @@ class Engine:
         except (tf.errors.OpError, ValueError, TypeError) as exc:
             if isinstance(exc, (ValueError, TypeError)) and "feed" not in str(exc).lower():
                 raise
+            if self.dist is not None and self.dist.lost_contact_error(exc) is not None:
+                raise self.dist.lost_contact_error(exc, "step %i of dataset %r" % (step, dataset_name)) from None
             raise EngineError(describe_run_error(exc, self.network, dataset_name, step)) from exc
 
     def _write_summaries(self, values, step):
