@@ -18,6 +18,7 @@ USAGE = """usage: rnn.py [--debug] CONFIG [CONFIG ...] [++key value ...]
 Runs the task of a RETURNN config (task = "train" | "eval" | "forward").
   ++key value   override a config value (e.g. ++num_epochs 3 ++task eval)
   --debug       show the Python traceback of an error (also with log_verbosity >= 5)
+  --workers N   distributed training with N local workers (see python -m returnn_lite.launch --help)
 Resuming: rerunning the same training command continues after the last saved epoch.
 """
 
@@ -45,6 +46,10 @@ def main(argv=None):
     if not argv or argv[0] in ("-h", "--help"):
         print(USAGE, file=sys.stdout if argv else sys.stderr)
         return 0 if argv else 2
+    if any(a == "--workers" or a.startswith("--workers=") for a in argv):  # distributed: returnn_lite.launch
+        from .launch import main as launch_main
+
+        return launch_main(argv)
     files, overrides = _split_args(argv)
     debug = "--debug" in files
     files = [f for f in files if f != "--debug"]

@@ -139,6 +139,7 @@ class Engine:
         self._summary_step = 0
         self._last_eval = {}
         self.fetches = {}
+        self.dist = None  # distributed training (returnn_lite.engine.distributed_train), set up in train()
 
     # ---- entry
 
@@ -308,20 +309,30 @@ class Engine:
                 self.network.construct_from_dict(net_dict)
             self.network.get_global_train_step_var()
             extra_vars = []
+            if self.dist is not None:
+                self.dist.new_graph()
             if train:
                 if not self.network.losses_dict:
                     raise EngineError("the network has no loss: task train needs at least one layer with 'loss' "
                                       "(e.g. \"output\": {\"class\": \"softmax\", \"loss\": \"ce\", \"from\": ...})")
                 self.updater = Updater(config, self.network)
+                if self.dist is not None:
+                    self.updater.grad_reducer = self.dist.grad_reducer()
                 self.updater.create_optim_op()
                 extra_vars = self.updater.optim_vars
             self.saver = CheckpointSaver(self.network, extra_vars=extra_vars)
             self.data_keys = sorted(self.network.get_used_data_keys())
             self.fetches = self.network.get_fetches_dict() if eval_flag else {}
-            self.session = tf1.Session(graph=self.graph, config=self._session_config())
+            if self.dist is not None:
+                self.dist.build()
+                target, session_config = self.dist.session_args(self._session_config())
+                self.session = tf1.Session(target, graph=self.graph, config=session_config)
+            else:
+                self.session = tf1.Session(graph=self.graph, config=self._session_config())
             self.session.run(tf1.global_variables_initializer())
         self.net_dict = net_dict
-        if train and self.config.value("tf_log_dir", None) and self.summary_writer is None:
+        if train and self.config.value("tf_log_dir", None) and self.summary_writer is None and \
+                (self.dist is None or self.dist.is_chief):
             with self.graph.as_default():
                 self.summary_writer = tf1.summary.FileWriter(self.config.value("tf_log_dir"), graph=self.graph)
         self.log.v4("Network: %s layers, %i params, data keys %s" % (
@@ -373,7 +384,10 @@ class Engine:
         return feed
 
     def _batches(self, dataset, epoch, train):
-        dataset.init_seq_order(epoch=epoch)
+        if self.dist is not None:  # this worker's part of the epoch
+            self.dist.init_seq_order(dataset, epoch)
+        else:
+            dataset.init_seq_order(epoch=epoch)
         batch_size = self.batch_size
         if not train:
             batch_size = self.config.typed_value("batch_size_eval", None) or batch_size
@@ -404,10 +418,19 @@ class Engine:
         progress = ProgressLine(self.log, prefix)
         start = time.time()
         step_start = start
-        for batch, arrays in self._prefetched_batches(dataset, epoch, train):
+        pairs = self._prefetched_batches(dataset, epoch, train)
+        if self.dist is not None and train:  # all workers run the same number of steps
+            pairs = self._dist_synced_batches(pairs)
+            fetches["_dist_more"] = self.dist.more_sum
+        for batch, arrays in pairs:
             feed = self._feed_dict(arrays, dataset.name)
             feed.update(feed_extra)
+            if self.dist is not None and train:
+                feed[self.dist.more_ph] = float(self._dist_have_next)
             results = self._session_run(fetches, feed, dataset.name, acc.num_steps)
+            if self.dist is not None and train:
+                self._dist_all_more = results.pop("_dist_more") >= self.dist.setup.size - 0.5
+                self.dist.after_step(self.session)
             results.pop("_train_op", None)
             results.pop("_post_deps", None)
             step = acc.num_steps
@@ -439,11 +462,33 @@ class Engine:
                 self._write_summaries(dict(step_scores, learning_rate=learning_rate), step=self._summary_step)
         progress.finish()
         dataset.finish_epoch()
+        if self.dist is not None:  # scores over all workers (the same on every worker: newbob decides the same)
+            if train:
+                self.dist.end_of_epoch(self.session)
+            self.dist.sum_accumulator(self.session, acc)
         if acc.num_steps == 0:
             raise EngineError("dataset %r gave no batches in epoch %i (empty dataset, or all seqs longer than "
                               "max_seq_length?)" % (dataset.name, epoch))
         score, error = acc.scores()
         return score, error, time.time() - start
+
+    def _dist_synced_batches(self, pairs):
+        """The worker's batches while every worker has one (checked with the step's all-reduce)."""
+        pairs = iter(pairs)
+        try:
+            current = next(pairs, None)
+            if not self.dist.all_have_batch(self.session, current is not None):
+                return
+            while current is not None:
+                following = next(pairs, None)
+                self._dist_have_next = following is not None
+                yield current
+                if not self._dist_all_more:
+                    return
+                current = following
+        finally:
+            if hasattr(pairs, "close"):
+                pairs.close()  # e.g. stops the prefetch thread
 
     def _session_run(self, fetches, feed, dataset_name, step):
         """session.run; TF errors (feeds, label ranges, ...) end as one line naming the dataset and the layer."""
@@ -452,6 +497,8 @@ class Engine:
         except (tf.errors.OpError, ValueError, TypeError) as exc:
             if isinstance(exc, (ValueError, TypeError)) and "feed" not in str(exc).lower():
                 raise
+            if self.dist is not None and self.dist.lost_contact_error(exc) is not None:
+                raise self.dist.lost_contact_error(exc, "step %i of dataset %r" % (step, dataset_name)) from None
             raise EngineError(describe_run_error(exc, self.network, dataset_name, step)) from exc
 
     def _write_summaries(self, values, step):
@@ -563,10 +610,14 @@ class Engine:
 
     def train(self):
         self._check_output_dirs_writable()
+        from .distributed_train import setup_distributed_training
+
+        self.dist = setup_distributed_training(self, EngineError)
         self._init_train_datasets()
         if not self.model_prefix:
             self.log.v4("warning: no 'model' in the config: no checkpoints will be written, no resume possible")
-        remove_stale_temp_files(self.model_prefix)
+        if self.dist is None or self.dist.is_chief:
+            remove_stale_temp_files(self.model_prefix)
         epoch_model = self.get_epoch_model()
         start_epoch = (epoch_model[0] or 0) + 1
         final_epoch = self.num_epochs
@@ -591,10 +642,14 @@ class Engine:
         if epoch_model[0] == 0:  # import_model_train_epoch1: start training fresh from these params
             with self.graph.as_default():
                 self.network.set_global_train_step(0, self.session)
+        if self.dist is not None:  # every worker starts from rank 0's params (also after resume)
+            self.dist.broadcast(self.session)
         for epoch in range(start_epoch, final_epoch + 1):
             self.epoch = epoch
             self._maybe_update_network(epoch)
             self.train_epoch(epoch, final_epoch)
+        if self.dist is not None:  # the worker that finishes first waits for the others
+            self.dist.barrier(self.session)
         self.log.v3("Finished training in epoch %i." % final_epoch)
 
     def _check_output_dirs_writable(self):
@@ -641,6 +696,8 @@ class Engine:
             for v in tf1.global_variables():
                 if v.op.name in old and old[v.op.name][0] == tuple(v.shape.as_list()):
                     v.load(old[v.op.name][1], self.session)
+        if self.dist is not None:
+            self.dist.broadcast(self.session)
 
     def train_epoch(self, epoch, final_epoch):
         lrc = self.learning_rate_control
@@ -661,13 +718,16 @@ class Engine:
             line += " %s: score %s" % (name, _format_score(res[0]))
             if res[1]:
                 line += " error %s" % _format_score(res[1])
-        self.log.v1(line)
+        if self.dist is None or self.dist.is_chief:
+            self.log.v1(line)
         if self.summary_writer is not None:
             values = {"epoch/train_score": _scalar(score), "epoch/learning_rate": lr}
             for k, v in results.items():
                 values["epoch/%s" % k] = _scalar(v)
             self._write_summaries(values, epoch)
             self.summary_writer.flush()
+        if self.dist is not None and not self.dist.is_chief:  # only rank 0 writes files
+            return
         if self.model_prefix and (epoch % self.save_interval == 0 or epoch == final_epoch):
             self._save_epoch(epoch)
         else:

@@ -115,6 +115,11 @@ class TorchEngine(Engine):
         if config.has("network"):
             raise EngineError("backend = \"torch\" runs rf configs (get_model/train_step), not a layer dict "
                               "'network' (use backend = \"tensorflow\")")
+        if config.has("distributed") or config.bool("use_horovod", False) or \
+                len(__import__("json").loads(os.environ.get("TF_CONFIG") or "{}").get("cluster", {}).get(
+                    "worker", [])) > 1:
+            raise EngineError("backend = \"torch\": distributed training (distributed / use_horovod / TF_CONFIG) is "
+                              "not supported on the torch backend; run one process")
         self.model = None
         self.pt_module = None
         self.optimizer = None

@@ -146,6 +146,7 @@ class Updater:
         self.optimizer = None
         self.train_op = None
         self.optim_vars = []
+        self.grad_reducer = None  # distributed "grad" mode: grads -> grads summed over the workers
 
     def get_current_step_learning_rate(self):
         lr = self.learning_rate
@@ -198,6 +199,8 @@ class Updater:
         config = self.config
         grads = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g for g, _ in grads_and_vars]
         variables = [v for _, v in grads_and_vars]
+        if self.grad_reducer is not None:
+            grads = self.grad_reducer(grads)
         noise = config.float("gradient_noise", 0.0)
         if noise:
             grads = [g + tf.random.truncated_normal(tf.shape(g), stddev=noise, dtype=g.dtype) for g in grads]
