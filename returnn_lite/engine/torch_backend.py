@@ -17,6 +17,7 @@ learning-rate control, logging, checkpoint/resume protocol); it only replaces th
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import tempfile
@@ -116,8 +117,7 @@ class TorchEngine(Engine):
             raise EngineError("backend = \"torch\" runs rf configs (get_model/train_step), not a layer dict "
                               "'network' (use backend = \"tensorflow\")")
         if config.has("distributed") or config.bool("use_horovod", False) or \
-                len(__import__("json").loads(os.environ.get("TF_CONFIG") or "{}").get("cluster", {}).get(
-                    "worker", [])) > 1:
+                len(json.loads(os.environ.get("TF_CONFIG") or "{}").get("cluster", {}).get("worker", [])) > 1:
             raise EngineError("backend = \"torch\": distributed training (distributed / use_horovod / TF_CONFIG) is "
                               "not supported on the torch backend; run one process")
         self.model = None
