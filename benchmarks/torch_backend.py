@@ -127,7 +127,8 @@ def dispatch_overhead(n=2000):
     a, b = Dim(3, name="a"), Dim(4, name="b")
     x = Tensor("x", dims=[a, b], dtype="float32", raw_tensor=torch.randn(3, 4))
     y = Tensor("y", dims=[a, b], dtype="float32", raw_tensor=torch.randn(3, 4))
-    w = Tensor("w", dims=[b, a], dtype="float32", raw_tensor=torch.randn(4, 3))
+    c = Dim(5, name="c")
+    w = Tensor("w", dims=[b, c], dtype="float32", raw_tensor=torch.randn(4, 5))  # as rf.Linear
     xr, yr = x.raw_tensor, y.raw_tensor
     res = {}
     res["add"] = (timed(lambda: [x + y for _ in range(n)], 3) - timed(lambda: [xr + yr for _ in range(n)], 3)) / n
