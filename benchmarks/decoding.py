@@ -56,7 +56,7 @@ def decoder_dict(max_len):
                    "length_normalization": False},
         "end": {"class": "compare", "from": "output", "value": VOCAB},  # never: both run max_len steps
     }}
-    net["decision"] = {"class": "decide", "from": "output"}
+    net["decision"] = {"class": "decide", "from": "output", "is_output_layer": True}
     return net
 
 
@@ -72,8 +72,9 @@ def build_returnn_lite(max_len):
 def build_plain_tf(max_len):
     """The same encoder (returnn_lite), then a hand-written beam search loop."""
     net = TFNetwork(extern_data=ExternData(EXTERN), train_flag=False)
-    net.construct_from_dict(dict(encoder_dict(), **{"out": {"class": "copy", "from": "encoder",
-                                                             "is_output_layer": True}}))
+    enc_dict = encoder_dict()
+    enc_dict["enc_ctx"] = dict(enc_dict["enc_ctx"], is_output_layer=True)
+    net.construct_from_dict(dict(enc_dict, **{"out": {"class": "copy", "from": "encoder", "is_output_layer": True}}))
     enc = net.get_layer("encoder").output.copy_as_batch_major()
     ctx = net.get_layer("enc_ctx").output.copy_as_batch_major().placeholder
     seq_lens = enc.get_time_dim_tag().dyn_size

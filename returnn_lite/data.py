@@ -243,6 +243,7 @@ class Data(TensorFrontendMixin):
     """Template of a tensor (dims, dtype, sparsity) with an optional placeholder."""
 
     size_dtype = "int32"
+    beam = None  # the SearchBeam the data is on (batch*beam entries), None without search
 
     def __init__(self, name, shape=None, dtype=None, placeholder=None, sparse=None, dim=NotSpecified,
                  size_placeholder=None, batch_dim_axis=NotSpecified, time_dim_axis=NotSpecified,
@@ -1038,6 +1039,8 @@ class Data(TensorFrontendMixin):
             kwargs["time_dim_axis"] = self._time_dim_axis
         if self._feature_dim_axis is not NotSpecified:
             kwargs["feature_dim_axis"] = self._feature_dim_axis
+        if self.beam is not None:
+            kwargs["beam"] = self.beam
         return kwargs
 
     def short_repr(self):
@@ -1053,6 +1056,8 @@ class Data(TensorFrontendMixin):
         extra = ", dtype=%s" % self.dtype if self.dtype != ("int32" if self.sparse else "float32") else ""
         if self.sparse:
             extra += ", sparse_dim=%s" % self.sparse_dim.short_repr()
+        if getattr(self, "beam", None) is not None:
+            extra += ", beam=%i" % self.beam.beam_size
         return "Data{%r, [%s]%s}" % (self.name, ",".join(parts), extra)
 
     get_description = short_repr

@@ -12,7 +12,7 @@ from __future__ import annotations
 import inspect
 
 from .errors import LayerOptionError
-from .util import NotSpecified, did_you_mean
+from .util import NotSpecified, close_matches
 
 # keys of every layer dict that are not __init__ arguments (transform_config_dict turns them into others)
 DICT_ONLY_OPTIONS = ("class", "from", "loss_opts", "loss_scale", "loss_only_on_non_search")
@@ -84,8 +84,10 @@ def validate_layer_desc(layer_class, desc):
     cls_name = layer_class.layer_class
     for key in desc:
         if key not in info.names:
-            raise LayerOptionError("unknown option %r for layer class %r.%s (options: see python -m returnn_lite.doc %s)"
-                                   % (key, cls_name, did_you_mean(key, info.names), cls_name), key)
+            matches = close_matches(key, info.names, n=3)
+            raise LayerOptionError("unknown option %r for layer class %r%s (options: python -m returnn_lite.doc %s)" % (
+                key, cls_name, "; did you mean %s?" % " or ".join(repr(m) for m in matches) if matches else "",
+                cls_name), key)
     for key in info.required:
         if key not in desc:
             raise LayerOptionError("option %r is required for layer class %r" % (key, cls_name), key)

@@ -65,8 +65,35 @@ def _parse_mode(value, origin):
     raise ValueError("%s=%r: expected 1/0/true/false/auto" % (origin, value))
 
 
+class _Disabled:
+    """Context: graphs built inside use no native op, whatever the env var/config say (see :func:`disabled`)."""
+
+    depth = 0
+
+    def __enter__(self):
+        _Disabled.depth += 1
+        return self
+
+    def __exit__(self, *exc):
+        _Disabled.depth -= 1
+        return False
+
+
+def disabled():
+    """
+    Context manager: networks built inside use the pure-TF path, e.g. for an exported graph that must load with
+    TensorFlow alone (a graph with the custom op needs its library).
+    """
+    return _Disabled()
+
+
 def get_mode(config=None):
-    """ "1" (force the op), "0" (force the pure-TF loop) or "auto"; env var first, then the config option."""
+    """
+    "1" (force the op), "0" (force the pure-TF loop) or "auto": "0" inside :func:`disabled`, else the env var,
+    else the config option.
+    """
+    if _Disabled.depth:
+        return "0"
     mode = _parse_mode(os.environ.get(ENV_MODE), "environment variable %s" % ENV_MODE)
     if mode is None and config is not None and config.has(CONFIG_KEY):
         mode = _parse_mode(config.typed_value(CONFIG_KEY) if config.is_typed(CONFIG_KEY) else config.value(CONFIG_KEY),

@@ -69,7 +69,7 @@ CASES = {
     "misspelled_is_output_layer_drops_layer": ({"output": {"class": "copy", "from": "data"},
                                                 "x": {"class": "linear", "n_out": 3, "from": "data",
                                                       "is_ouput_layer": True}},
-                                               "x", ["'is_ouput_layer'", "did you mean 'is_output_layer'"]),
+                                               "x", ["'is_ouput_layer'", "'is_output_layer'"]),
     "misspelled_loss_drops_layer": ({"output": {"class": "copy", "from": "data"},
                                      "x": {"class": "softmax", "from": "data", "los": "ce"}},
                                     "x", ["'los'", "'loss'"]),

@@ -21,7 +21,7 @@ def _error(net_dict, extern=None):
 
 def test_unknown_option_did_you_mean():
     msg = _error({"output": {"class": "linear", "n_ot": 3, "activation": None}})
-    assert "'output'" in msg and "unknown option 'n_ot'" in msg and "Did you mean 'n_out'" in msg
+    assert "'output'" in msg and "unknown option 'n_ot'" in msg and "did you mean 'n_out'" in msg
 
 
 def test_is_output_layer_typo():

@@ -204,3 +204,17 @@ def test_get_network_with_kwargs():
     assert get_net_dict_for_epoch(config, 4)["#epoch"] == 4
     graph, net = _construct(config, epoch=4)
     assert "output" in net.layers and "#epoch" not in net.layers
+
+
+def test_new_style_module_names_map_to_mirrored_packages():
+    config = Config()
+    config.load_string("#!rnn.py\nimport returnn.frontend as rf\nfrom returnn.tensor import Tensor, Dim, batch_dim\n"
+                       "from returnn.tf.layers.basic import LayerBase, _ConcatInputLayer, LinearLayer\n"
+                       "from returnn.util.basic import unicode, NotSpecified\n", filename="rf.config")
+    import returnn_lite.frontend as rf_lite
+    from returnn_lite.layers.base import ConcatInputLayer, get_layer_class
+
+    assert config.typed_value("rf").Module is rf_lite.Module
+    assert config.typed_value("_ConcatInputLayer") is ConcatInputLayer
+    assert config.typed_value("LinearLayer") is get_layer_class("linear")
+    assert config.typed_value("unicode") is str

@@ -107,33 +107,42 @@ def test_float32_and_shape_error(mod):
                 session.run(bad, {"Placeholder:0": z})
 
 
-def _rec_net_output(mode, monkeypatch):
+_BW_NET = {"output": {"class": "rec", "unit": "nativelstm2", "n_out": 4, "direction": -1, "from": "data",
+                      "initial_state": "var"}}
+_CHUNKED_NET = {"chunks": {"class": "time_chunking", "chunk_size": 4, "chunk_step": 2, "from": "data"},
+                "lstm": {"class": "rec", "unit": "lstm", "n_out": 4, "from": "chunks"},
+                "output": {"class": "time_unchunking", "chunking_layer": "chunks", "from": "lstm"}}
+
+
+def _rec_net_output(mode, monkeypatch, net_dict):
     from returnn_lite.testing import build_network
 
     monkeypatch.setenv(native_op.ENV_MODE, mode)
     rng = np.random.RandomState(4)
-    x = rng.randn(2, 6, 3).astype("float32")
+    x = rng.randn(2, 7, 3).astype("float32")
     with tf.Graph().as_default():
-        net = build_network({"output": {"class": "rec", "unit": "nativelstm2", "n_out": 4, "direction": -1,
-                                        "from": "data"}}, {"data": {"dim": 3}})
-        types = {op.type for op in tf1.get_default_graph().get_operations()}
+        net = build_network(net_dict, {"data": {"dim": 3}}, train_flag=True)
         data = net.extern_data.get_data("data")
+        out = net.get_default_output_layer().output.placeholder
+        params = net.get_params_list()
+        grads = tf.gradients(tf.reduce_sum(out * out), params)
+        types = {op.type for op in tf1.get_default_graph().get_operations()}
         with tf1.Session() as session:
-            tf1.set_random_seed(1)
             session.run(tf1.global_variables_initializer())
-            params = net.get_params_list()
             for p in params:
                 p.load(np.cos(np.arange(np.prod(p.shape.as_list()))).reshape(p.shape.as_list()) * 0.3, session)
-            y = session.run(net.get_default_output_layer().output.placeholder,
-                            {data.placeholder: x, data.size_placeholder[0]: [6, 3]})
-    return y, types
+            res = session.run([out] + grads, {data.placeholder: x, data.size_placeholder[0]: [7, 3]})
+    return res, types
 
 
-def test_rec_layer_env_switch(mod, monkeypatch):
-    y_op, types_op = _rec_net_output("1", monkeypatch)
-    y_loop, types_loop = _rec_net_output("0", monkeypatch)
+@pytest.mark.parametrize("net_dict", [_BW_NET, _CHUNKED_NET], ids=["bw_initial_var", "time_chunking"])
+def test_rec_layer_env_switch(mod, monkeypatch, net_dict):
+    res_op, types_op = _rec_net_output("1", monkeypatch, net_dict)
+    res_loop, types_loop = _rec_net_output("0", monkeypatch, net_dict)
     assert "NativeLstm2" in types_op and "NativeLstm2" not in types_loop
-    np.testing.assert_allclose(y_op, y_loop, rtol=1e-5, atol=1e-6)
+    assert "NativeLstm2Grad" in types_op
+    for a, b in zip(res_op, res_loop):  # output and the gradients of all params
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
 
 
 def test_mode_parsing(monkeypatch):
@@ -145,6 +154,10 @@ def test_mode_parsing(monkeypatch):
     assert native_op.get_mode(Config({})) == "auto"
     monkeypatch.setenv(native_op.ENV_MODE, "0")
     assert native_op.get_mode(Config({"native_ops": True})) == "0"  # the environment wins
+    monkeypatch.setenv(native_op.ENV_MODE, "1")
+    with native_op.disabled():  # e.g. export: no custom op in the graph, whatever the env says
+        assert native_op.get_mode(Config({"native_ops": True})) == "0"
+    assert native_op.get_mode() == "1"
     monkeypatch.setenv(native_op.ENV_MODE, "maybe")
     with pytest.raises(ValueError, match="RETURNN_LITE_NATIVE_OPS"):
         native_op.get_mode()

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import builtins
 import importlib
+import importlib.util
 import sys
 import types
 
@@ -170,7 +171,7 @@ class StandInModule(types.ModuleType):
         if attr.startswith("__") and attr not in ("__version__", "__long_version__"):
             raise AttributeError(attr)
         child = self.__name__ + "." + attr
-        if child in KNOWN_MODULES:
+        if child in KNOWN_MODULES or _mirrored_module(child) is not None:
             return get_standin_module(child)
         extras = self._get_extras()
         if attr in extras:
@@ -198,8 +199,28 @@ class StandInModule(types.ModuleType):
 _standins = {}
 
 
+# new-style packages whose modules returnn_lite mirrors under the same names (returnn.frontend -> returnn_lite.frontend)
+_MIRRORED_PACKAGES = ("returnn.frontend", "returnn.tensor", "returnn.torch", "returnn.tf.frontend_layers")
+
+
+def _mirrored_module(name):
+    if not any(name == p or name.startswith(p + ".") for p in _MIRRORED_PACKAGES):
+        return None
+    candidate = "returnn_lite" + name[len("returnn"):]
+    try:
+        found = importlib.util.find_spec(candidate) is not None
+    except (ImportError, ValueError):
+        found = False
+    return candidate if found else None
+
+
 def get_standin_module(name):
     """The stand-in for the original's module ``name``; ImportError naming it if there is no equivalent."""
+    if name not in KNOWN_MODULES or (name == "returnn.tensor" and len(KNOWN_MODULES[name][0]) < 3):
+        mirrored = _mirrored_module(name)
+        if mirrored is not None:
+            sources = list(KNOWN_MODULES[name][0]) if name in KNOWN_MODULES else []
+            KNOWN_MODULES[name] = (sources + [mirrored], None)
     if name not in KNOWN_MODULES:
         raise ImportError(
             "the config imports the original's module %r, which returnn_lite does not provide "

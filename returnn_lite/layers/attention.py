@@ -46,11 +46,6 @@ def _in_rec_loop(network, data=None):
     return data.time_dim_axis is None
 
 
-def _require(cls, d, key):
-    if not d.get(key):
-        raise ValueError("%s layer needs the option %r (a layer name)" % (cls.layer_class, key))
-
-
 def get_positional_encoding(num_channels, position, min_timescale=1.0, max_timescale=1.0e4):
     """
     Sinusoidal encoding as in "Attention is all you need" (tensor2tensor layout: sin half, then cos half).
@@ -83,6 +78,7 @@ class SelfAttentionLayer(ConcatInputLayer):
     """
 
     layer_class = "self_attention"
+    layer_options = ("key_shift",)
     unsupported_options = {"restrict_state_to_last_seq": (False,)}
     recurrent = True
 
@@ -183,12 +179,6 @@ class SelfAttentionLayer(ConcatInputLayer):
         self.output.placeholder = out
 
     @classmethod
-    def transform_config_dict(cls, d, network, get_layer):
-        super().transform_config_dict(d, network=network, get_layer=get_layer)
-        if d.get("key_shift"):
-            d["key_shift"] = get_layer(d["key_shift"])
-
-    @classmethod
     def get_out_data_from_opts(cls, name, sources=(), n_out=NotSpecified, **kwargs):
         """Batch-major [B,T,n_out] (in a loop [B,n_out]) with the input's time tag and a new feature tag."""
         if n_out is NotSpecified or n_out is None:
@@ -206,12 +196,6 @@ class SelfAttentionLayer(ConcatInputLayer):
         if len(dims) == 3 and src.have_batch_axis():
             out.time_dim_axis = 1
         return out
-
-    def get_dep_layers(self):
-        deps = super().get_dep_layers()
-        if self.kwargs and self.kwargs.get("key_shift") is not None:
-            deps.append(self.kwargs["key_shift"])
-        return deps
 
     @classmethod
     def _state_dims(cls, num_heads, total_key_dim, n_out, sources):
@@ -250,6 +234,7 @@ class PositionalEncodingLayer(ConcatInputLayer):
     """
 
     layer_class = "positional_encoding"
+    layer_options = ("offset",)
     recurrent = True
 
     def __init__(self, axis=NotSpecified, add_to_input=False, constant=-1, offset=None, **kwargs):
@@ -306,12 +291,6 @@ class PositionalEncodingLayer(ConcatInputLayer):
         self.output.placeholder = signal
 
     @classmethod
-    def transform_config_dict(cls, d, network, get_layer):
-        super().transform_config_dict(d, network=network, get_layer=get_layer)
-        if d.get("offset"):
-            d["offset"] = get_layer(d["offset"])
-
-    @classmethod
     def get_out_data_from_opts(cls, name, sources=(), add_to_input=False, n_out=NotSpecified, out_type=None,
                                **kwargs):
         if add_to_input:
@@ -320,12 +299,6 @@ class PositionalEncodingLayer(ConcatInputLayer):
                 raise ValueError("add_to_input: n_out %r != input dim %r" % (n_out, out.dim))
             return out
         return cls._base_out_data(name, sources, n_out, out_type)
-
-    def get_dep_layers(self):
-        deps = super().get_dep_layers()
-        if self.kwargs and self.kwargs.get("offset") is not None:
-            deps.append(self.kwargs["offset"])
-        return deps
 
 
 class RelativePositionalEncodingLayer(ConcatInputLayer):
@@ -473,19 +446,13 @@ class CumConcatLayer(ConcatInputLayer):
 class AttentionBaseLayer(ConcatInputLayer):
     """Common base: ``base`` is the layer attended over; the output is base without its time axis."""
 
+    layer_options = ("base",)
+    required_options = ("base",)
+
     def __init__(self, base, **kwargs):
         super().__init__(**kwargs)
         self.base = base
         self.base_weights = None  # (B, base_time) after construction, if the layer computes them
-
-    @classmethod
-    def transform_config_dict(cls, d, network, get_layer):
-        super().transform_config_dict(d, network=network, get_layer=get_layer)
-        _require(cls, d, "base")
-        d["base"] = get_layer(d["base"])
-
-    def get_dep_layers(self):
-        return super().get_dep_layers() + [self.base]
 
     def get_base_weights(self):
         return self.base_weights
@@ -501,18 +468,12 @@ class AttentionBaseLayer(ConcatInputLayer):
 class GlobalAttentionContextBaseLayer(AttentionBaseLayer):
     """Attention where the energies come from ``base_ctx`` [B, base_time, inner] and the source [B, inner]."""
 
+    layer_options = ("base", "base_ctx")
+    required_options = ("base", "base_ctx")
+
     def __init__(self, base_ctx, **kwargs):
         super().__init__(**kwargs)
         self.base_ctx = base_ctx
-
-    @classmethod
-    def transform_config_dict(cls, d, network, get_layer):
-        super().transform_config_dict(d, network=network, get_layer=get_layer)
-        _require(cls, d, "base_ctx")
-        d["base_ctx"] = get_layer(d["base_ctx"])
-
-    def get_dep_layers(self):
-        return super().get_dep_layers() + [self.base_ctx]
 
     def _inputs(self):
         """base [B,T,n_out], base_ctx [B,T,inner], source [B,inner] (batch-major placeholders)."""
@@ -623,6 +584,9 @@ class GenericAttentionLayer(AttentionBaseLayer):
 
     layer_class = "generic_attention"
     recurrent = True
+    layer_options = ("base", "weights")
+    required_options = ("base", "weights")
+    default_from = ()
 
     def __init__(self, weights, auto_squeeze=True, **kwargs):
         super().__init__(**kwargs)
@@ -693,16 +657,6 @@ class GenericAttentionLayer(AttentionBaseLayer):
             raise ValueError("generic_attention: base %s axes %s have no counterpart in weights %s" % (
                 b.short_repr(), b_rem, w.short_repr()))
         return w, b, w_red, common, w_rem, squeezed
-
-    @classmethod
-    def transform_config_dict(cls, d, network, get_layer):
-        d.setdefault("from", [])
-        super().transform_config_dict(d, network=network, get_layer=get_layer)
-        _require(cls, d, "weights")
-        d["weights"] = get_layer(d["weights"])
-
-    def get_dep_layers(self):
-        return super().get_dep_layers() + [self.weights]
 
     @classmethod
     def get_out_data_from_opts(cls, name, base, weights, auto_squeeze=True, sources=(), **kwargs):

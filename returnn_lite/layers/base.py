@@ -79,6 +79,8 @@ class LayerBase:
     layer_class = None
     recurrent = False  # True if the layer depends on the order of frames (matters for rec loops)
     layer_options = ()  # options that name another layer (a str is resolved to it; constants stay as they are)
+    default_from = "data"  # the sources without a "from" (() for layers that need none)
+    required_options = ()  # options that must be given (beyond the __init__ arguments without default)
     option_types = {"batch_norm": (bool, dict)}  # accepted types where the default's type is not the only one
     # options refused (an error naming them) unless they have one of these values
     unsupported_options = {"only_on_search": (False, None), "copy_output_loss_from_source_idx": (None,),
@@ -150,7 +152,7 @@ class LayerBase:
         """
         src_names = d.pop("from", NotSpecified)
         if src_names is NotSpecified:
-            src_names = ["data"]
+            src_names = cls.default_from
         d["sources"] = [get_layer(n) for n in as_list(src_names) if n not in (None, "none")]
         if d.get("reuse_params"):
             d["reuse_params"] = _ReuseParams.from_config(d["reuse_params"], network, get_layer)

@@ -84,7 +84,7 @@ class LinearLayer(ConcatInputLayer):
             idx = inp.placeholder
             if idx.dtype not in (tf.int32, tf.int64):  # e.g. uint8 byte inputs
                 idx = tf.cast(idx, tf.int32)
-            x = tf.nn.embedding_lookup(weights, idx)
+            x = tf.gather(tf.convert_to_tensor(weights), idx)  # a read + gather: graph freezing keeps loop frames
             f = self.output.batch_ndim - 1
         else:
             f = inp.feature_dim_axis

@@ -41,6 +41,7 @@ class GatherLayer(LayerBase):
     """
 
     layer_class = "gather"
+    layer_options = ("position",)  # a layer name, or a constant index
 
     def __init__(self, position, axis, clip_to_valid=False, **kwargs):
         super().__init__(**kwargs)
@@ -122,12 +123,6 @@ class GatherLayer(LayerBase):
         return common_in, common_pos, in_rest, pos_rest
 
     @classmethod
-    def transform_config_dict(cls, d, network, get_layer):
-        super().transform_config_dict(d, network=network, get_layer=get_layer)
-        if isinstance(d.get("position"), str):
-            d["position"] = get_layer(d["position"])
-
-    @classmethod
     def get_out_data_from_opts(cls, name, sources, position, axis, **kwargs):
         if not sources:
             raise ValueError("gather layer %r needs a source" % name)
@@ -164,16 +159,12 @@ class GatherLayer(LayerBase):
                 setattr(out, kind, new)
         return out
 
-    def get_dep_layers(self):
-        deps = super().get_dep_layers()
-        pos = (self.kwargs or {}).get("position")
-        return deps + [pos] if isinstance(pos, LayerBase) else deps
-
 
 class GatherNdLayer(LayerBase):
     """Deprecated: x[b, position[b, ...]] on the first axis after batch (input batch major)."""
 
     layer_class = "gather_nd"
+    layer_options = ("position",)
 
     def __init__(self, position, **kwargs):
         super().__init__(**kwargs)
@@ -184,11 +175,6 @@ class GatherNdLayer(LayerBase):
             self.output.placeholder = tf.gather(x.placeholder, p, axis=1, batch_dims=1)
         else:
             self.output.placeholder = tf.gather(x.placeholder, pos.placeholder, axis=1)
-
-    @classmethod
-    def transform_config_dict(cls, d, network, get_layer):
-        super().transform_config_dict(d, network=network, get_layer=get_layer)
-        d["position"] = get_layer(d["position"])
 
     @classmethod
     def get_out_data_from_opts(cls, name, sources, position, **kwargs):
@@ -211,11 +197,6 @@ class GatherNdLayer(LayerBase):
                 out.feature_dim_axis = new
         return out
 
-    def get_dep_layers(self):
-        deps = super().get_dep_layers()
-        pos = (self.kwargs or {}).get("position")
-        return deps + [pos] if isinstance(pos, LayerBase) else deps
-
 
 class ScatterNdLayer(LayerBase):
     """
@@ -225,6 +206,7 @@ class ScatterNdLayer(LayerBase):
     """
 
     layer_class = "scatter_nd"
+    layer_options = ("position", "output_dim_via_time_from")
 
     def __init__(self, position, position_axis, output_dim_via_time_from=None, out_spatial_dim=None,
                  filter_invalid_indices=False, **kwargs):
@@ -280,13 +262,6 @@ class ScatterNdLayer(LayerBase):
         return common, r, extra_in
 
     @classmethod
-    def transform_config_dict(cls, d, network, get_layer):
-        super().transform_config_dict(d, network=network, get_layer=get_layer)
-        d["position"] = get_layer(d["position"])
-        if d.get("output_dim_via_time_from"):
-            d["output_dim_via_time_from"] = get_layer(d["output_dim_via_time_from"])
-
-    @classmethod
     def get_out_data_from_opts(cls, name, sources, position, position_axis, output_dim_via_time_from=None,
                                out_spatial_dim=None, **kwargs):
         if (output_dim_via_time_from is None) == (out_spatial_dim is None):
@@ -303,14 +278,6 @@ class ScatterNdLayer(LayerBase):
                 raise ValueError("output_dim_via_time_from %s has no time axis" % src.short_repr())
             dims[r] = src.dims[src.time_dim_axis]
         return Data(name="%s_output" % name, dims=dims, dtype=input_data.dtype, sparse_dim=input_data.sparse_dim)
-
-    def get_dep_layers(self):
-        deps = super().get_dep_layers()
-        for key in ("position", "output_dim_via_time_from"):
-            v = (self.kwargs or {}).get(key)
-            if isinstance(v, LayerBase):
-                deps.append(v)
-        return deps
 
 
 __all__ = ["GatherLayer", "GatherNdLayer", "ScatterNdLayer"]

@@ -419,19 +419,12 @@ class PrefixInTimeLayer(ConcatInputLayer):
             out = out.copy_as_batch_spatial_major()
         return out
 
-    def get_dep_layers(self):
-        deps = super().get_dep_layers()
-        for key in ("prefix", "repeat", "size_base"):
-            v = (self.kwargs or {}).get(key)
-            if isinstance(v, LayerBase):
-                deps.append(v)
-        return deps
-
 
 class PostfixInTimeLayer(ConcatInputLayer):
     """Adds ``repeat`` frames of ``postfix`` (constant or layer) right after the end of each sequence."""
 
     layer_class = "postfix_in_time"
+    layer_options = ("postfix",)  # a layer name, or a constant
     recurrent = True
 
     def __init__(self, axis="T", out_dim=None, postfix=0.0, repeat=1, **kwargs):
@@ -460,12 +453,6 @@ class PostfixInTimeLayer(ConcatInputLayer):
             out_tag.dyn_size = in_tag.dyn_size + repeat
 
     @classmethod
-    def transform_config_dict(cls, d, network, get_layer):
-        super().transform_config_dict(d, network=network, get_layer=get_layer)
-        if isinstance(d.get("postfix"), str):
-            d["postfix"] = get_layer(d["postfix"])
-
-    @classmethod
     def get_out_data_from_opts(cls, name, sources=(), axis="T", out_dim=None, repeat=1, **kwargs):
         data = concat_sources_template(sources, name="%s_output" % name)
         a = data.get_axis_from_description(axis)
@@ -475,11 +462,6 @@ class PostfixInTimeLayer(ConcatInputLayer):
         if out_dim is not None:
             new = out_dim
         return data.copy_template_replace_dim_tag(a, new)
-
-    def get_dep_layers(self):
-        deps = super().get_dep_layers()
-        v = (self.kwargs or {}).get("postfix")
-        return deps + [v] if isinstance(v, LayerBase) else deps
 
 
 # ---------------------------------------------------------------------------------------------------------------

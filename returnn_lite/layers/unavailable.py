@@ -14,6 +14,7 @@ from .base import LayerBase
 
 class _UnavailableLayer(LayerBase):
     _why = ""
+    accepts_any_options = True  # refused as a whole (transform_config_dict), whatever the options
 
     @classmethod
     def transform_config_dict(cls, d, network, get_layer):

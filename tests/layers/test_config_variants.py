@@ -123,3 +123,48 @@ def test_merge_dims_n_out_is_the_feature_dim():
     with pytest.raises(Exception, match="n_out=5 does not match the output feature dim 3"):
         _run({"output": {"class": "merge_dims", "axes": "spatial", "n_out": 5, "from": "data"}},
              {"data": {"shape": (None, 4, 3)}})
+
+
+def _rec_outputs(net_dict, extern_data, optimize, params=None, seq_lens=(5, 3)):
+    net_dict = {k: dict(v, optimize_move_layers_out=optimize) if v.get("class") == "rec" else v
+                for k, v in net_dict.items()}
+    with tf.Graph().as_default():
+        net = build_network(net_dict, extern_data)
+        with tf1.Session() as session:
+            session.run(tf1.global_variables_initializer())
+            for p in net.get_params_list():
+                if params is not None:
+                    p.load(params[p.op.name], session)
+            feed = random_feed(net, list(seq_lens))
+            out = session.run(net.get_default_output_layer().output.copy_as_batch_major().placeholder, feed_dict=feed)
+            return out, {p.op.name: v for p, v in zip(net.get_params_list(), session.run(net.get_params_list()))}
+
+
+def test_masked_computation_unmask_in_rec_loop_optimized():
+    unit = {
+        "const1": {"class": "constant", "value": 1, "with_batch_dim": True},
+        "mask": {"class": "eval", "from": [":i", "const1"], "out_type": {"dtype": "bool"},
+                 "eval": "tf.equal(source(0) % 2, source(1))"},
+        "masked": {"class": "masked_computation", "from": "data:source", "mask": "mask", "unit": {
+            "class": "subnetwork", "from": "data", "subnetwork": {
+                "input0": {"class": "cast", "from": "data", "dtype": "float32"},
+                "input1": {"class": "expand_dims", "axis": "f", "from": "input0"},
+                "output": {"class": "cumsum", "from": "input1"}}}},
+        "unmask": {"class": "unmask", "from": "masked", "mask": "mask"},
+        "output": {"class": "squeeze", "from": "unmask", "axis": "f"}}
+    net_dict = {"output": {"class": "rec", "from": "data", "unit": unit}}
+    extern_data = {"data": {"dim": 20, "sparse": True}}
+    ref, _ = _rec_outputs(net_dict, extern_data, optimize=False)
+    out, _ = _rec_outputs(net_dict, extern_data, optimize=True)
+    np.testing.assert_allclose(out, ref)
+
+
+def test_window_in_subnetwork_in_rec_unit_optimized():
+    net_dict = {"output": {"class": "rec", "from": "data", "unit": {
+        "sub": {"class": "subnetwork", "from": "data:source", "subnetwork": {
+            "win": {"class": "window", "window_size": 3, "from": "data"},
+            "output": {"class": "merge_dims", "axes": "except_batch", "from": "win"}}},
+        "output": {"class": "linear", "n_out": 4, "from": ["sub", "prev:output"]}}}}
+    ref, params = _rec_outputs(net_dict, {"data": {"dim": 3}}, optimize=False)
+    out, _ = _rec_outputs(net_dict, {"data": {"dim": 3}}, optimize=True, params=params)
+    np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-6)

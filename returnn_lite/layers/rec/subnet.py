@@ -553,7 +553,7 @@ class RecSubnetLoop:
         self.outside_net = outside
 
         def get_outside(ref):
-            if ref in tpl.templates:
+            if ref in tpl.templates or (ref in self.unit and "/" in ref):  # "/": a flattened subnetwork sub-layer
                 return outside.construct_layer(self.unit, ref, get_layer=get_outside)
             if "/" in ref and ref.split("/", 1)[0] in tpl.templates:  # e.g. split/0
                 return self._get_sub_layer(get_outside, ref)
@@ -672,11 +672,12 @@ class RecSubnetLoop:
                                                                               placeholder=i))
                 elif ref in unit:
                     return loop.construct_layer(unit, ref, get_layer=get_loop)
-                elif "/" in ref and ref.split("/", 1)[0] in full:  # sub-layer of a moved-out layer: its frame
+                elif "/" in ref and ref not in self.unit and ref.split("/", 1)[0] in full:  # sub-layer of a
+                    # moved-out layer: its frame (flattened subnetwork layers "S/X" are unit layers themselves)
                     sub = self._get_sub_layer(lambda r: full[r], ref)
                     res = self._frame_layer(ref, sub.output, frame_source, i, loop) if _frame_template(
                         sub.output, time_dim) is not None else sub
-                elif "/" in ref and ref.split("/", 1)[0] in unit:  # e.g. split/0
+                elif "/" in ref and ref not in self.unit and ref.split("/", 1)[0] in unit:  # e.g. split/0
                     res = self._get_sub_layer(get_loop, ref)
                 elif ref in full:  # moved out: its frame (or itself, if it does not have the loop's time axis)
                     res = self._frame_layer(ref, full[ref].output, frame_source, i, loop) if _frame_template(
