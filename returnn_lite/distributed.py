@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 
 import tensorflow as tf
 from tensorflow.python.ops import collective_ops
@@ -254,11 +253,3 @@ class Collectives:
         with tf.device(self.setup.device):
             return tf.group(self.all_reduce(tf.constant(0.0)), name="barrier")
 
-
-def log_prefix_notice(setup):
-    """``[rank r/N]``."""
-    return "[rank %i/%i]" % (setup.rank, setup.size)
-
-
-def stderr(msg):
-    print(msg, file=sys.stderr, flush=True)
