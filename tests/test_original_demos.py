@@ -24,6 +24,7 @@ CONSTRUCT = {
     "demo-tf-attention.config": None,
     "demo-tf-vanilla-lstm.12ax.config": 822,
     "demo-pretrain.config": None,
+    "demo-tf-att-copy.config": None,
 }
 FAIL_CLEARLY = {
     "demo-hyper-param-tuning.config": r"HyperParam placeholder.*hyper-parameter tuning",
