@@ -28,6 +28,10 @@ CONSTRUCT = {
     "demo-tf-native-lstm2.12ax.config": 822,
     "demo-tf-rec-explicit-rnn.config": 642,
     "demo-tf-maxgradnorm-lstm.12ax.config": 822,
+    "demo-tf-native-lstm.12ax.config": 822,
+    "demo-tf-native-lstm-lowmem.12ax.config": 822,
+    "demo-tf-native-lstm2.12ax.tuned.config": 8082,
+    "demo-fwd.config": 9,
 }
 FAIL_CLEARLY = {
     "demo-hyper-param-tuning.config": r"HyperParam placeholder.*hyper-parameter tuning",
