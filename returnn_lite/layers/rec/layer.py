@@ -557,7 +557,7 @@ class MaskedSelectLayer(LayerBase):
 class UnmaskLayer(LayerBase):
     """Inverse of masked_computation. Inside a rec loop the masked output is already kept on unmasked frames.
     :param mask: layer with the bool mask used by the masked computation
-    :param skip_initial: inside a rec loop: skip the initial output frame
+    :param skip_initial: the masked computation had no initial output: frames before the first masked one take the first masked output (not zeros)
     """
 
     layer_class = "unmask"
