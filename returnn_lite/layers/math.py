@@ -157,7 +157,7 @@ def reduce_tensor(data, mode, axes, keep_dims=False, use_time_mask=None):
 
 class ReduceLayer(ConcatInputLayer):
     """Reduce axes with sum, max, min, mean (avg), logsumexp, any, all, argmax, argmin.
-    :param mode: reduce function: "sum", "max", "min", "mean", "logsumexp", "prod", "any", "all", "argmax", "argmin" (required)
+    :param mode: reduce function: "sum", "max", "min", "mean" (or "avg"), "logsumexp", "any", "all", "argmax", "argmin"
     :param axes: axis or list of axes to reduce (Dim, "T", "F", "B", "spatial", ...)
     :param axis: alias for axes, for compatibility; give only one of both
     :param keep_dims: keep the reduced axes with dimension 1
@@ -193,7 +193,7 @@ class ReduceLayer(ConcatInputLayer):
 
 class ReduceOutLayer(ConcatInputLayer):
     """Split the feature axis into (dim // num_pieces, num_pieces) and reduce the pieces (e.g. maxout).
-    :param mode: "sum", "max" or "mean": how the pieces of the feature axis are combined
+    :param mode: "sum", "max" or "mean" ("avg"): how the pieces of the feature axis are combined
     :param num_pieces: the feature dim is split into this many consecutive pieces, reduced to feature_dim // num_pieces
     :param out_dim: the output feature Dim (default: a new dim of size feature_dim // num_pieces)
     """
@@ -689,12 +689,12 @@ class VariableLayer(LayerBase):
     """A trainable variable <layer>/<layer>, optionally with a batch axis (tiled) and a size-1 time axis.
     :param shape: shape of the variable (ints or Dims), without batch/time (required)
     :param dtype: dtype of the variable
-    :param add_batch_axis: add a broadcast batch axis in front
-    :param add_time_axis: add a time axis of length 1 (not together with a static time dim)
-    :param init: initializer of the variable (name, number, or config string; default glorot_uniform / zeros)
+    :param add_batch_axis: add a batch axis in front (the variable tiled over the batch)
+    :param add_time_axis: add a time axis of length 1 in front
+    :param init: initializer of the variable (name, number, or config string; default: zeros)
     :param init_by_layer: name of a layer whose output initializes the variable (instead of init)
-    :param param_name: name of the variable in the checkpoint (default: "param")
-    :param non_critical_for_restore: when True, a missing value in a checkpoint is not an error
+    :param param_name: name of the variable in the checkpoint (default: the layer name)
+    :param non_critical_for_restore: a missing value in a checkpoint is no error; refused (only False)
     """
 
     layer_class = "variable"
