@@ -81,9 +81,9 @@ class SelfAttentionLayer(ConcatInputLayer):
     :param forward_weights_init: initializer of the fused QKV projection
     :param attention_dropout: dropout on the attention weights, in training
     :param attention_left_only: causal masking: each frame attends only to itself and the past (required inside rec)
-    :param initial_state: initial keys/values state inside a rec loop (default: empty)
+    :param initial_state: initial keys/values state inside a rec loop: only None/"zeros" (empty history)
     :param restrict_state_to_last_seq: keep only the last sequence's keys/values as state; refused
-    :param state_var_lengths: layer/callable with the lengths of the initial state's keys/values
+    :param state_var_lengths: lengths of the initial state's keys/values; refused (only None)
     """
 
     layer_class = "self_attention"
@@ -377,7 +377,7 @@ class CumConcatLayer(ConcatInputLayer):
     (batch-major output [B, t+1, ...], state ``state``). Outside the loop (optimized out): the input over the
     whole sequence, with the rec time axis replaced by ``out_spatial_dim``.
     :param out_spatial_dim: the Dim of the accumulated axis (required inside a rec loop)
-    :param axis: outside a rec loop: the input axis that becomes out_spatial_dim
+    :param axis: outside a rec loop: the input axis that becomes out_spatial_dim; refused (only None)
     """
 
     layer_class = "cum_concat"

@@ -187,7 +187,7 @@ class MultiChannelMultiResolutionStftLayer(ConcatInputLayer):
     :param frame_sizes: list of window sizes, one per resolution
     :param fft_sizes: list of FFT sizes, one per resolution
     :param window: window function, e.g. "hanning"
-    :param use_rfft: use the real FFT (only the non-redundant half)
+    :param use_rfft: use the real FFT (only the non-redundant half); False is refused
     :param nr_of_channels: number of input channels (the input's feature dim)
     :param pad_last_frame: pad the signal so that the last partial frame is kept
     """

@@ -76,7 +76,7 @@ class SubnetworkLayer(LayerBase):
     or with concat_sources=False also ``data:<source name>`` and ``data:0`` .. ``data:<n-1>``. The sub layer
     ``output`` is the output; ``base:NAME`` refers to the parent network.
     :param subnetwork: dict of the sub layers (required); its "output" layer is the output
-    :param concat_sources: concatenate the sources as "data" of the subnetwork (else data:0, data:1, ...)
+    :param concat_sources: concatenate the sources as "data" of the subnetwork (else data:0, data:1, ...; not inside a rec unit)
     :param load_on_init: checkpoint file (or dict with filename/prefix) to load the sub layers' params from
     :param dropout: dropout rate applied to the subnetwork's input data
     :param dropout_noise_shape: noise shape of that dropout (dict axis -> None for broadcast)
@@ -300,7 +300,7 @@ class HDFDumpLayer(LayerBase):
     :param dump_whole_batches: dump one sequence per batch (whole batch) instead of per sequence
     :param labels: list of label names written to the file (sparse output)
     :param extend_existing_file: append to an existing file instead of overwriting it
-    :param dump_per_run: write one file per run (filename gets the run suffix)
+    :param dump_per_run: write one file per run; refused (only False)
     """
 
     layer_class = "hdf_dump"
