@@ -73,8 +73,9 @@ class DistributedTraining:
         return lambda grads: self.collectives.all_reduce_list(grads, "sum")
 
     def new_graph(self):
-        """Call at the start of a graph construction (before the updater)."""
-        self.collectives = Collectives(self.setup)
+        """Call at the start of a graph construction (before the updater). Instance keys continue over graphs
+        (e.g. a network rebuilt for pretraining), so no key is used by two different collectives."""
+        self.collectives = Collectives(self.setup, self.collectives.next_instance_key if self.collectives else 1)
 
     def build(self):
         """Call in the graph after the updater: the remaining collective ops."""
