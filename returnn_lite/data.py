@@ -578,8 +578,11 @@ class Data(TensorFrontendMixin):
             return [t] if t is not None else self._axes_fail(axes)
         if a == "t?":
             return [t] if t is not None else []
-        if a in ("f", "feature", "non_spatial"):
+        if a in ("f", "feature"):
             return self.get_feature_batch_axes() or self._axes_fail(axes)
+        if a == "non_spatial":  # the original's old meaning: all static non-batch axes (the feature axes of old)
+            res = [i for i, d in enumerate(self.dims) if i != b and d.dimension is not None]
+            return res or self.get_feature_batch_axes() or self._axes_fail(axes)
         if a == "spatial":
             return self.get_spatial_batch_axes()
         if a == "spatial_except_time":

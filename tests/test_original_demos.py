@@ -24,6 +24,14 @@ CONSTRUCT = {
     "demo-tf-attention.config": None,
     "demo-tf-vanilla-lstm.12ax.config": 822,
     "demo-pretrain.config": None,
+    "demo-tf-att-copy.config": None,
+    "demo-tf-native-lstm2.12ax.config": 822,
+    "demo-tf-rec-explicit-rnn.config": 642,
+    "demo-tf-maxgradnorm-lstm.12ax.config": 822,
+    "demo-tf-native-lstm.12ax.config": 822,
+    "demo-tf-native-lstm-lowmem.12ax.config": 822,
+    "demo-tf-native-lstm2.12ax.tuned.config": 8082,
+    "demo-fwd.config": 9,
 }
 FAIL_CLEARLY = {
     "demo-hyper-param-tuning.config": r"HyperParam placeholder.*hyper-parameter tuning",
@@ -89,3 +97,24 @@ def test_engine_init_network_from_config():
         assert net.get_num_params() == 822 and net.losses_dict
     finally:
         engine.close()
+
+
+def test_unroll_checks_max_seq_len():
+    # unroll=True (demo-tf-maxgradnorm-lstm): same numbers as the loop; a sequence longer than max_seq_len fails
+    import numpy as np
+    config = Config()
+    config.update({"extern_data": {"data": {"dim": 3}, "classes": {"dim": 2, "sparse": True}}})
+    with tf.Graph().as_default():
+        net = TFNetwork(config=config, train_flag=False)
+        net.construct_from_dict({
+            "fw0": {"class": "rec", "unit": "BasicLSTM", "unroll": True, "max_seq_len": 4, "n_out": 5},
+            "output": {"class": "softmax", "loss": "ce", "from": "fw0"}})
+        data = net.extern_data.data["data"]
+        with tf.compat.v1.Session() as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            out = session.run(net.get_default_output_layer().output.placeholder, feed_dict={
+                data.placeholder: np.ones((1, 4, 3), "float32"), data.get_sequence_lengths(): [4]})
+            assert out.shape[:2] == (1, 4) or out.shape[:2] == (4, 1)
+            with pytest.raises(tf.errors.InvalidArgumentError, match="max_seq_len=4"):
+                session.run(net.get_default_output_layer().output.placeholder, feed_dict={
+                    data.placeholder: np.ones((1, 5, 3), "float32"), data.get_sequence_lengths(): [5]})

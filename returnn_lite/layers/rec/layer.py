@@ -213,7 +213,10 @@ class RecLayer(_CellMixin, ConcatInputLayer):
         self.final_state = None
         self.subnet = None
         self._param_inits = {"forward": forward_weights_init, "recurrent": recurrent_weights_init, "bias": bias_init}
-        for opt, value in (("unroll", unroll), ("debug", debug), ("axis", axis), ("in_dim", in_dim),
+        if unroll and not (isinstance(unit, str) and isinstance(max_seq_len, int) and max_seq_len > 0):
+            raise NotImplementedError("rec layer %r: option unroll=True needs a cell unit and an int max_seq_len "
+                                      "(got unit=%r, max_seq_len=%r)" % (self.name, unit, max_seq_len))
+        for opt, value in (("debug", debug), ("axis", axis), ("in_dim", in_dim),
                            ("out_dim", out_dim)):
             if value not in (None, False):
                 raise NotImplementedError("rec layer %r: option %s=%r is not supported" % (self.name, opt, value))
@@ -240,6 +243,15 @@ class RecLayer(_CellMixin, ConcatInputLayer):
             if direction not in (None, 1, -1):
                 raise ValueError("direction must be 1 or -1, got %r" % (direction,))
             self._build_cell(_cells.get_cell_class(unit), unit_opts, initial_state, direction or 1, "rec/", False)
+            if unroll and self.output.time_dim_axis is not None and not self._is_per_step(self.output):
+                # unroll: the original unrolls statically over max_seq_len steps; same numbers as the loop, and
+                # (as there) a sequence longer than max_seq_len is an error
+                n_time = tf.shape(self.output.placeholder)[self.output.time_dim_axis]
+                check = tf.debugging.assert_less_equal(
+                    n_time, max_seq_len, message="rec layer %r: unroll=True: time longer than max_seq_len=%i" % (
+                        self.name, max_seq_len))
+                with tf.control_dependencies([check]):
+                    self.output.placeholder = tf.identity(self.output.placeholder)
             if back_prop is False:  # no gradient through the loop (as tf.while_loop(back_prop=False))
                 self.output.placeholder = tf.stop_gradient(self.output.placeholder)
                 self.final_state = {k: tf.stop_gradient(v) for k, v in self.final_state.items()}
