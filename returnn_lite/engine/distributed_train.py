@@ -31,6 +31,9 @@ def setup_distributed_training(engine, error_cls):
         raise error_cls(str(exc)) from None
     if setup is None:
         return None
+    if engine.config.value("backend", "tensorflow") != "tensorflow":
+        raise error_cls("distributed (use_horovod / TF_CONFIG with %i workers): only backend 'tensorflow' is "
+                        "supported, got backend %r" % (setup.size, engine.config.value("backend", None)))
     if engine.task != "train":
         raise error_cls("distributed (use_horovod / TF_CONFIG with %i workers): only task train is supported, "
                         "got task %r; run it with one process" % (setup.size, engine.task))
