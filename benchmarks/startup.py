@@ -84,7 +84,11 @@ def lite_big():
     extern_data.init_from_config(config)
     net = TFNetwork(config=config, extern_data=extern_data, train_flag=train_flag, eval_flag=True)
     net.construct_from_dict(config.typed_value("network"))
+    _LAST_NET[:] = [net]
     return net.get_objective
+
+
+_LAST_NET = []
 
 
 def lite_blstm(layers=4, units=256):
@@ -290,11 +294,44 @@ def first_step_times(repeat, tmp):
     return min(lite), min(plain)
 
 
+def grappler_first_run(repeat):
+    """big_construct training step: first session.run (s wall) with TF's default Grappler vs meta optimizer off."""
+    import numpy as np
+
+    graph = tf.Graph()
+    with graph.as_default():
+        tf1.set_random_seed(1)
+        loss = lite_big()()
+        train_op = tf1.train.AdamOptimizer(1e-4).minimize(loss)
+        init = tf1.global_variables_initializer()
+        data, classes = _LAST_NET[0].extern_data.get_data("data"), _LAST_NET[0].extern_data.get_data("classes")
+        rng = np.random.RandomState(1)
+        feed = {data.placeholder: rng.randn(10, 50, 40).astype("float32"), data.size_placeholder[0]: [50] * 10,
+                classes.placeholder: rng.randint(1, 1000, (10, 10)).astype("int32"),
+                classes.size_placeholder[0]: [10] * 10, graph._returnn_lite_train_flag: True}
+        res = {"default": [], "off": []}
+        for _ in range(repeat):
+            for mode in res:
+                config = tf1.ConfigProto(intra_op_parallelism_threads=2, inter_op_parallelism_threads=2)
+                config.graph_options.rewrite_options.disable_meta_optimizer = mode == "off"
+                with tf1.Session(graph=graph, config=config) as session:
+                    session.run(init)
+                    t0 = time.perf_counter()
+                    session.run(train_op, feed)
+                    t1 = time.perf_counter()
+                    session.run(train_op, feed)
+                    res[mode].append((t1 - t0, time.perf_counter() - t1))
+    print("== big_construct first session.run of a training step (wall s, min of %i): Grappler default %.2f "
+          "(next step %.2f), meta optimizer off %.2f (next step %.2f)" % (
+              repeat, *min(res["default"]), *min(res["off"])))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--only", choices=["big", "blstm"])
     ap.add_argument("--no-first-step", action="store_true")
+    ap.add_argument("--grappler", action="store_true", help="also time Grappler at the first step of big_construct")
     args = ap.parse_args()
     models = {"big": (lite_big, plain_big), "blstm": (lite_blstm, plain_blstm)}
     if args.only:
@@ -327,6 +364,8 @@ def main():
         print("== BLSTM 4x256 process start -> first training step (wall s, min of %i)" % args.repeat)
         print("returnn_lite CLI %.2f, plain TF %.2f, difference %.2f s, ratio %.2f" % (
             lite_t, plain_t, lite_t - plain_t, lite_t / plain_t))
+    if args.grappler:
+        grappler_first_run(args.repeat)
     print("goals: big forward <= 1.2x, gradients <= 1.2x, ops <= 1.1x; BLSTM gradients <= 1.0x; "
           "first step <= plain + 1.5 s")
 

@@ -340,7 +340,13 @@ class Engine:
 
     def _session_config(self):
         opts = dict(self.config.typed_value("tf_session_opts", None) or {})
-        return tf1.ConfigProto(**opts)
+        session_config = tf1.ConfigProto(**opts)
+        if "graph_options" not in opts and not self.config.bool("tf_grappler", False):
+            # Grappler's rewrite of a big graph at the first session.run costs more than it saves (issue 19,
+            # benchmarks/startup.py: big_construct first step 25-38 s -> 6-10 s, later steps not slower);
+            # config tf_grappler=True (or tf_session_opts graph_options) keeps TF's default
+            session_config.graph_options.rewrite_options.disable_meta_optimizer = True
+        return session_config
 
     def close_session(self):
         if self.session is not None:
