@@ -495,6 +495,9 @@ def make_parser():
     s.add_argument("--atol", type=float, default=0.0, help="ignore differences up to this (default 0: exact)")
     s.add_argument("--params-only", action="store_true", help="ignore optimizer state and the global step")
     s.set_defaults(func=cmd_diff)
+    from .torch.checkpoint_conversion import add_subcommands as _add_torch_subcommands  # rf layers <-> torch
+
+    _add_torch_subcommands(sub)
     return p
 
 

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 
 import tensorflow as tf
 from tensorflow.python.ops import collective_ops
@@ -202,6 +201,27 @@ class Collectives:
                 tensor, self.setup.size, self.GROUP_KEY, self._instance_key(), merge_op="Add",
                 final_op="Div" if op == "mean" else "Id", timeout=self.setup.timeout)
 
+    def all_reduce_list(self, tensors, op="sum"):
+        """``all_reduce`` of several tensors as ONE collective per dtype (flattened and concatenated): one
+        round trip per step instead of one per tensor."""
+        tensors = [tf.convert_to_tensor(t) for t in tensors]
+        out = [None] * len(tensors)
+        by_dtype = {}
+        for i, t in enumerate(tensors):
+            by_dtype.setdefault(t.dtype.base_dtype, []).append(i)
+        for idxs in by_dtype.values():
+            if len(idxs) == 1:
+                out[idxs[0]] = self.all_reduce(tensors[idxs[0]], op)
+                continue
+            with tf.device(self.setup.device):
+                flat = tf.concat([tf.reshape(tensors[i], [-1]) for i in idxs], axis=0)
+                reduced = self.all_reduce(flat, op)
+                parts = tf.split(reduced, [tf.size(tensors[i]) for i in idxs])
+                for i, part in zip(idxs, parts):
+                    out[i] = tf.reshape(part, tf.shape(tensors[i]))
+                    out[i].set_shape(tensors[i].shape)
+        return out
+
     def broadcast(self, tensor):
         """Rank 0's value of ``tensor`` (static shape) on every worker."""
         tensor = tf.convert_to_tensor(tensor)
@@ -224,22 +244,12 @@ class Collectives:
 
     def average_variables_op(self, variables):
         """One op that sets every (float) variable to the mean over the workers."""
-        ops = []
-        for v in variables:
-            if v.dtype.base_dtype.is_floating:
-                ops.append(v.assign(self.all_reduce(v.read_value(), "mean"), read_value=False))
-        return tf.group(*ops, name="average_params")
+        variables = [v for v in variables if v.dtype.base_dtype.is_floating]
+        means = self.all_reduce_list([v.read_value() for v in variables], "mean")
+        return tf.group(*[v.assign(m, read_value=False) for v, m in zip(variables, means)], name="average_params")
 
     def barrier_op(self):
         """Completes only when every worker has run it."""
         with tf.device(self.setup.device):
             return tf.group(self.all_reduce(tf.constant(0.0)), name="barrier")
 
-
-def log_prefix_notice(setup):
-    """``[rank r/N]``."""
-    return "[rank %i/%i]" % (setup.rank, setup.size)
-
-
-def stderr(msg):
-    print(msg, file=sys.stderr, flush=True)

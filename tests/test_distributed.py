@@ -125,7 +125,12 @@ def test_shard_and_seed_offset_distribution():
     assert orders[0] != orders[1] and sorted(orders[0]) == sorted(orders[1]) == list(range(11))
 
 
-def test_setup_from_tf_config_and_config_keys(monkeypatch):
+def test_setup_from_tf_config_and_config_keys(monkeypatch, capsys):
+    monkeypatch.setenv("TF_CONFIG", '{"cluster": {"worker": ["127.0.0.1:1", "127.0.0.1:2"]}, '
+                                    '"task": {"type": "worker", "index": 0}}')
+    setup = get_distributed_setup(Config({"use_horovod": True}), log=Log(verbosity=3))
+    assert (setup.rank, setup.size, setup.reduce_type, setup.dataset_distribution) == (0, 2, "grad", "shard")
+    assert capsys.readouterr().out.count("notice: use_horovod = True") == 1
     monkeypatch.setenv("TF_CONFIG", '{"cluster": {"worker": ["127.0.0.1:1", "127.0.0.1:2"]}, '
                                     '"task": {"type": "worker", "index": 1}}')
     setup = get_distributed_setup(Config({"horovod_reduce_type": "param", "horovod_param_sync_step": 3}))

@@ -70,7 +70,7 @@ class DistributedTraining:
         """For the updater: grads -> grads summed over the workers (``"grad"`` mode), else None."""
         if self.setup.reduce_type != "grad":
             return None
-        return lambda grads: [self.collectives.all_reduce(g, "sum") for g in grads]
+        return lambda grads: self.collectives.all_reduce_list(grads, "sum")
 
     def new_graph(self):
         """Call at the start of a graph construction (before the updater)."""

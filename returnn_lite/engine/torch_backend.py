@@ -17,6 +17,7 @@ learning-rate control, logging, checkpoint/resume protocol); it only replaces th
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import tempfile
@@ -115,6 +116,10 @@ class TorchEngine(Engine):
         if config.has("network"):
             raise EngineError("backend = \"torch\" runs rf configs (get_model/train_step), not a layer dict "
                               "'network' (use backend = \"tensorflow\")")
+        if config.has("distributed") or config.bool("use_horovod", False) or \
+                len(json.loads(os.environ.get("TF_CONFIG") or "{}").get("cluster", {}).get("worker", [])) > 1:
+            raise EngineError("backend = \"torch\": distributed training (distributed / use_horovod / TF_CONFIG) is "
+                              "not supported on the torch backend; run one process")
         self.model = None
         self.pt_module = None
         self.optimizer = None
@@ -158,8 +163,6 @@ class TorchEngine(Engine):
         return None  # the model is the config's get_model
 
     def _build_graph(self, net_dict, dataset, train):
-        import torch
-
         from .. import frontend as rf
         from ..tensor.tensor_dict import TensorDict
         from ..torch.frontend import rf_module_to_pt_module
@@ -189,7 +192,6 @@ class TorchEngine(Engine):
         n = sum(p.numel() for p in self.pt_module.parameters())
         self.log.v4("Model (torch backend): %i params %s, data keys %s" % (
             n, [name for name, _ in self.pt_module.named_parameters()], self.data_keys))
-        del torch
 
     def _check_dataset_keys(self, dataset):
         missing = [k for k in self.data_keys if k not in set(dataset.get_data_keys())]
@@ -251,7 +253,8 @@ class TorchEngine(Engine):
             for name, loss in ctx.losses.items():
                 inv = loss.get_inv_norm_factor()
                 inv = float(inv.raw_tensor.detach()) if hasattr(inv, "raw_tensor") else float(inv)
-                results[("error:" if loss.as_error else "cost:") + name] = float(loss.get_summed_loss().raw_tensor.detach())
+                summed = float(loss.get_summed_loss().raw_tensor.detach())
+                results[("error:" if loss.as_error else "cost:") + name] = summed
                 results["loss_norm_factor:" + name] = 1.0 / inv if inv else 0.0
             if not ctx.losses:
                 raise EngineError("train_step marked no loss (use Tensor.mark_as_loss)")

@@ -33,10 +33,15 @@ def dims_str(dims):
     return "[%s]" % ", ".join(d.short_repr() for d in dims)
 
 
-def is_tensor(x):
-    from ..data import Data
+_DATA = []  # the Data class, imported on first use (import cycle); cached: is_tensor runs several times per rf op
 
-    return isinstance(x, Data)
+
+def is_tensor(x):
+    if not _DATA:
+        from ..data import Data
+
+        _DATA.append(Data)
+    return isinstance(x, _DATA[0])
 
 
 def as_dims(axis):
@@ -60,6 +65,8 @@ def check_dims_in(func, tensor, dims, what="axis"):
 def broadcast_dims(func, tensors, allow_broadcast_all_sources=False, dim_order=None):
     """Dims of the result of an elementwise op: the union; unless allowed, one operand must have all of them."""
     tensors = [t for t in tensors if is_tensor(t)]
+    if len(tensors) == 2 and tensors[0].dims == tensors[1].dims and dim_order is None:
+        return list(tensors[0].dims)  # fast path: same dims (the common case)
     out = []
     for t in tensors:
         for d in t.dims:

@@ -204,6 +204,13 @@ def test_error_param_of_module_outside_model():
     _expect_error(step, "not part of the model returned by get_model", extern_data=extern_data)
 
 
+def test_select_backend_torch():
+    pytest.importorskip("torch")
+    rf.select_backend_torch()
+    assert rf.get_selected_backend().name == "torch"
+    rf.select_backend_returnn_layers_tf()
+
+
 def test_concat_dynamic_dims():
     t1, t2, f = Dim(None, name="t1"), Dim(None, name="t2"), Dim(2, name="f")
     extern_data = {"a": {"dims": (batch_dim, t1, f), "dtype": "float32"},

@@ -206,3 +206,57 @@ def test_random_state_is_seedable():
     rf.set_random_seed(3)
     torch.testing.assert_close(rf.random_normal([d]).raw_tensor, v1)
     torch.testing.assert_close(v2, v3)
+
+
+def test_concat_dynamic_dims():
+    rf.select_backend_torch()
+    t1, t2, f = Dim(None, name="t1"), Dim(None, name="t2"), Dim(2, name="f")
+    batch_dim.dyn_size_ext = Tensor("b", dims=[], dtype="int32", raw_tensor=torch.tensor(2, dtype=torch.int32))
+    t1.dyn_size_ext = Tensor("s1", dims=[batch_dim], dtype="int32", raw_tensor=torch.tensor([3, 1], dtype=torch.int32))
+    t2.dyn_size_ext = Tensor("s2", dims=[batch_dim], dtype="int32", raw_tensor=torch.tensor([2, 1], dtype=torch.int32))
+    a = np.arange(12).reshape(2, 3, 2).astype("float32")
+    b = -np.arange(1, 9).reshape(2, 2, 2).astype("float32")
+    y, d = rf.concat((Tensor("a", dims=[batch_dim, t1, f], dtype="float32", raw_tensor=torch.tensor(a)), t1),
+                     (Tensor("b", dims=[batch_dim, t2, f], dtype="float32", raw_tensor=torch.tensor(b)), t2))
+    assert d.dyn_size_ext.raw_tensor.tolist() == [5, 2]
+    res = y.raw_tensor.numpy()
+    np.testing.assert_array_equal(res[0], np.concatenate([a[0], b[0]]))
+    np.testing.assert_array_equal(res[1, :2], np.concatenate([a[1, :1], b[1, :1]]))
+    for dim in (t1, t2, batch_dim):
+        dim.reset_eager()
+
+
+def test_scan_and_while_loop_eager():
+    rf.select_backend_torch()
+    t, feat, hid = Dim(None, name="t"), Dim(3, name="feat"), Dim(4, name="hid")
+    batch_dim.dyn_size_ext = Tensor("b", dims=[], dtype="int32", raw_tensor=torch.tensor(2, dtype=torch.int32))
+    t.dyn_size_ext = Tensor("s", dims=[batch_dim], dtype="int32", raw_tensor=torch.tensor([4, 2], dtype=torch.int32))
+    xv = np.random.RandomState(4).randn(2, 4, 3).astype("float32")
+    x = Tensor("x", dims=[batch_dim, t, feat], dtype="float32", raw_tensor=torch.tensor(xv))
+    lstm = rf.LSTM(feat, hid)
+
+    def body(x_t, s):
+        acc = s["acc"] + x_t
+        y_t, st = lstm(x_t, state=s["lstm"], spatial_dim=rf.single_step_dim)
+        return (acc, y_t), {"acc": acc, "lstm": st}
+
+    initial = {"acc": rf.zeros([batch_dim, feat]), "lstm": lstm.default_initial_state(batch_dims=[batch_dim])}
+    (acc, ys), last, _ = rf.scan(spatial_dim=t, xs=x, initial=initial, ys=None, body=body)
+    y_ref, st_ref = lstm(x, state=lstm.default_initial_state(batch_dims=[batch_dim]), spatial_dim=t)
+    np.testing.assert_allclose(acc.copy_transpose([batch_dim, t, feat]).raw_tensor.numpy()[0],
+                               np.cumsum(xv[0], axis=0), rtol=1e-5)
+    np.testing.assert_allclose(last["acc"].raw_tensor.numpy(), [xv[0].sum(0), xv[1, :2].sum(0)], rtol=1e-5)
+    ys_np = ys.copy_transpose([batch_dim, t, hid]).raw_tensor.detach().numpy()
+    ref = y_ref.copy_transpose([batch_dim, t, hid]).raw_tensor.detach().numpy()
+    np.testing.assert_allclose(ys_np[0], ref[0], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(ys_np[1, :2], ref[1, :2], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(last["lstm"]["h"].raw_tensor.detach().numpy(),
+                               st_ref["h"].copy_transpose([batch_dim, hid]).raw_tensor.detach().numpy(), rtol=1e-5)
+    out = rf.while_loop(lambda s: s["i"] < 3, lambda s: {"i": s["i"] + 1, "x": s["x"] * 2.0},
+                        {"i": rf.convert_to_tensor(0), "x": last["acc"]})
+    assert int(out["i"].raw_tensor) == 3
+    np.testing.assert_allclose(out["x"].raw_tensor.numpy(), last["acc"].raw_tensor.numpy() * 8, rtol=1e-6)
+    with pytest.raises(rf.FrontendError, match="rf.Loop.*torch backend"):
+        rf.Loop(axis=t)
+    for d in (t, batch_dim):
+        d.reset_eager()

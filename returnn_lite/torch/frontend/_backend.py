@@ -43,19 +43,11 @@ def _new(name, dims, raw, sparse_dim=None, dtype=None):
     return t
 
 
-def _raw(t):
-    raw = t.placeholder
-    if not isinstance(raw, torch.Tensor):
-        raise FrontendError("rf at %s: tensor %r has a raw tensor of type %s, not a torch.Tensor (torch backend)" % (
-            call_site(), t.name, type(raw).__name__))
-    return raw
-
-
 def _align(t, out_dims):
     """t's raw tensor permuted/unsqueezed to broadcast against out_dims (which contain all of t's dims)."""
     dims = t.dims
     x = t.placeholder
-    if len(dims) == len(out_dims) and all(a is b for a, b in zip(dims, out_dims)):
+    if dims is out_dims or (len(dims) == len(out_dims) and dims == tuple(out_dims)):
         return x
     own = list(dims)
     perm = []
@@ -86,7 +78,7 @@ def _operand(v, out_dims):
 def _union_dims(values):
     """Output dims of a broadcasting op: the dims of the operand with most dims, then the others (as rf)."""
     tensors = [v for v in values if is_tensor(v)]
-    if len(tensors) == 1:
+    if len(tensors) == 1 or (len(tensors) == 2 and tensors[0].dims == tensors[1].dims):
         return tensors[0].dims
     big = max(tensors, key=lambda t: len(t.dims))
     out = list(big.dims)
@@ -533,10 +525,8 @@ class TorchBackend(Backend):
             for d in x.dims:
                 if d not in dims and all(d != a for _, a in sources):
                     dims.append(d)
-        for _, a in sources:
-            if a.dimension is None:
-                raise FrontendError("rf.concat at %s: concatenating dynamic dims (%s) is not supported" % (
-                    call_site(), a.short_repr()))
+        if any(_is_dyn(a) for _, a in sources):
+            return _concat_dynamic(sources, dims, out_dim, allow_broadcast)
         oidx = dims.index(out_dim)
         shape = [_dim_len(d) if d != out_dim else -1 for d in dims]
         parts = []
@@ -836,7 +826,8 @@ class TorchBackend(Backend):
         rest = [d for d in source.dims if d not in in_spatial_dims]
         feat = source.feature_dim if source.feature_dim in rest and not source.feature_dim.is_batch_dim() else None
         if feat is None:
-            raise FrontendError("rf.pool at %s: the input %s needs a feature dim" % (call_site(), dims_str(source.dims)))
+            raise FrontendError("rf.pool at %s: the input %s needs a feature dim" % (
+                call_site(), dims_str(source.dims)))
         n = len(in_spatial_dims)
         x, batch_like, shape_b = _to_nc(source, feat, in_spatial_dims)
         pool_size, strides, dilation_rate = tuple(pool_size), tuple(strides), tuple(dilation_rate)
@@ -916,6 +907,55 @@ class TorchBackend(Backend):
                 return loop_vars
             loop_vars = body(loop_vars)
 
+    @staticmethod
+    def scan(*, spatial_dim, initial, xs, ys, body):
+        """Eager loop over the frames of spatial_dim; the state of a sequence is kept after its length."""
+        from ...frontend_layers._loop import _flatten, _pack
+
+        n = _dim_len(spatial_dim)
+        xs_flat, state = _flatten(xs), _flatten(initial)
+        lens = _sizes(spatial_dim) if _is_dyn(spatial_dim) else None
+        frames = []
+        y_t = None
+        for t in range(n):
+            x_t = [TorchBackend.gather(x, indices=t, axis=spatial_dim) for x in xs_flat]
+            y_t, s_new = body(_pack(xs, x_t), _pack(initial, state))
+            s_new = _flatten(s_new)
+            if len(s_new) != len(state):
+                raise FrontendError("rf.scan at %s: %i new state tensors, but %i initial ones" % (
+                    call_site(), len(s_new), len(state)))
+            new_state = []
+            for new, old in zip(s_new, state):
+                if set(new.dims) != set(old.dims):
+                    raise FrontendError("rf.scan at %s: new state has dims %s, the initial one %s" % (
+                        call_site(), dims_str(new.dims), dims_str(old.dims)))
+                raw = _transposed(new, old.dims)
+                if lens is not None and all(d in old.dims for d in lens[1]):
+                    active = _align(_new("active", lens[1], lens[0] > t), old.dims)
+                    raw = torch.where(active, raw, old.placeholder)
+                new_state.append(_new(old.name, old.dims, raw, sparse_dim=old.sparse_dim))
+            state = new_state
+            frames.append(_flatten(y_t))
+        if y_t is None:
+            raise FrontendError("rf.scan at %s: the loop dim %s has no frames" % (
+                call_site(), spatial_dim.short_repr()))
+        stacked = []
+        for i, first in enumerate(frames[0]):
+            raw = torch.stack([_transposed(f[i], first.dims) for f in frames], dim=0)
+            stacked.append(_new("scan_y%i" % i, [spatial_dim] + list(first.dims), raw, sparse_dim=first.sparse_dim))
+        return _pack(y_t, stacked), _pack(initial, state), spatial_dim
+
+    @staticmethod
+    def loop(*, axis=None, max_seq_len=None):
+        raise FrontendError("rf.Loop at %s: not supported on the torch backend (eager execution cannot repeat a "
+                            "with-block; use rf.scan or rf.while_loop)" % call_site())
+
+    @staticmethod
+    def sequence_mask(dims):
+        from ...frontend import array_
+
+        return array_.sequence_mask(dims)
+
     # ---- outputs and losses ----
     @staticmethod
     def make_output_tensor(tensor, dims, *, name):
@@ -927,6 +967,37 @@ class TorchBackend(Backend):
 
 
 _LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+def _concat_dynamic(sources, dims, out_dim, allow_broadcast):
+    """Concat of dynamic dims: per sequence the frames within the lengths, one source after the other."""
+    sizes = []
+    for _, a in sources:
+        sizes.append(_sizes(a) if _is_dyn(a) else (torch.tensor(a.dimension, dtype=torch.int32), []))
+    total = None
+    for raw, _ in sizes:
+        total = raw if total is None else total + raw
+    size_dims = max((sd for _, sd in sizes), key=len)
+    _set_sizes(out_dim, total, size_dims)
+    oidx = dims.index(out_dim)
+    shape = [_dim_len(d) for d in dims]
+    pos = _align(_new("pos", [out_dim], torch.arange(shape[oidx])), dims)
+    out = None
+    offset = torch.zeros_like(total)  # dims size_dims
+    for (x, a), (size, sdims) in zip(sources, sizes):
+        part_dims = [a if d == out_dim else d for d in dims]
+        xr = _align(x, part_dims)
+        s = list(shape)
+        s[oidx] = _dim_len(a)
+        xr = xr.expand(s)
+        off = _align(_new("off", size_dims, offset), dims) if size_dims else offset
+        local = pos - off
+        valid = (local >= 0) & (local < (_align(_new("s", sdims, size), dims) if sdims else size))
+        idx = local.clamp(0, max(s[oidx] - 1, 0)).expand([shape[i] if i == oidx else s[i] for i in range(len(s))])
+        gathered = torch.gather(xr, oidx, idx.long()) if s[oidx] > 0 else torch.zeros(idx.shape, dtype=xr.dtype)
+        out = torch.where(valid, gathered, out if out is not None else torch.zeros((), dtype=xr.dtype))
+        offset = offset + size
+    return _new("concat", dims, out.expand(shape), sparse_dim=sources[0][0].sparse_dim)
 
 
 def _pad_nonconst(x, dims, axes, padding, mode):
