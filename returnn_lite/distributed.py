@@ -180,9 +180,14 @@ class Collectives:
 
     GROUP_KEY = 1
 
-    def __init__(self, setup):
+    def __init__(self, setup, first_instance_key=1):
         self.setup = setup
-        self._next_instance_key = 1
+        self._next_instance_key = first_instance_key
+
+    @property
+    def next_instance_key(self):
+        """The key the next collective gets (a later graph continues from here: keys are never reused)."""
+        return self._next_instance_key
 
     def _instance_key(self):
         key = self._next_instance_key

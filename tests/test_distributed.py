@@ -139,6 +139,8 @@ def test_setup_from_tf_config_and_config_keys(monkeypatch, capsys):
         get_distributed_setup(Config({"horovod_reduce_type": "bad"}))
     with pytest.raises(DistributedError, match="unknown key"):
         get_distributed_setup(Config({"distributed": {"reduce": "grad"}}))
+    with pytest.raises(Exception, match="only task train"):
+        Engine(Config({"task": "forward", "use_horovod": True, "train": {"class": "Task12AXDataset"}})).train()
     monkeypatch.delenv("TF_CONFIG")
     assert get_distributed_setup(Config({})) is None
     with pytest.raises(DistributedError, match="needs the workers"):

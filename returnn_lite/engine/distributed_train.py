@@ -31,6 +31,9 @@ def setup_distributed_training(engine, error_cls):
         raise error_cls(str(exc)) from None
     if setup is None:
         return None
+    if engine.config.value("backend", "tensorflow") != "tensorflow":
+        raise error_cls("distributed (use_horovod / TF_CONFIG with %i workers): only backend 'tensorflow' is "
+                        "supported, got backend %r" % (setup.size, engine.config.value("backend", None)))
     if engine.task != "train":
         raise error_cls("distributed (use_horovod / TF_CONFIG with %i workers): only task train is supported, "
                         "got task %r; run it with one process" % (setup.size, engine.task))
@@ -73,8 +76,9 @@ class DistributedTraining:
         return lambda grads: self.collectives.all_reduce_list(grads, "sum")
 
     def new_graph(self):
-        """Call at the start of a graph construction (before the updater)."""
-        self.collectives = Collectives(self.setup)
+        """Call at the start of a graph construction (before the updater). Instance keys continue over graphs
+        (e.g. a network rebuilt for pretraining), so no key is used by two different collectives."""
+        self.collectives = Collectives(self.setup, self.collectives.next_instance_key if self.collectives else 1)
 
     def build(self):
         """Call in the graph after the updater: the remaining collective ops."""

@@ -75,6 +75,15 @@ class SelfAttentionLayer(ConcatInputLayer):
     [n_in, 2*total_key_dim + n_out]. Padded key frames are masked (unless attention_left_only, which masks
     future frames). Inside a rec loop (attention_left_only required) the keys/values of all previous steps
     are kept as state. Output is batch-major.
+    :param num_heads: number of attention heads (must divide total_key_dim and n_out) (required)
+    :param total_key_dim: key/query dim summed over all heads (required)
+    :param key_shift: layer with relative position embeddings added to the keys (see relative_positional_encoding)
+    :param forward_weights_init: initializer of the fused QKV projection
+    :param attention_dropout: dropout on the attention weights, in training
+    :param attention_left_only: causal masking: each frame attends only to itself and the past (required inside rec)
+    :param initial_state: initial keys/values state inside a rec loop: only None/"zeros" (empty history)
+    :param restrict_state_to_last_seq: keep only the last sequence's keys/values as state; refused
+    :param state_var_lengths: lengths of the initial state's keys/values; refused (only None)
     """
 
     layer_class = "self_attention"
@@ -231,6 +240,10 @@ class PositionalEncodingLayer(ConcatInputLayer):
     Sinusoidal positional encoding (sin half, cos half) of the frame index on the time axis, or of the rec step
     index inside a loop; ``constant`` > -1 fixes the position, ``offset`` (a layer) is added to it.
     With add_to_input, the encoding is added to the input (output dim = input dim), else n_out gives the dim.
+    :param axis: the axis to encode positions of (default: the time axis)
+    :param add_to_input: add the sinusoidal encoding to the input instead of outputting it alone
+    :param constant: if not -1, encode this constant position for all frames
+    :param offset: layer with a position offset added to the positions (e.g. inside a rec loop)
     """
 
     layer_class = "positional_encoding"
@@ -306,6 +319,9 @@ class RelativePositionalEncodingLayer(ConcatInputLayer):
     Learned relative positional encoding (Shaw et al. 2018) for self_attention's key_shift:
     output [T_query, T_key, n_out] (no batch) = encoding_matrix[clip(key - query, -clipping, clipping) + clipping],
     both axes with the input's time tag. Inside a loop: [t+1 keys, n_out] for the current query t.
+    :param forward_weights_init: initializer of the learned position embeddings
+    :param clipping: relative distances are clipped to [-clipping, clipping]
+    :param fixed: use fixed sinusoidal encodings instead of learned embeddings
     """
 
     layer_class = "relative_positional_encoding"
@@ -360,6 +376,8 @@ class CumConcatLayer(ConcatInputLayer):
     Inside a rec loop: concatenates the frame of every step so far on a new axis ``out_spatial_dim``
     (batch-major output [B, t+1, ...], state ``state``). Outside the loop (optimized out): the input over the
     whole sequence, with the rec time axis replaced by ``out_spatial_dim``.
+    :param out_spatial_dim: the Dim of the accumulated axis (required inside a rec loop)
+    :param axis: outside a rec loop: the input axis that becomes out_spatial_dim; refused (only None)
     """
 
     layer_class = "cum_concat"
@@ -503,7 +521,9 @@ class GlobalAttentionContextBaseLayer(AttentionBaseLayer):
 
 
 class DotAttentionLayer(GlobalAttentionContextBaseLayer):
-    """energy = <base_ctx, source> (times energy_factor), softmax over the base time (masked), sum of base."""
+    """energy = <base_ctx, source> (times energy_factor), softmax over the base time (masked), sum of base.
+    :param energy_factor: scale the energies by this factor before the softmax (e.g. 1/sqrt(key dim))
+    """
 
     layer_class = "dot_attention"
 
@@ -536,6 +556,10 @@ class GaussWindowAttentionLayer(AttentionBaseLayer):
     (std ``std``) of the ``window_size`` base frames around round(t) (indices clipped to the sequence).
     With ``inner_size``, the window center is shifted by i * inner_size_step - inner_size / 2 for each of
     inner_size outputs: [B, inner_size, F].
+    :param window_size: size of the window around the center position (required)
+    :param std: standard deviation of the Gaussian weights
+    :param inner_size: if set, the window axis is split into an inner axis of this size
+    :param inner_size_step: step between inner window positions
     """
 
     layer_class = "gauss_window_attention"
@@ -580,6 +604,8 @@ class GenericAttentionLayer(AttentionBaseLayer):
     and base's time axis; base axes other than batch/time/feature are common with weights axes (matched by
     size from the last); other weights axes are kept (static size-1 ones squeezed with auto_squeeze), base's
     feature axis is kept. Output: [weights' batch+common axes, weights' kept axes, base feature].
+    :param weights: layer with the attention weights over the base's spatial axis (required)
+    :param auto_squeeze: squeeze a remaining dim-1 axis of the weights
     """
 
     layer_class = "generic_attention"

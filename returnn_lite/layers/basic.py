@@ -23,7 +23,10 @@ class OutputWithActivation:
 
 
 class SourceLayer(LayerBase):
-    """Extern data as a layer (``data_key``)."""
+    """Extern data as a layer (``data_key``).
+
+    :param data_key: key of the extern data (default None: the default input, usually "data")
+    """
 
     layer_class = "source"
 
@@ -67,7 +70,15 @@ def _filter_grad(x, threshold, axes):
 
 
 class LinearLayer(ConcatInputLayer):
-    """y = activation(x W + b) on the feature axis; sparse inputs are embedded (row lookup of W)."""
+    """y = activation(x W + b) on the feature axis; sparse inputs are embedded (row lookup of W).
+
+    :param activation: activation function name (e.g. "relu", "tanh", "softmax") or None for linear output
+    :param with_bias: add a bias vector b (default True)
+    :param grad_filter: if set (float threshold): in backprop, zero the gradient of sequences whose mean square is <= it
+    :param forward_weights_init: initializer of W (default "glorot_uniform"; name, number or init string)
+    :param bias_init: initializer of b (default 0.0)
+    :param use_transposed_weights: store W as [n_out, n_in] and transpose it (default False)
+    """
 
     layer_class = "linear"
 
@@ -126,7 +137,10 @@ register_layer_class(LinearLayer, "forward")
 
 
 class SoftmaxLayer(LinearLayer):
-    """Linear with softmax activation."""
+    """Linear with softmax activation.
+
+    :param activation: the activation (default "softmax"); the linear output stays available for losses
+    """
 
     layer_class = "softmax"
 
@@ -135,7 +149,11 @@ class SoftmaxLayer(LinearLayer):
 
 
 class ActivationLayer(CopyLayer):
-    """Elementwise activation of the input (names or expressions of x)."""
+    """Elementwise activation of the input (names or expressions of x).
+
+    :param activation: activation name (e.g. "relu", "exp", "log_softmax"), also chained with "+" as in RETURNN
+    :param opts: extra keyword options for the activation function (dict or None)
+    """
 
     layer_class = "activation"
 
@@ -205,7 +223,16 @@ def _fold(op, xs):
 
 
 class CombineLayer(LayerBase):
-    """Elementwise combination of the sources with broadcasting (add, sub, mul, ..., eval)."""
+    """Elementwise combination of the sources with broadcasting (add, sub, mul, ..., eval).
+
+    :param kind: "add", "sub", "mul", "truediv", "maximum", "minimum", "logical_and", ... or "eval"
+    :param sources: the input layers (from "from"), broadcast against each other by their dim tags
+    :param activation: activation applied to the combined result (default None)
+    :param with_bias: add a trainable bias on the feature axis after combining (default False)
+    :param eval: for kind="eval": a Python expression string (source(i), x) or a callable
+    :param eval_locals: extra local names (dict) for the eval expression
+    :param eval_for_output_loss: refused unless False (the RETURNN option to eval for the output loss)
+    """
 
     layer_class = "combine"
     unsupported_options = {"eval_for_output_loss": (False,)}
@@ -331,7 +358,10 @@ def _eval_str(code, layer, source, eval_locals):
 
 
 class EvalLayer(CombineLayer):
-    """combine with kind "eval": ``eval`` is a Python expression using source(i)."""
+    """combine with kind "eval": ``eval`` is a Python expression using source(i).
+
+    :param eval: Python expression string using source(i) (or a callable), e.g. "source(0) * 2"
+    """
 
     layer_class = "eval"
 
@@ -356,7 +386,12 @@ _COMPARE_KINDS = {
 
 
 class CompareLayer(LayerBase):
-    """Elementwise comparison of the sources (or of one source against ``value``); bool output."""
+    """Elementwise comparison of the sources (or of one source against ``value``); bool output.
+
+    :param kind: tf comparison: "equal" (default), "not_equal", "less", "less_equal", "greater", "greater_equal"
+    :param value: compare the (last) source against this constant instead of a second source (default None)
+    :param allow_broadcast_all_sources: no effect: sources are always broadcast against each other
+    """
 
     layer_class = "compare"
     options_without_effect = {"allow_broadcast_all_sources": "sources are always broadcast against each other"}
@@ -387,7 +422,12 @@ class CompareLayer(LayerBase):
 
 
 class SwitchLayer(LayerBase):
-    """where(condition, true_from, false_from); true/false may be layers or constants."""
+    """where(condition, true_from, false_from); true/false may be layers or constants.
+
+    :param condition: bool layer (or constant bool) selecting true_from or false_from elementwise
+    :param true_from: layer or constant used where condition is True
+    :param false_from: layer or constant used where condition is False
+    """
 
     layer_class = "switch"
 
@@ -465,7 +505,13 @@ def _template_from_constant(value, name):
 
 
 class ConstantLayer(LayerBase):
-    """A constant (scalar or array), optionally with a batch axis."""
+    """A constant (scalar or array), optionally with a batch axis.
+
+    :param value: the constant: scalar or (nested) list/array (default 0.0)
+    :param dtype: output dtype (default None: from value, float32 for floats and int32 for ints)
+    :param with_batch_dim: tile the constant over a new batch axis in front (default False)
+    :param shape: output shape as ints or Dims; a scalar value is filled into it (default None: the value's shape)
+    """
 
     layer_class = "constant"
 
@@ -508,7 +554,11 @@ class ConstantLayer(LayerBase):
 
 
 class CastLayer(CopyLayer):
-    """Cast to dtype (a sparse int input becomes dense when cast to float)."""
+    """Cast to dtype (a sparse int input becomes dense when cast to float).
+
+    :param dtype: the target dtype, e.g. "float32" (a sparse input becomes dense when cast to non-int)
+    :param output: the output template (usually derived, as for copy)
+    """
 
     layer_class = "cast"
 
@@ -526,7 +576,13 @@ class CastLayer(CopyLayer):
 
 
 class LengthLayer(LayerBase):
-    """Sequence lengths of an axis ([B]); axis "B" gives the batch size (scalar)."""
+    """Sequence lengths of an axis ([B]); axis "B" gives the batch size (scalar).
+
+    :param axis: axis whose sequence lengths are returned (default "T"); "B" gives the batch size
+    :param add_time_axis: append a time axis of size 1 ([B,1]; needs a dynamic axis) (default False)
+    :param dtype: dtype of a batch-size/static-size output (default "int32"; dynamic lengths stay int32)
+    :param sparse: mark a batch-size/static-size output as sparse (default False)
+    """
 
     layer_class = "length"
 
@@ -577,7 +633,13 @@ def _scale_gradient(x, scale):
 
 
 class ScaledGradientLayer(CopyLayer):
-    """Identity forward; gradient scaled by ``scale`` (0 stops it, -1 reverses it)."""
+    """Identity forward; gradient scaled by ``scale`` (0 stops it, -1 reverses it).
+
+    :param scale: gradient factor: 0 stops the gradient, -1 reverses it (gradient reversal), 1 is identity
+    :param shift: refused unless None (not supported)
+    :param scale_shift_by_sum_over_axis: refused unless None (not supported)
+    :param clip_max_axis: refused unless None (not supported)
+    """
 
     layer_class = "scaled_grad"
 

@@ -9,7 +9,11 @@ from .base import LayerBase
 
 
 class ConcatLayer(LayerBase):
-    """``"from": [("a", "T"), ("b", "T")]``: concatenates along the given axis of each source."""
+    """``"from": [("a", "T"), ("b", "T")]``: concatenates along the given axis of each source.
+
+    :param sources: the (layer, axis) pairs from "from": each layer is concatenated along its given axis
+    :param out_dim: Dim of the concatenated output axis (default None: a new tag, size = the sum of the sizes)
+    """
 
     layer_class = "concat"
 

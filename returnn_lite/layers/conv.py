@@ -202,7 +202,29 @@ class _ConvBase(ConcatInputLayer):
 
 
 class ConvLayer(_ConvBase):
-    """N-D convolution over the spatial axes, filter layout [*filter_size, n_in // groups, n_out]."""
+    """N-D convolution over the spatial axes, filter layout [*filter_size, n_in // groups, n_out].
+    :param filter_size: window size per spatial axis, e.g. (3,) for 1D or (3, 3) for 2D (required)
+    :param padding: "same" or "valid" (required)
+    :param strides: stride per spatial axis (int for all axes)
+    :param dilation_rate: dilation per spatial axis (int for all axes)
+    :param groups: number of channel groups (grouped convolution)
+    :param input_expand_dims: add this many dim-1 spatial axes to the input before the conv
+    :param input_add_feature_dim: treat the input's feature axis as spatial and add a new feature axis of dim 1
+    :param input_split_feature_dim: split the input's feature axis into (new spatial, features of this size)
+    :param auto_use_channel_first: use channel-first layout on GPU
+    :param with_bias: add a bias (default: True unless given a filter layer without bias)
+    :param activation: activation function applied to the output
+    :param forward_weights_init: initializer of the filter weights
+    :param bias_init: initializer of the bias
+    :param filter: layer whose output is used as the filter instead of a param
+    :param filter_perm: dict mapping filter axes to reorder the given filter layer's axes
+    :param bias: layer whose output is used as the bias instead of a param
+    :param in_dim: the input feature (channel) Dim (default: the input's feature dim)
+    :param in_spatial_dims: the input's spatial Dims to convolve over (default: all spatial axes)
+    :param out_dim: the output feature (channel) Dim (alternative to n_out)
+    :param out_spatial_dims: the output spatial Dims (default: new dims computed from the input ones)
+    :param use_time_mask: zero the padded frames of dynamic spatial axes before applying
+    """
 
     layer_class = "conv"
     unsupported_options = {"in_dim": (None,)}
@@ -306,7 +328,19 @@ def _apply_filter_perm(filter_data, filter_perm, filter_size, n_in, n_out):
 
 
 class PoolLayer(_ConvBase):
-    """Max/avg pooling over the spatial axes (strides default to pool_size)."""
+    """Max/avg pooling over the spatial axes (strides default to pool_size).
+    :param mode: "max" or "avg"
+    :param pool_size: window size per spatial axis
+    :param padding: "valid" or "same"
+    :param dilation_rate: dilation per spatial axis
+    :param strides: stride per spatial axis (default: pool_size)
+    :param use_channel_first: use channel-first layout
+    :param in_dim: the input feature (channel) Dim (default: the input's feature dim)
+    :param in_spatial_dims: the input's spatial Dims to convolve over (default: all spatial axes)
+    :param out_dim: the output feature (channel) Dim (alternative to n_out)
+    :param out_spatial_dims: the output spatial Dims (default: new dims computed from the input ones)
+    :param use_time_mask: zero the padded frames of dynamic spatial axes before applying
+    """
 
     layer_class = "pool"
     unsupported_options = {"in_dim": (None,), "out_dim": (None,)}
@@ -371,7 +405,25 @@ class PoolLayer(_ConvBase):
 
 
 class TransposedConvLayer(_ConvBase):
-    """Transposed convolution (1D/2D), filter param ``W_native_transposed_conv`` [*filter_size, n_out, n_in]."""
+    """Transposed convolution (1D/2D), filter param ``W_native_transposed_conv`` [*filter_size, n_out, n_in].
+    :param filter_size: window size per spatial axis (required)
+    :param activation: activation function applied to the output
+    :param strides: stride (upsampling factor) per spatial axis (default: filter_size)
+    :param padding: "same" or "valid"
+    :param remove_padding: remove this many frames at both ends of each spatial axis
+    :param output_padding: extra frames added at the end of each spatial axis
+    :param with_bias: add a bias
+    :param forward_weights_init: initializer of the filter weights
+    :param bias_init: initializer of the bias
+    :param filter: layer whose output is used as the filter instead of a param
+    :param filter_perm: dict mapping filter axes to reorder the given filter layer's axes
+    :param bias: layer whose output is used as the bias instead of a param
+    :param in_dim: the input feature (channel) Dim (default: the input's feature dim)
+    :param in_spatial_dims: the input's spatial Dims to convolve over (default: all spatial axes)
+    :param out_dim: the output feature (channel) Dim (alternative to n_out)
+    :param out_spatial_dims: the output spatial Dims (default: new dims computed from the input ones)
+    :param use_time_mask: zero the padded frames of dynamic spatial axes before applying
+    """
 
     layer_class = "transposed_conv"
     unsupported_options = {"filter_perm": (None,), "in_dim": (None,)}
@@ -460,7 +512,11 @@ class TransposedConvLayer(_ConvBase):
 
 
 class DctLayer(ConcatInputLayer):
-    """tf.signal.dct over the feature axis."""
+    """tf.signal.dct over the feature axis.
+    :param type: DCT type (1, 2, 3 or 4)
+    :param n: length of the transform (default: the feature dim)
+    :param norm: None or "ortho"
+    """
 
     layer_class = "dct"
     recurrent = True

@@ -38,6 +38,10 @@ class GatherLayer(LayerBase):
     Gathers slices of the input on ``axis`` at ``position`` (layer or int). Axes that input and position
     share (same dim tag) act as batch axes. Output axes: the shared axes, the input axes before the gather
     axis, the position axes, the input axes after the gather axis.
+
+    :param position: the indices: a layer with int positions, or a constant int (negative: counted from the end)
+    :param axis: the input axis to gather from
+    :param clip_to_valid: clip the positions to [0, size - 1] (per-sequence size for dynamic axes) (default False)
     """
 
     layer_class = "gather"
@@ -161,7 +165,10 @@ class GatherLayer(LayerBase):
 
 
 class GatherNdLayer(LayerBase):
-    """Deprecated: x[b, position[b, ...]] on the first axis after batch (input batch major)."""
+    """Deprecated: x[b, position[b, ...]] on the first axis after batch (input batch major).
+
+    :param position: layer with int positions [B, ...] into the first axis after batch
+    """
 
     layer_class = "gather_nd"
     layer_options = ("position",)
@@ -203,6 +210,12 @@ class ScatterNdLayer(LayerBase):
     Inverse of gather: out[..., position[...], ...] = input, where the axis ``position_axis`` of position is
     replaced by the time axis of ``output_dim_via_time_from``. Output axes: the position axes, then input axes
     that position does not have. Updates to the same index are summed.
+
+    :param position: layer with int target positions
+    :param position_axis: the axis of position that is replaced by the output axis
+    :param output_dim_via_time_from: layer whose time axis is the output axis (or give out_spatial_dim)
+    :param out_spatial_dim: Dim of the output axis (or give output_dim_via_time_from)
+    :param filter_invalid_indices: drop updates with positions outside [0, output size) (default False)
     """
 
     layer_class = "scatter_nd"

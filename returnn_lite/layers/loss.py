@@ -20,6 +20,9 @@ class LossLayer(LayerBase):
     per frame (no reduction, frames not flattened), the source's shape without its feature axis. With
     ``use_error``, the output is the loss error instead of the value. Sub-layers ``NAME/loss`` and ``NAME/error``.
     It does not count as a training loss itself (use e.g. ``"loss": "as_is"`` on it for that).
+    :param loss_: the loss: name or dict of the loss ("ce", "mse", ...) applied to the source (required)
+    :param target_: the target of that loss (default: the layer's target)
+    :param use_error: output the loss's error (frame error rate) instead of its value
     """
 
     layer_class = "loss"
@@ -138,7 +141,10 @@ def _sparse_from_dense(data):
 
 
 class EditDistanceLayer(LayerBase):
-    """Levenshtein distance per sequence between the label sequences ``a`` and ``b``: [B] int32."""
+    """Levenshtein distance per sequence between the label sequences ``a`` and ``b``: [B] int32.
+    :param a: layer with the first sparse sequence (the hypothesis)
+    :param b: layer with the second sparse sequence (the reference)
+    """
 
     layer_class = "edit_distance"
     recurrent = True
@@ -187,7 +193,13 @@ class _LogitsTargetsLayer(LayerBase):
 
 
 class CtcLossLayer(_LogitsTargetsLayer):
-    """CTC loss per sequence ([B] float32) of ``logits`` [B,T,N] (unnormalized) against sparse ``targets``."""
+    """CTC loss per sequence ([B] float32) of ``logits`` [B,T,N] (unnormalized) against sparse ``targets``.
+    :param logits: layer with the (unnormalized) logits (required)
+    :param targets: layer with the sparse target labels (required)
+    :param blank_index: index of the blank label (-1: the last one)
+    :param max_approx: use the Viterbi (max) approximation instead of the sum
+    :param logits_normalized: the logits are already log-probabilities
+    """
 
     layer_class = "ctc_loss"
     options_without_effect = {"logits_normalized": "the CTC loss normalizes its logits with log_softmax, which leaves "
@@ -226,7 +238,11 @@ class CtcLossLayer(_LogitsTargetsLayer):
 
 
 class SparseSoftmaxCrossEntropyWithLogitsLayer(_LogitsTargetsLayer):
-    """tf.nn.sparse_softmax_cross_entropy_with_logits of ``logits`` over the class axis against sparse ``targets``."""
+    """tf.nn.sparse_softmax_cross_entropy_with_logits of ``logits`` over the class axis against sparse ``targets``.
+    :param logits: layer with the logits (required)
+    :param targets: layer with the sparse targets (required)
+    :param axis: the class axis of the logits (default: the feature axis)
+    """
 
     layer_class = "sparse_softmax_cross_entropy_with_logits"
 

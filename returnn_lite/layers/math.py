@@ -156,7 +156,14 @@ def reduce_tensor(data, mode, axes, keep_dims=False, use_time_mask=None):
 
 
 class ReduceLayer(ConcatInputLayer):
-    """Reduce axes with sum, max, min, mean (avg), logsumexp, any, all, argmax, argmin."""
+    """Reduce axes with sum, max, min, mean (avg), logsumexp, any, all, argmax, argmin.
+    :param mode: reduce function: "sum", "max", "min", "mean" (or "avg"), "logsumexp", "any", "all", "argmax", "argmin"
+    :param axes: axis or list of axes to reduce (Dim, "T", "F", "B", "spatial", ...)
+    :param axis: alias for axes, for compatibility; give only one of both
+    :param keep_dims: keep the reduced axes with dimension 1
+    :param enforce_batch_dim_axis: move the batch axis to this position in the output
+    :param use_time_mask: mask padded frames of a dynamic axis before reducing (default: True when reducing a dynamic axis)
+    """
 
     layer_class = "reduce"
 
@@ -185,7 +192,11 @@ class ReduceLayer(ConcatInputLayer):
 
 
 class ReduceOutLayer(ConcatInputLayer):
-    """Split the feature axis into (dim // num_pieces, num_pieces) and reduce the pieces (e.g. maxout)."""
+    """Split the feature axis into (dim // num_pieces, num_pieces) and reduce the pieces (e.g. maxout).
+    :param mode: "sum", "max" or "mean" ("avg"): how the pieces of the feature axis are combined
+    :param num_pieces: the feature dim is split into this many consecutive pieces, reduced to feature_dim // num_pieces
+    :param out_dim: the output feature Dim (default: a new dim of size feature_dim // num_pieces)
+    """
 
     layer_class = "reduce_out"
 
@@ -217,7 +228,12 @@ class ReduceOutLayer(ConcatInputLayer):
 
 
 class MathNormLayer(ConcatInputLayer):
-    """sum(|x| ** p) ** (1/p) over axes."""
+    """sum(|x| ** p) ** (1/p) over axes.
+    :param p: the norm order, e.g. 2 for the euclidean norm (sum(abs(x) ** p) ** (1/p))
+    :param axes: axis or axes to take the norm over
+    :param axis: alias for axes; give only one of both
+    :param keep_dims: keep the reduced axes with dimension 1
+    """
 
     layer_class = "math_norm"
 
@@ -352,6 +368,13 @@ class DotLayer(LayerBase):
     Dot product of two sources: reduce red1/red2, keep var1/var2, the other axes are shared.
     Output axes: shared (in the order of the first source), var1, var2. Padded frames of dynamic reduce axes
     are masked with 0. Defaults as in behavior version 0: red1=-1, red2=-2, var1=-2, var2=-1.
+    :param reduce: the axis or axes (same Dims in both sources) that are summed over
+    :param red1: old style: axes of the first source to reduce (with red2)
+    :param red2: old style: axes of the second source to reduce (with red1)
+    :param var1: old style: the non-shared axes of the first source kept in the output
+    :param var2: old style: the non-shared axes of the second source kept in the output
+    :param add_var2_if_empty: old style: if var2 is empty, add a dim-1 axis to the second source (legacy behaviour)
+    :param debug: print the shapes of the matmul operands
     """
 
     layer_class = "dot"
@@ -390,7 +413,12 @@ class DotLayer(LayerBase):
 
 
 class WeightedSumLayer(ConcatInputLayer):
-    """Trainable weighted sum over fixed axes, or over windows of them (a correlation with the weights)."""
+    """Trainable weighted sum over fixed axes, or over windows of them (a correlation with the weights).
+    :param axes: the two axes (or one axis) to apply the learned weight window over
+    :param padding: padding of the window: "valid" or "same"
+    :param size: the window size per axis (the trainable weight shape)
+    :param keep_dims: keep the summed axes with dimension 1 (default: False for valid padding)
+    """
 
     layer_class = "weighted_sum"
 
@@ -461,7 +489,10 @@ class WeightedSumLayer(ConcatInputLayer):
 
 
 class ElemwiseProdLayer(ConcatInputLayer):
-    """x * W with a trainable W over the given (static) axes."""
+    """x * W with a trainable W over the given (static) axes.
+    :param axes: the axes the trainable scale vector spans (e.g. "spatial" or "F")
+    :param size: shape of the scale param (default: from the input dims of the axes)
+    """
 
     layer_class = "elemwise_prod"
 
@@ -543,7 +574,15 @@ def build_seq_mask(data, axis, start=None, window_start=None, window_size=None):
 
 
 class SoftmaxOverSpatialLayer(ConcatInputLayer):
-    """Softmax over a spatial axis (the time axis by default), masking padded frames; the axis becomes last."""
+    """Softmax over a spatial axis (the time axis by default), masking padded frames; the axis becomes last.
+    :param axis: the axis to take the softmax over (default: the time axis)
+    :param energy_factor: scale the energies by this factor before the softmax (e.g. 1/sqrt(dim))
+    :param start: layer with per-sequence start positions; frames before it get zero weight
+    :param window_start: layer (or int) with the start of a window; frames outside the window get zero weight
+    :param window_size: layer or int: size of the window starting at window_start
+    :param use_time_mask: mask the padded frames of the axis (default: True for a dynamic axis)
+    :param log_space: output log-softmax instead of softmax
+    """
 
     layer_class = "softmax_over_spatial"
     layer_options = ("start", "window_start", "window_size")
@@ -612,7 +651,11 @@ class BatchSoftmaxLayer(ConcatInputLayer):
 
 
 class GatingLayer(ConcatInputLayer):
-    """Split the feature axis in halves a, b: activation(a) * gate_activation(b)."""
+    """Split the feature axis in halves a, b: activation(a) * gate_activation(b).
+    :param activation: activation applied to the first half of the input features
+    :param gate_activation: activation of the gate (second half), multiplied with the first half
+    :param out_dim: the output feature Dim (size: half the input features)
+    """
 
     layer_class = "gating"
 
@@ -643,7 +686,16 @@ class GatingLayer(ConcatInputLayer):
 
 
 class VariableLayer(LayerBase):
-    """A trainable variable <layer>/<layer>, optionally with a batch axis (tiled) and a size-1 time axis."""
+    """A trainable variable <layer>/<layer>, optionally with a batch axis (tiled) and a size-1 time axis.
+    :param shape: shape of the variable (ints or Dims), without batch/time (required)
+    :param dtype: dtype of the variable
+    :param add_batch_axis: add a batch axis in front (the variable tiled over the batch)
+    :param add_time_axis: add a time axis of length 1 in front
+    :param init: initializer of the variable (name, number, or config string; default: zeros)
+    :param init_by_layer: name of a layer whose output initializes the variable (instead of init)
+    :param param_name: name of the variable in the checkpoint (default: the layer name)
+    :param non_critical_for_restore: a missing value in a checkpoint is no error; refused (only False)
+    """
 
     layer_class = "variable"
     unsupported_options = {"non_critical_for_restore": (False,)}
@@ -706,7 +758,12 @@ class VariableLayer(LayerBase):
 
 
 class AccumulateMeanLayer(ReduceLayer):
-    """Exponential moving average of the mean over axes (batch and time by default), a non-trainable param."""
+    """Exponential moving average of the mean over axes (batch and time by default), a non-trainable param.
+    :param exp_average: momentum of the exponential moving average (e.g. 0.01)
+    :param axes: axes averaged over in each step before accumulating
+    :param initial_value: initial value of the accumulated mean
+    :param is_prob_distribution: normalize the mean to a probability distribution (initial value uniform)
+    """
 
     layer_class = "accumulate_mean"
 
@@ -746,7 +803,10 @@ def _synthetic_gradient(x, grad_x):
 
 
 class SyntheticGradientLayer(ConcatInputLayer):
-    """Identity forward; the gradient w.r.t. the input is replaced by the output of the ``gradient`` layer."""
+    """Identity forward; the gradient w.r.t. the input is replaced by the output of the ``gradient`` layer.
+    :param gradient: layer with the predicted gradient; the output equals the input, its gradient is replaced
+    :param meta_loss_scale: scale of the meta loss (squared difference between predicted and true gradient)
+    """
 
     layer_class = "synthetic_gradient"
 
@@ -771,7 +831,9 @@ class SyntheticGradientLayer(ConcatInputLayer):
 
 
 class TikhonovRegularizationLayer(CopyLayer):
-    """Identity forward; the Tikhonov regularization is a meta loss (only seen by a meta-loss updater)."""
+    """Identity forward; the Tikhonov regularization is a meta loss (only seen by a meta-loss updater).
+    :param meta_loss_scale: scale of the added loss (squared norm of the input's gradient penalty)
+    """
 
     layer_class = "tikhonov_regularization"
 
@@ -783,7 +845,10 @@ class TikhonovRegularizationLayer(CopyLayer):
 
 
 class GradientLayer(LayerBase):
-    """d y / d x, with y and x layers (output like x)."""
+    """d y / d x, with y and x layers (output like x).
+    :param y: layer whose output is differentiated (summed)
+    :param x: layer with respect to whose output the gradient is taken; the output has x's shape
+    """
 
     layer_class = "gradient"
 
@@ -820,7 +885,10 @@ class IdentityLayer(CopyLayer):
 
 
 class PrintLayer(CopyLayer):
-    """Identity that prints its input (with sequence lengths) when evaluated."""
+    """Identity that prints its input (with sequence lengths) when evaluated.
+    :param summarize: how many entries of each tensor are printed
+    :param extra_print_args: further values printed with the tensor
+    """
 
     layer_class = "print"
 
@@ -866,6 +934,10 @@ class TopKLayer(ConcatInputLayer):
     Top k values along an axis (tf.math.top_k): the axis is moved last and replaced by a new size-k tag;
     the time and feature axes follow their dims (the feature axis is gone if it was the top-k axis).
     Sub-layer ``indices``: int32, sparse over the original axis.
+    :param axis: the axis (or axes, flattened) to take the top k over (required)
+    :param k: number of top entries: an int or a layer with a scalar int
+    :param k_dim: the Dim of the new top-k axis (default: a new dim named after the layer)
+    :param sorted: return the top-k entries sorted descending
     """
 
     layer_class = "top_k"
@@ -935,7 +1007,10 @@ class TopKLayer(ConcatInputLayer):
 
 
 class ComplexLinearProjectionLayer(ConcatInputLayer):
-    """log |W x| for complex inputs stored as interleaved real/imag features; param clp_kernel (2, dim/2, n)."""
+    """log |W x| for complex inputs stored as interleaved real/imag features; param clp_kernel (2, dim/2, n).
+    :param nr_of_filters: number of output filters (the output feature dim)
+    :param clp_weights_init: initializer of the projection weights
+    """
 
     layer_class = "complex_linear_projection"
 

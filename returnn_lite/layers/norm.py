@@ -160,7 +160,20 @@ _BN_OPTS = ("use_shift", "use_std", "use_sample", "force_sample", "momentum", "e
 
 
 class BatchNormLayer(CopyLayer):
-    """Batch normalization of the input (see :func:`apply_batch_norm`)."""
+    """Batch normalization of the input (see :func:`apply_batch_norm`).
+    :param use_shift: learn a bias (beta) after normalizing
+    :param use_std: learn a scale (gamma) after normalizing
+    :param use_sample: weight of the current batch statistics vs the running ones (0.0 means running stats only)
+    :param force_sample: use the batch statistics also in inference
+    :param momentum: momentum of the running mean/variance update
+    :param epsilon: added to the variance for numerical stability
+    :param update_sample_only_in_training: update the running statistics only in training
+    :param delay_sample_update: update the running statistics after the output is computed
+    :param param_version: variable naming/layout version (0: old style, 2: new style with moving_mean/variance)
+    :param gamma_init: initializer of the scale gamma
+    :param beta_init: initializer of the shift beta
+    :param masked_time: compute the statistics only over the non-padded frames
+    """
 
     layer_class = "batch_norm"
     apply_batch_norm = staticmethod(apply_batch_norm)  # also used by LayerBase for the ``batch_norm`` option
@@ -178,7 +191,11 @@ class BatchNormLayer(CopyLayer):
 
 
 class LayerNormLayer(CopyLayer):
-    """Layer normalization over the feature axis, with params scale (ones) and bias (zeros)."""
+    """Layer normalization over the feature axis, with params scale (ones) and bias (zeros).
+    :param epsilon: added to the variance for numerical stability
+    :param in_dim: the feature Dim to normalize over; refused, always the input's feature dim
+    :param out_dim: refused; the output keeps the input's dims
+    """
 
     layer_class = "layer_norm"
     unsupported_options = {"in_dim": (None,), "out_dim": (None,)}
@@ -202,7 +219,14 @@ class LayerNormLayer(CopyLayer):
 
 
 class NormLayer(CopyLayer):
-    """Normalize over axes (mean/variance of the input, no running statistics), then scale and bias params."""
+    """Normalize over axes (mean/variance of the input, no running statistics), then scale and bias params.
+    :param axes: axes to normalize over (mean and variance), e.g. "F" or "T" (required)
+    :param axis: alias for axes; give only one of both
+    :param param_shape: axes the scale/bias params span (default: the feature axis)
+    :param scale: learn a scale after normalizing
+    :param bias: learn a bias after normalizing
+    :param epsilon: added to the variance for numerical stability
+    """
 
     layer_class = "norm"
 

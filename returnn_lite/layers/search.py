@@ -105,6 +105,22 @@ class ChoiceLayer(LayerBase):
     The next label. With search (the network's search_flag, or ``search=True``): the ``beam_size`` best extensions
     of the input beam by the scores of the source (``input_type``), a new search beam. Without search: the target
     label (teacher forcing); ``input_type="regression"``: the source itself.
+    :param beam_size: the beam size of the search (required with search)
+    :param keep_beams: keep each input beam entry in the output; refused
+    :param search: search (True) or use the target (False); default: the network's search flag
+    :param input_type: the source's kind: "prob", "log_prob", "logits" or "regression"
+    :param prob_scale: factor of the source's log-probs in the scores
+    :param base_beam_score_scale: factor of the previous beam scores in the new scores
+    :param random_sample_scale: factor of Gumbel noise added to the scores (sampling)
+    :param length_normalization: normalize the scores by the sequence length when ending sequences
+    :param length_normalization_exponent: the exponent of the length in that normalization
+    :param custom_score_combine: function combining scores; refused
+    :param source_beam_sizes: per-source beam sizes (several sources); refused
+    :param scheduled_sampling: sample instead of the target in training; refused in training
+    :param cheating: keep the target label in the beam (True, or "exclusive")
+    :param explicit_search_sources: layers that define the search beam explicitly (instead of the sources)
+    :param explicit_search_source: single-layer form of explicit_search_sources
+    :param _target_layer: internal: the target layer (set by the network)
     """
 
     layer_class = "choice"
@@ -309,6 +325,7 @@ class DecideLayer(LayerBase):
     """
     The best hypothesis of each sequence (highest beam score, optionally divided by the hypothesis length), [B, ...]
     with its length. Data without a beam is passed through (batch-major).
+    :param length_normalization: normalize the beam scores by the sequence lengths before taking the best
     """
 
     layer_class = "decide"
@@ -410,7 +427,9 @@ class ChoiceGetSrcBeamsLayer(LayerBase):
 
 
 class SplitBatchBeamLayer(LayerBase):
-    """[B*beam, ...] -> [B, beam, ...]: the beam as an axis."""
+    """[B*beam, ...] -> [B, beam, ...]: the beam as an axis.
+    :param beam_dim: the Dim of the new beam axis (default: a new dim of the beam size)
+    """
 
     layer_class = "split_batch_beam"
     removes_beam = True

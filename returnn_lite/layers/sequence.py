@@ -107,6 +107,15 @@ class WindowLayer(ConcatInputLayer):
     Adds a window axis right after ``axis`` (sliding window over it); output is batch major.
     padding "same" keeps the length (window_left/window_right frames of zeros), "valid" shortens it;
     stride keeps every stride-th window.
+
+    :param window_size: int size of the window (or give window_dim)
+    :param window_dim: Dim of the new window axis (its dimension is the window size)
+    :param window_left: frames to the left for padding "same" (default: window_size - window_right - 1)
+    :param window_right: frames to the right (default: window_size // 2); window_left + window_right + 1 == window_size
+    :param axis: the axis to window over (default "T")
+    :param out_spatial_dim: Dim of the output spatial axis (default: derived from the input axis)
+    :param padding: "same" (default, keeps the length) or "valid" (only full windows)
+    :param stride: keep every stride-th window (default 1)
     """
 
     layer_class = "window"
@@ -218,7 +227,12 @@ class WindowLayer(ConcatInputLayer):
 # cumsum
 
 class CumsumLayer(ConcatInputLayer):
-    """tf.cumsum over an axis (inside a rec loop: running sum over the steps)."""
+    """tf.cumsum over an axis (inside a rec loop: running sum over the steps).
+
+    :param axis: the axis to sum over (default "T"); inside a rec loop: over the steps
+    :param additional_left_summand_per_element: constant added to every element before summing (default None)
+    :param reverse: sum from the end (default False; refused inside a rec loop)
+    """
 
     layer_class = "cumsum"
     recurrent = True
@@ -268,7 +282,14 @@ class CumsumLayer(ConcatInputLayer):
 # shift_axis
 
 class ShiftAxisLayer(ConcatInputLayer):
-    """Shift the frames of an axis (amount < 0: left, > 0: right); pad keeps the size."""
+    """Shift the frames of an axis (amount < 0: left, > 0: right); pad keeps the size.
+
+    :param axis: the axis to shift (description, dim tag or int)
+    :param amount: non-zero int: > 0 shifts right, < 0 shifts left
+    :param pad: pad with pad_value to keep the axis size (default True); False: the axis shrinks
+    :param pad_value: value of the padded frames (default 0)
+    :param adjust_size_info: adjust the sequence lengths by the shift (default True)
+    """
 
     layer_class = "shift_axis"
 
@@ -347,7 +368,14 @@ def _full_shape(data, x):
 
 
 class PrefixInTimeLayer(ConcatInputLayer):
-    """Adds ``repeat`` frames of ``prefix`` (constant or layer) before each sequence."""
+    """Adds ``repeat`` frames of ``prefix`` (constant or layer) before each sequence.
+
+    :param axis: the axis to prefix (default "T")
+    :param out_dim: Dim of the output axis (default: a new tag)
+    :param prefix: value of the prefix frames: constant (default 0.0) or layer
+    :param repeat: number of prefix frames: int (default 1) or a layer with per-sequence counts [B]
+    :param size_base: layer whose sequence lengths the output gets (repeat = its lengths - the input lengths)
+    """
 
     layer_class = "prefix_in_time"
     layer_options = ("prefix", "repeat", "size_base")
@@ -421,7 +449,13 @@ class PrefixInTimeLayer(ConcatInputLayer):
 
 
 class PostfixInTimeLayer(ConcatInputLayer):
-    """Adds ``repeat`` frames of ``postfix`` (constant or layer) right after the end of each sequence."""
+    """Adds ``repeat`` frames of ``postfix`` (constant or layer) right after the end of each sequence.
+
+    :param axis: the axis to postfix (default "T")
+    :param out_dim: Dim of the output axis (default: a new tag)
+    :param postfix: value of the added frames: constant (default 0.0) or layer
+    :param repeat: number of added frames, an int >= 0 (default 1)
+    """
 
     layer_class = "postfix_in_time"
     layer_options = ("postfix",)  # a layer name, or a constant
@@ -471,6 +505,11 @@ class TimeChunkingLayer(ConcatInputLayer):
     """
     Splits the time axis into chunks of chunk_size frames every chunk_step frames. Output is time major
     [chunk_size, B * n_chunks, ...] (chunks of sequence b at b * n_chunks + c), with new time and batch tags.
+
+    :param chunk_size: frames per chunk (the new time axis size)
+    :param chunk_step: frames between chunk starts (chunks overlap if < chunk_size)
+    :param axis: the axis to chunk (default "T")
+    :param out_dim: Dim of the chunk time axis (default: a new tag)
     """
 
     layer_class = "time_chunking"
@@ -519,7 +558,10 @@ class TimeChunkingLayer(ConcatInputLayer):
 
 
 class TimeUnChunkingLayer(ConcatInputLayer):
-    """Inverse of time_chunking: overlap-add of the chunks (averaged where chunks overlap)."""
+    """Inverse of time_chunking: overlap-add of the chunks (averaged where chunks overlap).
+
+    :param chunking_layer: the time_chunking layer whose chunking is undone (restores its batch and time)
+    """
 
     layer_class = "time_unchunking"
     recurrent = True
@@ -593,7 +635,15 @@ def _reflect_index(i, n, mode):
 
 
 class PadLayer(ConcatInputLayer):
-    """Pads axes left/right (constant value, reflect, symmetric, replication); dynamic lengths grow."""
+    """Pads axes left/right (constant value, reflect, symmetric, replication); dynamic lengths grow.
+
+    :param axes: the axes to pad (description, dim tag, or a list)
+    :param padding: int, (left, right), or a list of (left, right) per axis
+    :param out_dims: Dim(s) of the padded output axes (default: new tags)
+    :param handle_dynamic_dims: pad right after each sequence's end instead of after the max length (default None: False)
+    :param value: the padding value for mode "constant" (default 0)
+    :param mode: "constant" (default), "reflect", "symmetric" or "replication"
+    """
 
     layer_class = "pad"
 
@@ -703,7 +753,15 @@ class PadLayer(ConcatInputLayer):
 # seq_len_mask
 
 class SeqLenMaskLayer(ConcatInputLayer):
-    """Sets frames outside the sequence (or outside [start, ...) / the window) to mask_value."""
+    """Sets frames outside the sequence (or outside [start, ...) / the window) to mask_value.
+
+    :param mask_value: value set at the masked frames
+    :param axis: the axis to mask (default "T")
+    :param seq_len_source: layer whose sequence lengths define the mask (default: the input's own)
+    :param start: layer with int start positions [B]: frames before them are masked
+    :param window_start: int or layer: only frames in [window_start, window_start + window_size) are kept
+    :param window_size: int or layer: the window size (needed with window_start)
+    """
 
     layer_class = "seq_len_mask"
     layer_options = ("seq_len_source", "start", "window_start", "window_size")
@@ -775,7 +833,15 @@ class SeqLenMaskLayer(ConcatInputLayer):
 # range, range_in_axis, range_from_length, rand_int
 
 class RangeLayer(LayerBase):
-    """tf.range(start, limit, delta): a static axis without batch."""
+    """tf.range(start, limit, delta): a static axis without batch.
+
+    :param limit: end of the range (exclusive), as tf.range
+    :param start: start of the range (default 0)
+    :param delta: step (default 1)
+    :param dtype: output dtype (default None: int32 for ints, float32 for floats)
+    :param sparse: mark the output sparse with dim = the range size (default False)
+    :param out_spatial_dim: Dim of the output axis (must match the range size; default: a new tag)
+    """
 
     layer_class = "range"
 
@@ -805,7 +871,14 @@ class RangeLayer(LayerBase):
 
 
 class RangeInAxisLayer(LayerBase):
-    """tf.range over the size of an axis of the source; the output has only that axis."""
+    """tf.range over the size of an axis of the source; the output has only that axis.
+
+    :param axis: the axis of the source whose positions 0..n-1 are output
+    :param dtype: output dtype (default "int32")
+    :param unbroadcast: refused unless False (deprecated)
+    :param keepdims: refused unless False (deprecated)
+    :param sparse: mark the output sparse with dim = the axis size (default False)
+    """
 
     layer_class = "range_in_axis"
     recurrent = True
@@ -858,7 +931,12 @@ def _find_dim_with_size(network, size):
 
 
 class RangeFromLengthLayer(LayerBase):
-    """Sequence lengths [B] in, tf.range(max length) out, over the dim tag with these lengths (new if needed)."""
+    """Sequence lengths [B] in, tf.range(max length) out, over the dim tag with these lengths (new if needed).
+
+    :param dtype: output dtype (default "int32")
+    :param sparse: mark the output sparse (default False)
+    :param out_spatial_dim: Dim of the output axis (default: the dim tag with these lengths, new if needed)
+    """
 
     layer_class = "range_from_length"
     recurrent = True
@@ -889,7 +967,15 @@ class RangeFromLengthLayer(LayerBase):
 
 
 class RandIntLayer(LayerBase):
-    """tf.random.uniform ints in [minval, maxval) of the given shape (Dims or ints)."""
+    """tf.random.uniform ints in [minval, maxval) of the given shape (Dims or ints).
+
+    :param shape: output shape: a sequence of Dims or ints
+    :param maxval: upper bound (exclusive): int or scalar layer
+    :param minval: lower bound (inclusive): int (default 0) or scalar layer
+    :param dtype: output dtype (default "int32")
+    :param sparse_dim: Dim to mark the output as sparse (default None)
+    :param seed: random seed (default None: derived from the network's random seed)
+    """
 
     layer_class = "rand_int"
 
@@ -946,7 +1032,13 @@ class RandIntLayer(LayerBase):
 # search_sorted
 
 class SearchSortedLayer(LayerBase):
-    """tf.searchsorted of ``values`` in ``sorted_sequence`` along ``axis``; output has the axes of values."""
+    """tf.searchsorted of ``values`` in ``sorted_sequence`` along ``axis``; output has the axes of values.
+
+    :param sorted_sequence: layer with the sorted values along axis
+    :param values: layer with the values to search; the output has its axes
+    :param axis: the sorted axis of sorted_sequence (default "T")
+    :param side: "left" (default: first index where it fits) or "right" (last index)
+    """
 
     layer_class = "search_sorted"
     recurrent = True

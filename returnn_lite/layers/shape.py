@@ -177,7 +177,13 @@ def _ints(name, value):
 # slice
 
 class SliceLayer(ConcatInputLayer):
-    """x[start:end:step] on one axis. A sliced dynamic axis gets a new Dim with adapted sequence lengths."""
+    """x[start:end:step] on one axis. A sliced dynamic axis gets a new Dim with adapted sequence lengths.
+
+    :param axis: the axis to slice ("T", "F", a dim tag or int; not the batch axis)
+    :param slice_start: start index as in x[start:end:step] (default None)
+    :param slice_end: end index, exclusive (default None)
+    :param slice_step: step (default None = 1; not 0; negative steps refused on dynamic axes)
+    """
 
     layer_class = "slice"
 
@@ -249,6 +255,11 @@ class SliceNdLayer(ConcatInputLayer):
     x[b, start[b]:start[b]+size] on the time axis (or ``axis``), per sequence (start may have more axes, e.g. (B,T)).
     Frames outside [0, seq_len) (and, for a size layer, beyond start+size) are zero. With size=None the slice axis
     is dynamic with lengths max(seq_len - start, min_size or 0).
+
+    :param start: layer with int start positions ([B] or [B,T]), one slice per entry
+    :param size: slice size: int, or None/layer for dynamic sizes (slices past the end are padded)
+    :param min_size: with a dynamic size: the minimal slice size (default None)
+    :param axis: the axis to slice in (default "T")
     """
 
     layer_class = "slice_nd"
@@ -348,7 +359,11 @@ class SliceNdLayer(ConcatInputLayer):
 # adding / removing / reordering axes
 
 class ExpandDimsLayer(ConcatInputLayer):
-    """Adds an axis of size dim (tiled): "F" appends a feature axis, "T"/"spatial" one before the last axis."""
+    """Adds an axis of size dim (tiled): "F" appends a feature axis, "T"/"spatial" one before the last axis.
+
+    :param axis: where to add the new axis: "F", "T", "spatial" or an int (of the batch-major input)
+    :param dim: size of the new axis (default 1; the input is tiled)
+    """
 
     layer_class = "expand_dims"
 
@@ -397,7 +412,12 @@ class ExpandDimsLayer(ConcatInputLayer):
 
 
 class SqueezeLayer(ConcatInputLayer):
-    """Removes axes of size 1 (axis counted with batch, or a description like "F", "spatial", "dim:1")."""
+    """Removes axes of size 1 (axis counted with batch, or a description like "F", "spatial", "dim:1").
+
+    :param axis: axis or axes of size 1 to remove (description, dim tag or int, or a list of them)
+    :param enforce_batch_dim_axis: move the batch axis to this position first (default None)
+    :param allow_no_op: no error if no axis matches (default False)
+    """
 
     layer_class = "squeeze"
 
@@ -454,7 +474,10 @@ def _perm_from_dict(data, perm):
 
 
 class TransposeLayer(ConcatInputLayer):
-    """tf.transpose with perm as dict target axis -> source axis; dim tags move with their axes."""
+    """tf.transpose with perm as dict target axis -> source axis; dim tags move with their axes.
+
+    :param perm: dict target axis -> source axis (descriptions or dim tags), e.g. {"T": "F", "F": "T"}
+    """
 
     layer_class = "transpose"
 
@@ -478,7 +501,11 @@ class TransposeLayer(ConcatInputLayer):
 
 
 class SwapAxesLayer(ConcatInputLayer):
-    """Swaps two axes (the dim tags move with them)."""
+    """Swaps two axes (the dim tags move with them).
+
+    :param axis1: first axis to swap (description, dim tag or int)
+    :param axis2: second axis to swap (must differ from axis1)
+    """
 
     layer_class = "swap_axes"
 
@@ -508,7 +535,19 @@ _SPECIAL_AXIS_KEYS = {"b": "B", "batch": "B", "t": "T", "time": "T", "f": "F", "
 
 
 class ReinterpretDataLayer(ConcatInputLayer):
-    """Copy that reinterprets axes or sparsity (no data movement, except enforce_batch/time_major)."""
+    """Copy that reinterprets axes or sparsity (no data movement, except enforce_batch/time_major).
+
+    :param switch_axes: two of "T", "F" whose roles are swapped (the batch axis is refused)
+    :param size_base: layer whose time axis (sequence lengths) replaces the input's time axis
+    :param set_axes: dict "T"/"F" -> axis, to set which axis is the time/feature axis
+    :param set_dim_tags: dict axis -> Dim, replacing the dim tags of these axes
+    :param enforce_batch_major: make the output batch major (default False)
+    :param enforce_time_major: make the output time major (default False)
+    :param set_sparse: True: make dense data sparse (dim from set_sparse_dim or the feature dim); False: dense
+    :param set_sparse_dim: new sparse dim (int) of sparse data (default: unchanged)
+    :param increase_sparse_dim: add this to the sparse dim (sparse data with known dim)
+    :param batch_dim_base: layer whose batch dim tag replaces the input's batch dim tag
+    """
 
     layer_class = "reinterpret_data"
     layer_options = ("size_base", "batch_dim_base")
@@ -616,7 +655,11 @@ class ReinterpretDataLayer(ConcatInputLayer):
 
 
 class RemoveLayer(LayerBase):
-    """Removes every occurrence of symbol from sparse [B,T] data; the remaining labels move to the front."""
+    """Removes every occurrence of symbol from sparse [B,T] data; the remaining labels move to the front.
+
+    :param symbol: label index to remove from the sparse [B,T] input (negative: counted from the vocab end)
+    :param axis: must be the time axis (default "T"); the output gets new sequence lengths
+    """
 
     layer_class = "remove"
 
@@ -653,7 +696,10 @@ class RemoveLayer(LayerBase):
 # stacking / repeating
 
 class StackLayer(LayerBase):
-    """tf.stack of the sources (broadcast to a common shape) on a new spatial axis."""
+    """tf.stack of the sources (broadcast to a common shape) on a new spatial axis.
+
+    :param axis: position of the new stack axis in the output (default None: after the last axis)
+    """
 
     layer_class = "stack"
 
@@ -691,7 +737,10 @@ class StackLayer(LayerBase):
 
 
 class TileLayer(ConcatInputLayer):
-    """tf.tile with multiples per axis ({axis description: int}); tiled dynamic axes multiply their lengths."""
+    """tf.tile with multiples per axis ({axis description: int}); tiled dynamic axes multiply their lengths.
+
+    :param multiples: dict axis -> int factor (axes as descriptions or dim tags), e.g. {"T": 2}
+    """
 
     layer_class = "tile"
 
@@ -750,6 +799,9 @@ class RepeatLayer(ConcatInputLayer):
     """
     tf.repeat on one axis (moved to axis 1 of the batch-major output); repetitions is an int or a layer
     ([B,T] or [B] or scalar) with per-frame counts. The repeated axis gets new lengths (sum of counts).
+
+    :param repetitions: int >= 0 or a layer with int counts ([B,T], [B] or scalar) per frame
+    :param axis: the axis to repeat (default "T"; not the batch axis)
     """
 
     layer_class = "repeat"
@@ -855,7 +907,14 @@ _RESIZE_KINDS = tuple(_RESIZE_OPS) + ("fill",)
 
 
 class ResizeLayer(ConcatInputLayer):
-    """Up-/downsampling of one axis by an int factor (axis moved to 1 of the batch-major output)."""
+    """Up-/downsampling of one axis by an int factor (axis moved to 1 of the batch-major output).
+
+    :param factor: int factor of the new axis size
+    :param axis: the axis to resize (not the batch axis)
+    :param kind: "nn" (default), "nearest_neighbor", "linear", "cubic" (tf.image resize) or "fill"
+    :param fill_value: for kind="fill": the value of the inserted frames (default None: 0)
+    :param fill_dropout: for kind="fill": drop this fraction of inserted frames randomly (dynamic output length)
+    """
 
     layer_class = "resize"
 

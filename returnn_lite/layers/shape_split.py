@@ -44,6 +44,9 @@ class MergeDimsLayer(ConcatInputLayer):
     Merges several axes into one (reshape). keep_order=False (default, behavior version 0) sorts the axes first.
     Without keep_order a merged batch axis comes first among the merged axes (the result is a new batch axis).
     Merged dynamic axes get sequence lengths = product of the merged sizes.
+
+    :param axes: the axes to merge (descriptions like "BT", "except_time", "static", dim tags, or a list)
+    :param keep_order: keep the given order of axes instead of sorting them (default False, behavior version 0)
     """
 
     layer_class = "merge_dims"
@@ -167,6 +170,11 @@ class SplitDimsLayer(ConcatInputLayer):
     """
     Splits one axis into several (reshape), e.g. axis="F", dims=(window, -1). A dynamic axis needs one -1 entry;
     by default it is padded (pad_value) to a multiple of the other sizes and the -1 axis gets ceildiv lengths.
+
+    :param axis: the axis to split (description, dim tag or int of the batch-major input)
+    :param dims: the new sizes (ints or Dims, at most one -1 for the rest), product = the axis size
+    :param pad_to_multiples: pad the axis to a multiple of the static sizes (default None: True for dynamic axes)
+    :param pad_value: value of that padding (default 0)
     """
 
     layer_class = "split_dims"
@@ -263,6 +271,10 @@ class SplitLayer(ConcatInputLayer):
     """
     tf.split of one axis (feature axis by default) into num_splits equal or size_splits parts.
     The output is the input; the parts are the sub-layers "<name>/0", "<name>/1", ...
+
+    :param axis: the axis to split (default None: the feature axis); needs a static size
+    :param num_splits: number of equal parts (must divide the dim)
+    :param size_splits: list of part sizes (sum = the dim); either this or num_splits
     """
 
     layer_class = "split"
@@ -341,7 +353,10 @@ class SplitLayer(ConcatInputLayer):
 
 
 class SplitBatchTimeLayer(ConcatInputLayer):
-    """(B*T, ...) -> (B, T, ...), with B and T (and its sequence lengths) from base."""
+    """(B*T, ...) -> (B, T, ...), with B and T (and its sequence lengths) from base.
+
+    :param base: layer (default "data") whose batch and time axes (and lengths) are restored
+    """
 
     derived_options = ("base",)  # default: "data"
 
@@ -385,7 +400,11 @@ class SplitBatchTimeLayer(ConcatInputLayer):
 # flatten / unflatten
 
 class FlattenBatchLayer(ConcatInputLayer):
-    """Merges an axis (time by default) into the batch axis, dropping padded frames: (B,T,...) -> (B',...)."""
+    """Merges an axis (time by default) into the batch axis, dropping padded frames: (B,T,...) -> (B',...).
+
+    :param axis: the axis merged into the batch axis, padded frames dropped (default "T")
+    :param batch_major: flatten in batch-major order b*T+t (default True); False: time-major order
+    """
 
     layer_class = "flatten_batch"
 
@@ -483,6 +502,11 @@ class UnflattenNdLayer(ConcatInputLayer):
     """
     (B,T,...) with T a flattened N-d grid -> (B,T_1..T_N,...), per-sequence grid sizes from ``sizes`` (B,N):
     y[b,i_1..i_N] = x[b, row-major index]; each T_i is dynamic with lengths sizes[:, i].
+
+    :param sizes: layer with int grid sizes per sequence, shape (B, num_axes)
+    :param num_axes: number N of output axes T_1..T_N
+    :param declare_same_sizes_as: dict i -> layer: output axis i gets the dim tag of that layer's time axis
+    :param in_dim: the flattened input axis (default "T")
     """
 
     layer_class = "unflatten_nd"
@@ -561,6 +585,8 @@ class SplitConcatenatedMultichannelLayer(ConcatInputLayer):
     """
     Features that are a concatenation of nr_of_channels channels: (B,T,C*F) -> (B*C,T,F), i.e. each channel
     becomes its own sequence (index b*C+c), with the sequence lengths repeated per channel.
+
+    :param nr_of_channels: number C of channels concatenated in the feature axis (default 1)
     """
 
     layer_class = "split_concatenated_multichannel"

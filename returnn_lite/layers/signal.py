@@ -32,7 +32,15 @@ def _single_channel_input(layer_name, data, in_spatial_dims):
 
 
 class StftLayer(ConcatInputLayer):
-    """tf.signal.stft (Hann window) over the time axis; output [B, T', fft_size // 2 + 1] complex64."""
+    """tf.signal.stft (Hann window) over the time axis; output [B, T', fft_size // 2 + 1] complex64.
+    :param frame_shift: shift between frames in samples
+    :param frame_size: window (frame) size in samples
+    :param fft_size: FFT size (default: frame_size); output features fft_size // 2 + 1 (complex)
+    :param in_spatial_dims: the time Dim of the input samples (default: the time axis)
+    :param out_spatial_dims: the Dim of the output frames (default: a new dim)
+    :param out_dim: the output feature Dim (default: fft_size // 2 + 1)
+    :param use_time_mask: mask the padded samples
+    """
 
     layer_class = "stft"
     recurrent = True
@@ -67,7 +75,15 @@ class StftLayer(ConcatInputLayer):
 
 
 class IstftLayer(ConcatInputLayer):
-    """tf.signal.inverse_stft (with the matching inverse window); output [B, T', 1] float32."""
+    """tf.signal.inverse_stft (with the matching inverse window); output [B, T', 1] float32.
+    :param frame_shift: shift between frames in samples
+    :param frame_size: window (frame) size in samples
+    :param fft_size: FFT size (default: frame_size)
+    :param in_spatial_dims: the frames Dim of the input (default: the time axis)
+    :param out_spatial_dims: the Dim of the output samples (default: a new dim)
+    :param out_dim: the output feature Dim (default: 1)
+    :param use_time_mask: mask the padded frames
+    """
 
     layer_class = "istft"
     recurrent = True
@@ -130,7 +146,13 @@ def mel_filter_matrix(f_min, f_max, sampling_rate, fft_size, nr_of_filters):
 
 
 class MelFilterbankLayer(ConcatInputLayer):
-    """Applies a mel filterbank matrix to the (power/magnitude) spectrum on the feature axis."""
+    """Applies a mel filterbank matrix to the (power/magnitude) spectrum on the feature axis.
+    :param sampling_rate: sampling rate of the signal in Hz
+    :param fft_size: FFT size the input (power) spectrum was computed with
+    :param nr_of_filters: number of mel filters (the output feature dim)
+    :param f_min: lowest frequency of the filterbank in Hz (default 0)
+    :param f_max: highest frequency of the filterbank in Hz (default: sampling_rate / 2)
+    """
 
     layer_class = "mel_filterbank"
 
@@ -161,6 +183,13 @@ class MultiChannelMultiResolutionStftLayer(ConcatInputLayer):
     STFT of every channel (the feature axis holds the channels), for several frame/FFT sizes; outputs are
     concatenated on the feature axis ([res_0-ch_0, ..., res_0-ch_N, res_1-ch_0, ...]). The number of frames
     follows the first frame size: T' = (T - frame_sizes[0]) // frame_shift + 1.
+    :param frame_shift: shift between frames in samples
+    :param frame_sizes: list of window sizes, one per resolution
+    :param fft_sizes: list of FFT sizes, one per resolution
+    :param window: window function, e.g. "hanning"
+    :param use_rfft: use the real FFT (only the non-redundant half); False is refused
+    :param nr_of_channels: number of input channels (the input's feature dim)
+    :param pad_last_frame: pad the signal so that the last partial frame is kept
     """
 
     layer_class = "multichannel_multiresolution_stft_layer"
@@ -233,7 +262,11 @@ def _window_fn(window, frame_size):
 
 
 class MultiChannelStftLayer(MultiChannelMultiResolutionStftLayer):
-    """Single-resolution variant: frame_size/fft_size instead of lists."""
+    """Single-resolution variant: frame_size/fft_size instead of lists.
+    :param frame_shift: shift between frames in samples
+    :param frame_size: window size in samples
+    :param fft_size: FFT size
+    """
 
     layer_class = "multichannel_stft_layer"
 

@@ -75,6 +75,12 @@ class SubnetworkLayer(LayerBase):
     A whole network dict as one layer. Its input is ``data``/``data:data`` inside (the concatenated sources),
     or with concat_sources=False also ``data:<source name>`` and ``data:0`` .. ``data:<n-1>``. The sub layer
     ``output`` is the output; ``base:NAME`` refers to the parent network.
+    :param subnetwork: dict of the sub layers (required); its "output" layer is the output
+    :param concat_sources: concatenate the sources as "data" of the subnetwork (else data:0, data:1, ...; not inside a rec unit)
+    :param load_on_init: checkpoint file (or dict with filename/prefix) to load the sub layers' params from
+    :param dropout: dropout rate applied to the subnetwork's input data
+    :param dropout_noise_shape: noise shape of that dropout (dict axis -> None for broadcast)
+    :param dropout_on_forward: apply that dropout also outside training
     """
 
     layer_class = "subnetwork"
@@ -174,6 +180,9 @@ class CondLayer(LayerBase):
     """
     tf.cond on a scalar bool ``condition`` between ``true_layer`` and ``false_layer`` (names or layer dicts;
     dicts are built as sub layers ``<name>/condition``, ``<name>/true_layer``, ``<name>/false_layer``).
+    :param condition: layer (dict or name) with a scalar bool
+    :param true_layer: layer (dict or name) giving the output when condition is true
+    :param false_layer: layer (dict or name) giving the output when condition is false
     """
 
     layer_class = "cond"
@@ -286,6 +295,12 @@ class HDFDumpLayer(LayerBase):
     Pass-through of its (single) source which also writes every batch that runs through it into an HDF file in
     the HDFDataset layout (inputs, seqLengths, seqTags, targets/data/<extra key>). The file is rewritten after
     every run, so it is complete whenever a session.run returned.
+    :param filename: HDF file to write (str, or callable(**opts) -> str) (required)
+    :param extra: dict name -> layer whose outputs are dumped too
+    :param dump_whole_batches: dump one sequence per batch (whole batch) instead of per sequence
+    :param labels: list of label names written to the file (sparse output)
+    :param extend_existing_file: append to an existing file instead of overwriting it
+    :param dump_per_run: write one file per run; refused (only False)
     """
 
     layer_class = "hdf_dump"
@@ -411,7 +426,9 @@ class HDFDumpLayer(LayerBase):
 
 
 class ImageSummaryLayer(LayerBase):
-    """Pass-through of its source, adding a TensorBoard image summary of it ([B, H, W] or [B, H, W, 1])."""
+    """Pass-through of its source, adding a TensorBoard image summary of it ([B, H, W] or [B, H, W, 1]).
+    :param max_outputs: maximum number of images in the summary
+    """
 
     layer_class = "image_summary"
 
@@ -437,6 +454,8 @@ class FramewiseStatisticsLayer(LayerBase):
     """
     Statistics of its source (frame posteriors) against the target: frame error rate, silence ratios and
     output-probability histogram, stored in ``self.stats``. The output is a dummy scalar.
+    :param sil_label_idx: index of the silence label (for the silence/non-silence statistics)
+    :param histogram_num_bins: number of histogram bins
     """
 
     layer_class = "framewise_statistics"

@@ -131,7 +131,12 @@ def _cell_out_template(name, sources, n_out, inside_loop_time_dim=None):
 
 
 class RnnCellLayer(_CellMixin, ConcatInputLayer):
-    """One step of a cell unit (inside a rec loop); outside a loop it runs over the time axis."""
+    """One step of a cell unit (inside a rec loop); outside a loop it runs over the time axis.
+    :param unit: the cell name, e.g. "lstm", "nativelstm2", "gru" (required)
+    :param unit_opts: dict of options for the cell
+    :param initial_state: initial state: "zeros", "ones", "var", "keep_over_epoch", a layer, or a dict per state
+    :param weights_init: initializer of the cell weights; refused
+    """
 
     layer_class = "rnn_cell"
     unsupported_options = {"weights_init": (None,)}
@@ -165,7 +170,10 @@ class RnnCellLayer(_CellMixin, ConcatInputLayer):
 
 
 class GetLastHiddenStateLayer(LayerBase):
-    """The (last) state of a cell layer, all parts concatenated ([B, n_out])."""
+    """The (last) state of a cell layer, all parts concatenated ([B, n_out]).
+    :param combine: how several states are combined: only "concat" is supported
+    :param key: which state of the source rec layer ("*" for all, or e.g. "h", "c")
+    """
 
     layer_class = "get_last_hidden_state"
 
@@ -195,6 +203,25 @@ class RecLayer(_CellMixin, ConcatInputLayer):
     """
     Recurrent layer: ``unit`` is a cell name (e.g. "lstm", "gru", "standardlstm") run over the time axis of the
     input (time-major output), or a dict: a subnetwork computed per frame (see subnet.py).
+    :param unit: a cell name ("lstm", "nativelstm2", "gru", ...) or a dict (subnetwork run per frame)
+    :param unit_opts: dict of options for the cell
+    :param direction: 1 forward, -1 backward (reversed over time)
+    :param input_projection: the cell projects its input (standard cells)
+    :param initial_state: initial state: "zeros", "ones", "var", a layer, or a dict per state
+    :param max_seq_len: maximum number of loop steps when searching (int or "max_len_from('base:x') * 2")
+    :param forward_weights_init: initializer of the input projection weights
+    :param recurrent_weights_init: initializer of the recurrent weights
+    :param bias_init: initializer of the bias
+    :param optimize_move_layers_out: move layers out of the subnetwork loop when possible
+    :param cheating: in search, keep the target label in the beam
+    :param unroll: unroll the loop (static length)
+    :param back_prop: allow gradients through the loop (default: in training)
+    :param use_global_rec_step_offset: add the global rec step offset to the step counter
+    :param include_eos: with a target, include the end-of-sequence frame
+    :param debug: debug output of the loop
+    :param axis: the time axis (Dim) to loop over (default: the input's time axis)
+    :param in_dim: the input feature Dim (default: the input's feature dim)
+    :param out_dim: the output feature Dim (alternative to n_out)
     """
 
     layer_class = "rec"
@@ -332,7 +359,9 @@ class RecLayer(_CellMixin, ConcatInputLayer):
 
 
 class GetRecAccumulatedLayer(LayerBase):
-    """The accumulated (over time) output of a sub-layer of a rec layer with a subnetwork unit."""
+    """The accumulated (over time) output of a sub-layer of a rec layer with a subnetwork unit.
+    :param sub_layer: name of the sub layer of the rec layer (the source) whose accumulated output is taken
+    """
 
     layer_class = "get_rec_accumulated"
 
@@ -350,7 +379,10 @@ class GetRecAccumulatedLayer(LayerBase):
 
 
 class RecLastOutputLayer(LayerBase):
-    """The last frame (within the sequence length) of a sub-layer of a rec layer (``need_last``)."""
+    """The last frame (within the sequence length) of a sub-layer of a rec layer (``need_last``).
+    :param rec_layer: the rec layer
+    :param sub_layer_name: the sub layer of it whose last frame output is taken
+    """
 
     layer_class = "rec_last_output"
 
@@ -377,6 +409,8 @@ class RecUnstackLayer(LayerBase):
     """
     Inside a rec loop: the current frame of a source with the loop's time axis (e.g. of ``base:X``, which is the
     outer layer as a whole). Outside the loop (moved out, or not in a rec layer): identity.
+    :param axis: the axis to unstack (inside a rec loop: the frame of the current step)
+    :param declare_rec_time: declare this axis as the rec loop's time axis
     """
 
     layer_class = "rec_unstack"
@@ -421,6 +455,9 @@ class MaskedComputationLayer(LayerBase):
     gated by the mask, and a selection keeps the previous output where the mask is False. Over a whole sequence
     (outside a loop), the masked frames form a new, shorter time axis and the unit runs over it (params named
     as this layer).
+    :param mask: layer with a bool mask; the unit is computed only where it is True, else the previous output is kept
+    :param unit: the layer dict computed at the masked frames (required)
+    :param masked_from: layer whose output, masked, is the input of the unit (outside a rec loop)
     """
 
     layer_class = "masked_computation"
@@ -487,7 +524,9 @@ def _mask_frames(data, mask, name):
 
 
 class MaskedSelectLayer(LayerBase):
-    """Inside a rec loop: the source where mask is True, else this layer's previous output (masked_computation)."""
+    """Inside a rec loop: the source where mask is True, else this layer's previous output (masked_computation).
+    :param mask: layer with a bool mask; the frames where it is True are selected
+    """
 
     layer_class = "_masked_select"
     recurrent = True
@@ -516,7 +555,10 @@ class MaskedSelectLayer(LayerBase):
 
 
 class UnmaskLayer(LayerBase):
-    """Inverse of masked_computation. Inside a rec loop the masked output is already kept on unmasked frames."""
+    """Inverse of masked_computation. Inside a rec loop the masked output is already kept on unmasked frames.
+    :param mask: layer with the bool mask used by the masked computation
+    :param skip_initial: the masked computation had no initial output: frames before the first masked one take the first masked output (not zeros)
+    """
 
     layer_class = "unmask"
 
