@@ -13,8 +13,8 @@ After an epoch: the learning-rate file is written (atomically), then the checkpo
 
 from __future__ import annotations
 
+import importlib
 import math
-import os
 import time
 
 import numpy
@@ -100,16 +100,20 @@ class _Accumulator:
         return score, error
 
 
+# backend name -> the Engine subclass for it, loaded on demand (it subclasses Engine; torch is an optional extra)
+BACKEND_ENGINES = {"torch": "returnn_lite.engine.torch_backend:TorchEngine"}
+
+
 class Engine:
     """Runs the config's task. ``Engine(config).run()``."""
 
     def __new__(cls, config=None, log=None):
         # backend = "torch": the same engine (epoch loop, datasets, LR control, checkpoints) on PyTorch; the
         # backend-specific part (model, step, checkpoint files) is in returnn_lite.engine.torch_backend
-        if cls is Engine and config is not None and config.value("backend", "tensorflow") == "torch":
-            from .torch_backend import TorchEngine
-
-            cls = TorchEngine
+        backend = config.value("backend", "tensorflow") if config is not None else None
+        if cls is Engine and backend in BACKEND_ENGINES:
+            module_name, _, class_name = BACKEND_ENGINES[backend].partition(":")
+            cls = getattr(importlib.import_module(module_name), class_name)
         return super().__new__(cls)
 
     def __init__(self, config, log=None):

@@ -47,7 +47,7 @@ def tf_checkpoint_to_torch(tf_filename, out_filename):
     """Returns the number of converted params."""
     torch = _torch()
 
-    from ..checkpoint_tool import Checkpoint
+    from ..checkpoint_files import Checkpoint
 
     ckpt = Checkpoint(tf_filename)
     state = {}
@@ -69,7 +69,7 @@ def tf_checkpoint_to_torch(tf_filename, out_filename):
 def torch_to_tf_checkpoint(pt_filename, out_filename):
     torch = _torch()
 
-    from ..checkpoint_tool import write_checkpoint
+    from ..checkpoint_files import write_checkpoint
 
     if not os.path.exists(pt_filename):
         raise ConversionError("%r: no such file" % pt_filename)
