@@ -1,8 +1,13 @@
 """
-Every registered layer class that can be built from a small option set: the real output must agree
-with its template (rank, static dims, dtype, sequence lengths of dynamic axes). Templates that lie
-are the most common bug class of layer libraries.
+Every registered layer class has an explicit example (tests/layers/examples.py) and runs in training and eval mode:
+the real output must agree with its template (rank, static dims, dtype, sequence lengths of dynamic axes), and the
+gradient of the sum of a float output w.r.t. the layer's params and float inputs must be finite. Templates that lie
+are the most common bug class of layer libraries. A class without example fails here.
 """
+
+import functools
+import os
+import sys
 
 import numpy as np
 import pytest
@@ -11,119 +16,97 @@ import tensorflow as tf
 from returnn_lite.data import batch_dim
 from returnn_lite.extern_data import ExternData
 from returnn_lite.layers import get_layer_class_names
+from returnn_lite.layers.base import layer_registry
 from returnn_lite.network import TFNetwork
+
+sys.path.insert(0, os.path.dirname(__file__))
+from examples import EXAMPLES, EXTERN, INTERNAL, UNAVAILABLE, UNCONNECTED_PARAMS  # noqa: E402
 
 tf1 = tf.compat.v1
 
-EXTERN = {"data": {"dim": 6}, "classes": {"dim": 4, "sparse": True}}
 LENS = np.array([7, 5, 4], "int32")
 
-# options that make a layer constructible; tried in order, the first that builds is checked
-SPECIFIC = {
-    "linear": [{"n_out": 3, "activation": "relu"}],
-    "hidden": [{"n_out": 3}],
-    "forward": [{"n_out": 3}],
-    "softmax": [{"n_out": 3}],
-    "activation": [{"activation": "tanh"}],
-    "combine": [{"kind": "add", "from": ["data", "data"]}],
-    "eval": [{"eval": "source(0) * 2.0"}],
-    "compare": [{"kind": "greater", "value": 0.0}],
-    "constant": [{"value": 1.5, "from": []}],
-    "cast": [{"dtype": "int32"}],
-    "switch": [{"condition": True, "true_from": "data", "false_from": 0.0}],
-    "scaled_grad": [{"scale": 0.5}],
-    "source": [{"data_key": "classes", "from": []}],
-    "rec": [{"unit": "lstm", "n_out": 3}, {"unit": "gru", "n_out": 3}],
-    "conv": [{"filter_size": (3,), "n_out": 3, "padding": "same"}],
-    "pool": [{"mode": "max", "pool_size": (2,), "padding": "same"}],
-    "transposed_conv": [{"filter_size": (3,), "n_out": 3, "padding": "same"}],
-    "reduce": [{"mode": "sum", "axis": "T"}, {"mode": "max", "axis": "F"}],
-    "reduce_out": [{"mode": "max", "num_pieces": 2}],
-    "split_dims": [{"axis": "F", "dims": (2, 3)}],
-    "merge_dims": [{"axes": "except_time"}, {"axes": ["B", "T"]}],
-    "slice": [{"axis": "T", "slice_start": 1}, {"axis": "F", "slice_end": 2}],
-    "window": [{"window_size": 3}],
-    "cumsum": [{"axis": "T"}],
-    "gather": [{"axis": "F", "position": 1}],
-    "pad": [{"axes": "T", "padding": (1, 2)}],
-    "variable": [{"shape": (3,), "from": []}],
-    "self_attention": [{"num_heads": 2, "total_key_dim": 4, "n_out": 4}],
-    "positional_encoding": [{"add_to_input": True}],
-    "batch_norm": [{}],
-    "layer_norm": [{}],
-    "dot": [{"red1": "F", "red2": "F", "var1": "T", "var2": "T", "from": ["data", "data"]}],
-    "concat": [{"from": [("data", "T"), ("data", "T")]}, {"from": [("data", "F"), ("data", "F")]}],
-    "accumulate_mean": [{"exp_average": 0.1}],
-    "elemwise_prod": [{"axes": "F"}],
-    "gating": [{"activation": "tanh", "from": ["data", "data"]}],
-    "math_norm": [{"p": 2, "axes": "F"}],
-    "repeat": [{"repetitions": 2, "axis": "T"}],
-    "resize": [{"factor": 2, "axis": "T", "kind": "nn"}],
-    "seq_len_mask": [{"mask_value": 0.0}],
-    "shift_axis": [{"amount": 1, "axis": "T"}],
-    "split": [{"axis": "F", "num_splits": 2}],
-    "squeeze": [{"axis": "F", "from": "sq_in", "_net": {"sq_in": {"class": "expand_dims", "axis": "F",
-                                                                      "from": "data"}}}],
-    "swap_axes": [{"axis1": "T", "axis2": "F"}],
-    "tile": [{"multiples": {"F": 2}}],
-    "time_chunking": [{"chunk_size": 3, "chunk_step": 2}],
-    "top_k": [{"axis": "F", "k": 2}],
-    "transpose": [{"perm": {"T": "F", "F": "T"}}],
-    "range": [{"limit": 5, "from": []}],
-    "range_from_length": [{"from": "len", "_net": {"len": {"class": "length", "from": "data"}}}],
-    "remove": [{"symbol": 0, "from": "data:classes"}],
-    "gather_nd": [{"position": "data:classes", "from": "data"}],
-    "rnn_cell": [],
-    "subnetwork": [{"subnetwork": {"output": {"class": "linear", "n_out": 3, "from": "data"}}}],
-    "cond": [{"condition": "flag", "true_layer": {"class": "copy", "from": "data"},
-              "false_layer": {"class": "copy", "from": "data"},
-              "_net": {"flag": {"class": "constant", "value": True, "from": []}}}],
-    "loss": [{"loss_": "ce", "from": "sm", "target_": "classes",
-              "_net": {"sm": {"class": "softmax", "n_out": 4, "from": "data"}}}],
-    "edit_distance": [{"a": "data:classes", "b": "data:classes", "from": []}],
-    "stft": [{"frame_shift": 2, "frame_size": 4, "fft_size": 4, "from": "raw",
-              "_net": {"raw": {"class": "reduce", "mode": "sum", "axis": "F", "from": "data"}}}],
-    "generic_attention": [{"weights": "att", "base": "data", "from": [],
-                           "_net": {"att": {"class": "softmax_over_spatial", "from": "energy"},
-                                    "energy": {"class": "reduce", "mode": "sum", "axis": "F", "keep_dims": True,
-                                               "from": "data"}}}],
-    "unflatten_nd": [],
-}
-GENERIC = [
-    {},
-    {"n_out": 3},
-    {"axis": "T"},
-    {"axis": "F"},
-    {"axes": "T"},
-]
+
+def _subst_tmp(obj, tmp):
+    if isinstance(obj, str):
+        return obj.replace("__TMP__", tmp)
+    if isinstance(obj, dict):
+        return {k: _subst_tmp(v, tmp) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_subst_tmp(v, tmp) for v in obj)
+    return obj
 
 
-def _try_build(layer_class, opts):
+def _build(layer_class, opts, train_flag, tmp="/nonexistent"):
     graph = tf.Graph()
     with graph.as_default():
-        opts = dict(opts)
+        opts = _subst_tmp(dict(opts), str(tmp))
         net_dict = dict(opts.pop("_net", {}))  # helper layers some classes need as inputs
+        search = opts.pop("_search", False)
         desc = {"class": layer_class, "from": "data"}
         desc.update(opts)
         net_dict["output"] = desc
-        net = TFNetwork(extern_data=ExternData(EXTERN), train_flag=False)
+        net = TFNetwork(extern_data=ExternData(EXTERN), train_flag=train_flag, search_flag=search)
         net.construct_from_dict(net_dict)
         return graph, net
 
 
-@pytest.mark.parametrize("layer_class", get_layer_class_names())
-def test_template_matches_output(layer_class):
-    errors = []
-    for opts in SPECIFIC.get(layer_class, []) + GENERIC:
-        try:
-            graph, net = _try_build(layer_class, opts)
-            break
-        except Exception as exc:  # noqa: BLE001 (find options this class accepts)
-            errors.append("%s: %s" % (opts, str(exc).splitlines()[0][:200]))
-    else:
-        pytest.skip("not constructible from the small option sets: %s" % errors[:2])
+def test_every_class_has_example():
+    names = set(get_layer_class_names())
+    missing = sorted(names - set(EXAMPLES) - set(UNAVAILABLE) - set(INTERNAL))
+    assert not missing, "layer classes without example in tests/layers/examples.py: %s" % missing
+    stale = sorted((set(EXAMPLES) | set(UNAVAILABLE) | set(INTERNAL)) - names)
+    assert not stale, "examples for unregistered layer classes: %s" % stale
+    assert set(INTERNAL.values()) <= set(EXAMPLES)
+
+
+def test_masked_computation_covers_masked_select(monkeypatch):
+    # inside a rec loop masked_computation becomes an internal _masked_select layer (rec/subnet.py)
+    cls = layer_registry.get("_masked_select")
+    built = []
+    orig_init = cls.__init__
+
+    @functools.wraps(orig_init)  # keeps the signature the option check reads
+    def init(self, *args, **kwargs):
+        built.append(kwargs.get("name"))
+        orig_init(self, *args, **kwargs)
+
+    monkeypatch.setattr(cls, "__init__", init)
+    net_dict = {"output": {"class": "rec", "from": "data", "unit": {
+        "sum": {"class": "reduce", "mode": "sum", "axis": "F", "from": "data:source"},
+        "m": {"class": "compare", "kind": "greater", "value": 0.0, "from": "sum"},
+        "mc": {"class": "masked_computation", "mask": "m", "from": "data:source",
+               "unit": {"class": "linear", "n_out": 3, "from": "data"}},
+        "output": {"class": "copy", "from": "mc"}}}}
+    with tf.Graph().as_default() as graph:
+        net = TFNetwork(extern_data=ExternData(EXTERN), train_flag=True)
+        net.construct_from_dict(net_dict)
+        data = net.extern_data.get_data("data")
+        with tf1.Session(graph=graph) as session:
+            net.initialize_params(session)
+            value = session.run(net.get_layer("output").output.placeholder, feed_dict={
+                data.placeholder: np.random.RandomState(0).randn(3, 7, 6).astype("float32"),
+                data.size_placeholder[0]: LENS})
+    assert built, "masked_computation inside a rec loop did not build a _masked_select layer"
+    assert value.shape[-1] == 3 and np.all(np.isfinite(value))
+
+
+@pytest.mark.parametrize("layer_class", sorted(UNAVAILABLE))
+def test_unavailable_raises(layer_class):
+    with pytest.raises(Exception, match="NotImplementedError: layer class '%s'" % layer_class) as exc_info:
+        _build(layer_class, {}, train_flag=False)
+    assert UNAVAILABLE[layer_class] in str(exc_info.value)
+
+
+@pytest.mark.parametrize("train_flag", [False, True], ids=["eval", "train"])
+@pytest.mark.parametrize("layer_class", [name for name in get_layer_class_names()
+                                         if name not in UNAVAILABLE and name not in INTERNAL])
+def test_template_matches_output(layer_class, train_flag, tmp_path):
+    assert layer_class in EXAMPLES, "no example for layer class %r in tests/layers/examples.py" % layer_class
+    graph, net = _build(layer_class, EXAMPLES[layer_class], train_flag, tmp_path)
     with graph.as_default():
-        out = net.get_layer("output").output
+        layer = net.get_layer("output")
+        out = layer.output
         data = net.extern_data.get_data("data")
         classes = net.extern_data.get_data("classes")
         rng = np.random.RandomState(0)
@@ -134,16 +117,25 @@ def test_template_matches_output(layer_class):
             classes.size_placeholder[0]: LENS,
         }
         sizes = {i: d.dyn_size for i, d in enumerate(out.dims) if d.is_dynamic() and d.dyn_size is not None}
+        grads = {}
+        if out.dtype.startswith("float") and not out.sparse:
+            xs = [p for p in net.get_params_list() if p.dtype.base_dtype.is_floating] + [data.placeholder]
+            gs = tf1.gradients(tf.reduce_sum(tf.cast(out.placeholder, tf.float32)), xs)
+            grads = {x.name: g for x, g in zip(xs, gs) if g is not None}
+            trainable = set(net.get_trainable_params())
+            layer_params = [p.name for key, p in layer.params.items()
+                            if p in trainable and p.dtype.base_dtype.is_floating
+                            and UNCONNECTED_PARAMS.get(layer_class) != key]
         with tf1.Session(graph=graph) as session:
             net.initialize_params(session)
-            value, size_values = session.run((out.placeholder, sizes), feed_dict=feed)
+            value, size_values, grad_values = session.run((out.placeholder, sizes, grads), feed_dict=feed)
     value = np.asarray(value)
     assert value.ndim == out.batch_ndim, "rank: got %s, template %s" % (value.shape, out)
     for axis, dim in enumerate(out.batch_shape):
         if dim is not None:
             assert value.shape[axis] == dim, "axis %i: got %s, template %s" % (axis, value.shape, out)
     if out.have_batch_axis() and out.dims[out.batch_dim_axis] is batch_dim:  # not a merged/flattened batch axis
-        assert value.shape[out.batch_dim_axis] == 3
+        assert value.shape[out.batch_dim_axis] == 3 * (out.beam.beam_size if out.beam else 1)
     assert value.dtype == np.dtype(out.dtype), "dtype: got %s, template %s" % (value.dtype, out.dtype)
     if out.sparse and value.size:
         assert value.min() >= 0 and value.max() < out.dim
@@ -152,3 +144,9 @@ def test_template_matches_output(layer_class):
         assert lens.max() <= value.shape[axis], "seq lens %s exceed axis %i of shape %s" % (lens, axis, value.shape)
         if out.have_batch_axis() and lens.ndim == 1:
             assert lens.shape[0] == value.shape[out.batch_dim_axis]  # the batch may be merged with other axes
+    if out.dtype.startswith("float") and not out.sparse:
+        for name, g in grad_values.items():
+            g = np.asarray(g.values if hasattr(g, "values") else g)
+            assert np.all(np.isfinite(g)), "gradient w.r.t. %s is not finite" % name
+        for name in layer_params:  # the layer's own params must get a gradient from its output
+            assert name in grad_values, "param %s of layer %r is not connected to its output" % (name, layer_class)
