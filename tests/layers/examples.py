@@ -23,6 +23,15 @@ INTERNAL = {
     "_masked_select": "masked_computation",  # rec/subnet.py wraps masked_computation moved out of a loop with it
 }
 
+# layers with a float output that on purpose has no gradient path to the float input "data"
+NO_INPUT_GRADIENT = {
+    "accumulate_mean": "the output is the running mean variable",
+    "constant": "no input",
+    "variable": "no input, only its param",
+    "gradient": "dy/dx of a linear y is constant (no second-order path)",
+    "relative_positional_encoding": "depends only on the input's shape",
+}
+
 # float params a layer has on purpose without a gradient path from its output
 UNCONNECTED_PARAMS = {
     "tikhonov_regularization": "dummy",  # a marker param, the regularization acts on the gradient only

@@ -20,7 +20,7 @@ from returnn_lite.layers.base import layer_registry
 from returnn_lite.network import TFNetwork
 
 sys.path.insert(0, os.path.dirname(__file__))
-from examples import EXAMPLES, EXTERN, INTERNAL, UNAVAILABLE, UNCONNECTED_PARAMS  # noqa: E402
+from examples import EXAMPLES, EXTERN, INTERNAL, NO_INPUT_GRADIENT, UNAVAILABLE, UNCONNECTED_PARAMS  # noqa: E402
 
 tf1 = tf.compat.v1
 
@@ -58,6 +58,7 @@ def test_every_class_has_example():
     stale = sorted((set(EXAMPLES) | set(UNAVAILABLE) | set(INTERNAL)) - names)
     assert not stale, "examples for unregistered layer classes: %s" % stale
     assert set(INTERNAL.values()) <= set(EXAMPLES)
+    assert set(NO_INPUT_GRADIENT) <= set(EXAMPLES) and set(UNCONNECTED_PARAMS) <= set(EXAMPLES)
 
 
 def test_masked_computation_covers_masked_select(monkeypatch):
@@ -148,5 +149,7 @@ def test_template_matches_output(layer_class, train_flag, tmp_path):
         for name, g in grad_values.items():
             g = np.asarray(g.values if hasattr(g, "values") else g)
             assert np.all(np.isfinite(g)), "gradient w.r.t. %s is not finite" % name
+        if layer_class not in NO_INPUT_GRADIENT:
+            assert data.placeholder.name in grad_values, "output of %r is not connected to its input" % layer_class
         for name in layer_params:  # the layer's own params must get a gradient from its output
             assert name in grad_values, "param %s of layer %r is not connected to its output" % (name, layer_class)
