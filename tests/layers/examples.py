@@ -2,7 +2,8 @@
 One explicit example per registered layer class, used by tests/layers/test_generic.py.
 
 EXAMPLES maps a layer class to the options of a layer named "output" with ``"from": "data"`` by default.
-Special keys: ``_net`` (helper layers the example needs), ``_search`` (build the net with search_flag=True).
+Special keys: ``_net`` (helper layers the example needs), ``_search`` (build the net with search_flag=True),
+``_out_like_data`` (option ``out``: the template of "data", for the rf frontend's frontend_op).
 ``__TMP__`` in a string is replaced with a temporary directory.
 UNAVAILABLE maps classes that cannot run in returnn_lite to a fragment of the NotImplementedError they must raise.
 Extern data: "data" (float32 [B,T,6]) and "classes" (sparse int32 [B,T], dim 4).
@@ -74,6 +75,7 @@ EXAMPLES = {
     'framewise_statistics': {"sil_label_idx": 0, "from": "sm", "target": "classes", "_net": {"sm": {"class": "softmax", "n_out": 4, "from": "data"}}},
     'gather': {'axis': 'F', 'position': 1},
     'gather_nd': {'position': 'data:classes', 'from': 'data'},
+    'frontend_op': {"op": "activation", "opts": {"func": "tanh"}, "_out_like_data": True},
     'gating': {'activation': 'tanh', 'from': ['data', 'data']},
     'gauss_window_attention': {"base": "data", "window_size": 3, "from": "pos", "_net": {"pos": {"class": "reduce", "mode": "mean", "axis": "T", "keep_dims": False, "from": "p1"}, "p1": {"class": "linear", "n_out": 1, "from": "data"}}},
     'generic_attention': {'weights': 'att', 'base': 'data', 'from': [], '_net': {'att': {'class': 'softmax_over_spatial', 'from': 'energy'}, 'energy': {'class': 'reduce', 'mode': 'sum', 'axis': 'F', 'keep_dims': True, 'from': 'data'}}},

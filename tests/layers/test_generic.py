@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from returnn_lite import frontend_layers  # noqa: F401 (registers frontend_op, so the class list is complete)
 from returnn_lite.data import batch_dim
 from returnn_lite.extern_data import ExternData
 from returnn_lite.layers import get_layer_class_names
@@ -43,10 +44,13 @@ def _build(layer_class, opts, train_flag, tmp="/nonexistent"):
         opts = _subst_tmp(dict(opts), str(tmp))
         net_dict = dict(opts.pop("_net", {}))  # helper layers some classes need as inputs
         search = opts.pop("_search", False)
+        out_like_data = opts.pop("_out_like_data", False)
         desc = {"class": layer_class, "from": "data"}
         desc.update(opts)
         net_dict["output"] = desc
         net = TFNetwork(extern_data=ExternData(EXTERN), train_flag=train_flag, search_flag=search)
+        if out_like_data:
+            desc["out"] = net.extern_data.get_data("data").copy_template()
         net.construct_from_dict(net_dict)
         return graph, net
 
