@@ -29,15 +29,11 @@ class SourceLayer(LayerBase):
     """
 
     layer_class = "source"
+    default_from = ()
 
     def __init__(self, data_key=None, **kwargs):
         super().__init__(**kwargs)
         self.output.placeholder = self.network.get_extern_data(data_key or self.network.extern_data.default_input).placeholder
-
-    @classmethod
-    def transform_config_dict(cls, d, network, get_layer):
-        d.setdefault("from", [])
-        super().transform_config_dict(d, network=network, get_layer=get_layer)
 
     @classmethod
     def get_out_data_from_opts(cls, name, network, data_key=None, **kwargs):
@@ -430,6 +426,7 @@ class SwitchLayer(LayerBase):
     """
 
     layer_class = "switch"
+    default_from = ()
 
     def __init__(self, condition, true_from, false_from, **kwargs):
         super().__init__(**kwargs)
@@ -452,7 +449,7 @@ class SwitchLayer(LayerBase):
 
     @classmethod
     def transform_config_dict(cls, d, network, get_layer):
-        d.setdefault("from", [])
+        # (not layer_options: with a static condition, only the chosen branch is resolved)
         super().transform_config_dict(d, network=network, get_layer=get_layer)
         if callable(d.get("condition")):  # (network=..., get_layer=..., **opts) -> bool, decided statically
             opts = dict(d)
@@ -514,6 +511,7 @@ class ConstantLayer(LayerBase):
     """
 
     layer_class = "constant"
+    default_from = ()
 
     def __init__(self, value=0.0, dtype=None, with_batch_dim=False, shape=None, **kwargs):
         super().__init__(**kwargs)
@@ -525,11 +523,6 @@ class ConstantLayer(LayerBase):
         elif shape is not None and x.shape.rank == 0:
             x = tf.fill([d.dimension for d in out.dims], x)
         self.output.placeholder = x
-
-    @classmethod
-    def transform_config_dict(cls, d, network, get_layer):
-        d.setdefault("from", [])
-        super().transform_config_dict(d, network=network, get_layer=get_layer)
 
     @classmethod
     def get_out_data_from_opts(cls, name, value=0.0, dtype=None, with_batch_dim=False, shape=None, sparse_dim=None,

@@ -147,6 +147,9 @@ class EditDistanceLayer(LayerBase):
     """
 
     layer_class = "edit_distance"
+    layer_options = ("a", "b")
+    required_options = ("a", "b")
+    default_from = ()
     recurrent = True
 
     def __init__(self, a, b, **kwargs):
@@ -154,18 +157,6 @@ class EditDistanceLayer(LayerBase):
         self.a, self.b = a, b
         dist = tf.edit_distance(_sparse_from_dense(a.output), _sparse_from_dense(b.output), normalize=False)
         self.output.placeholder = tf.cast(tf.round(dist), tf.int32)
-
-    def get_dep_layers(self):
-        return super().get_dep_layers() + [self.a, self.b]
-
-    @classmethod
-    def transform_config_dict(cls, d, network, get_layer):
-        d.setdefault("from", [])
-        super().transform_config_dict(d, network=network, get_layer=get_layer)
-        for key in ("a", "b"):
-            if key not in d:
-                raise ValueError("edit_distance layer: option %r is required" % key)
-            d[key] = get_layer(d[key])
 
     @classmethod
     def get_out_data_from_opts(cls, name, a, b, **kwargs):
@@ -181,15 +172,9 @@ class EditDistanceLayer(LayerBase):
 class _LogitsTargetsLayer(LayerBase):
     """Base of layers with ``logits`` and ``targets`` layer options (instead of ``from``)."""
 
-    def get_dep_layers(self):
-        return super().get_dep_layers() + [self.logits, self.targets]
-
-    @classmethod
-    def transform_config_dict(cls, d, network, get_layer):
-        d.setdefault("from", [])
-        super().transform_config_dict(d, network=network, get_layer=get_layer)
-        d["logits"] = get_layer(d["logits"])
-        d["targets"] = get_layer(d["targets"])
+    layer_options = ("logits", "targets")
+    required_options = ("logits", "targets")
+    default_from = ()
 
 
 class CtcLossLayer(_LogitsTargetsLayer):

@@ -615,13 +615,6 @@ class SoftmaxOverSpatialLayer(ConcatInputLayer):
         ax = _softmax_axis(out, axis, name)
         return _move_to_last_keep_special(out, ax)
 
-    def get_dep_layers(self):
-        deps = super().get_dep_layers()
-        for x in (self.start, self.window_start, self.window_size):
-            if isinstance(x, LayerBase):
-                deps.append(x)
-        return deps
-
 
 class BatchSoftmaxLayer(ConcatInputLayer):
     """Softmax over the spatial and feature axes together (per batch entry), masking padded frames."""
@@ -698,6 +691,9 @@ class VariableLayer(LayerBase):
     """
 
     layer_class = "variable"
+    layer_options = ("init_by_layer",)
+    default_from = ()
+    required_options = ("shape",)
     unsupported_options = {"non_critical_for_restore": (False,)}
 
     def __init__(self, shape, dtype="float32", add_batch_axis=False, add_time_axis=False, trainable=True, init=None,
@@ -728,16 +724,6 @@ class VariableLayer(LayerBase):
             x = tf.expand_dims(x, 0)
             x = tf.tile(x, [self.network.get_data_batch_dim()] + [1] * (x.shape.rank - 1))
         self.output.placeholder = x
-
-    def get_dep_layers(self):
-        return super().get_dep_layers() + ([self.init_by_layer] if self.init_by_layer is not None else [])
-
-    @classmethod
-    def transform_config_dict(cls, d, network, get_layer):
-        d.setdefault("from", [])
-        super().transform_config_dict(d, network=network, get_layer=get_layer)
-        if isinstance(d.get("init_by_layer"), str):
-            d["init_by_layer"] = get_layer(d["init_by_layer"])
 
     @classmethod
     def get_out_data_from_opts(cls, name, network, shape, dtype="float32", add_batch_axis=False,
@@ -809,6 +795,8 @@ class SyntheticGradientLayer(ConcatInputLayer):
     """
 
     layer_class = "synthetic_gradient"
+    layer_options = ("gradient",)
+    required_options = ("gradient",)
 
     def __init__(self, gradient, meta_loss_scale=1.0, **kwargs):
         super().__init__(**kwargs)
@@ -818,16 +806,8 @@ class SyntheticGradientLayer(ConcatInputLayer):
         self.output.placeholder = _synthetic_gradient(self.input_data.placeholder, g)
 
     @classmethod
-    def transform_config_dict(cls, d, network, get_layer):
-        super().transform_config_dict(d, network=network, get_layer=get_layer)
-        d["gradient"] = get_layer(d["gradient"])
-
-    @classmethod
     def get_out_data_from_opts(cls, name, sources, **kwargs):
         return concat_sources_template(sources, name="%s_output" % name)
-
-    def get_dep_layers(self):
-        return super().get_dep_layers() + [self.gradient]
 
 
 class TikhonovRegularizationLayer(CopyLayer):
@@ -851,6 +831,9 @@ class GradientLayer(LayerBase):
     """
 
     layer_class = "gradient"
+    layer_options = ("y", "x")
+    required_options = ("y", "x")
+    default_from = ()
 
     def __init__(self, y, x, **kwargs):
         super().__init__(**kwargs)
@@ -861,21 +844,11 @@ class GradientLayer(LayerBase):
         self.output.placeholder = g
 
     @classmethod
-    def transform_config_dict(cls, d, network, get_layer):
-        d.setdefault("from", [])
-        super().transform_config_dict(d, network=network, get_layer=get_layer)
-        d["y"] = get_layer(d["y"])
-        d["x"] = get_layer(d["x"])
-
-    @classmethod
     def get_out_data_from_opts(cls, name, x, **kwargs):
         out = x.output.copy_template(name="%s_output" % name)
         if out.sparse:
             raise ValueError("gradient layer %r: x %r is sparse" % (name, x.name))
         return out
-
-    def get_dep_layers(self):
-        return super().get_dep_layers() + [self.y, self.x]
 
 
 class IdentityLayer(CopyLayer):
@@ -908,17 +881,13 @@ class TrainFlagLayer(LayerBase):
     """Scalar bool: the network's train flag."""
 
     layer_class = "train_flag"
+    default_from = ()
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
         flag = self.network.train_flag
         self.output.placeholder = tf.constant(flag, dtype=tf.bool) if isinstance(flag, bool) else \
             tf.convert_to_tensor(flag)
-
-    @classmethod
-    def transform_config_dict(cls, d, network, get_layer):
-        d.setdefault("from", [])
-        super().transform_config_dict(d, network=network, get_layer=get_layer)
 
     @classmethod
     def get_out_data_from_opts(cls, name, **kwargs):
@@ -941,6 +910,7 @@ class TopKLayer(ConcatInputLayer):
     """
 
     layer_class = "top_k"
+    layer_options = ("k",)  # a layer name, or a constant
 
     def __init__(self, axis, k, k_dim=None, sorted=True, **kwargs):  # noqa: A002 (original's option name)
         super().__init__(**kwargs)
@@ -990,16 +960,6 @@ class TopKLayer(ConcatInputLayer):
             return self.indices_layer
         return None
 
-    @classmethod
-    def transform_config_dict(cls, d, network, get_layer):
-        super().transform_config_dict(d, network=network, get_layer=get_layer)
-        if isinstance(d.get("k"), str):
-            d["k"] = get_layer(d["k"])
-
-    def get_dep_layers(self):
-        deps = super().get_dep_layers()
-        k = (self.kwargs or {}).get("k")
-        return deps + ([k] if isinstance(k, LayerBase) else [])
 
 
 # ---------------------------------------------------------------------------------------------------------------

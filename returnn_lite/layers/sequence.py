@@ -564,6 +564,8 @@ class TimeUnChunkingLayer(ConcatInputLayer):
     """
 
     layer_class = "time_unchunking"
+    layer_options = ("chunking_layer",)
+    required_options = ("chunking_layer",)
     recurrent = True
 
     def __init__(self, chunking_layer, **kwargs):
@@ -593,11 +595,6 @@ class TimeUnChunkingLayer(ConcatInputLayer):
         self.output.placeholder = (summed / count)[:n_time]
 
     @classmethod
-    def transform_config_dict(cls, d, network, get_layer):
-        super().transform_config_dict(d, network=network, get_layer=get_layer)
-        d["chunking_layer"] = get_layer(d["chunking_layer"])
-
-    @classmethod
     def get_out_data_from_opts(cls, name, chunking_layer, sources=(), **kwargs):
         data = concat_sources_template(sources, name="%s_output" % name)
         data = _as_time_batch_major(data)
@@ -611,9 +608,6 @@ class TimeUnChunkingLayer(ConcatInputLayer):
         out = data.copy_template_replace_dim_tag(0, orig.dims[0]).copy_template_replace_dim_tag(1, orig.dims[1])
         out.time_dim_axis = 0
         return out
-
-    def get_dep_layers(self):
-        return super().get_dep_layers() + [self.kwargs["chunking_layer"]] if self.kwargs else super().get_dep_layers()
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -820,14 +814,6 @@ class SeqLenMaskLayer(ConcatInputLayer):
         data.get_axis_from_description(axis)
         return data
 
-    def get_dep_layers(self):
-        deps = super().get_dep_layers()
-        for key in ("seq_len_source", "start", "window_start", "window_size"):
-            v = (self.kwargs or {}).get(key)
-            if isinstance(v, LayerBase):
-                deps.append(v)
-        return deps
-
 
 # ---------------------------------------------------------------------------------------------------------------
 # range, range_in_axis, range_from_length, rand_int
@@ -844,17 +830,13 @@ class RangeLayer(LayerBase):
     """
 
     layer_class = "range"
+    default_from = ()
 
     def __init__(self, limit, start=0, delta=1, dtype=None, sparse=False, out_spatial_dim=None, **kwargs):
         super().__init__(**kwargs)
         if not tf.as_dtype(self.output.dtype).is_floating:
             start, limit, delta = int(start), int(limit), int(delta)
         self.output.placeholder = tf.range(start, limit, delta, dtype=self.output.dtype)
-
-    @classmethod
-    def transform_config_dict(cls, d, network, get_layer):
-        d.setdefault("from", [])
-        super().transform_config_dict(d, network=network, get_layer=get_layer)
 
     @classmethod
     def get_out_data_from_opts(cls, name, limit, start=0, delta=1, dtype=None, sparse=False, out_spatial_dim=None,
@@ -978,6 +960,8 @@ class RandIntLayer(LayerBase):
     """
 
     layer_class = "rand_int"
+    layer_options = ("minval", "maxval")  # layer names, or constants
+    default_from = ()
 
     def __init__(self, shape, maxval, minval=0, dtype="int32", sparse_dim=None, seed=None, **kwargs):
         super().__init__(**kwargs)
@@ -1001,18 +985,6 @@ class RandIntLayer(LayerBase):
 
         self.output.placeholder = tf.random.uniform(
             sizes, minval=bound(minval), maxval=bound(maxval), dtype=dtype, seed=seed)
-
-    @classmethod
-    def transform_config_dict(cls, d, network, get_layer):
-        d.setdefault("from", [])
-        super().transform_config_dict(d, network=network, get_layer=get_layer)
-        for key in ("minval", "maxval"):
-            if isinstance(d.get(key), str):
-                d[key] = get_layer(d[key])
-
-    def get_dep_layers(self):
-        return super().get_dep_layers() + [
-            v for v in ((self.kwargs or {}).get("minval"), (self.kwargs or {}).get("maxval")) if isinstance(v, LayerBase)]
 
     @classmethod
     def get_out_data_from_opts(cls, name, shape, maxval, minval=0, dtype="int32", sparse_dim=None, **kwargs):
@@ -1041,6 +1013,9 @@ class SearchSortedLayer(LayerBase):
     """
 
     layer_class = "search_sorted"
+    layer_options = ("sorted_sequence", "values")
+    required_options = ("sorted_sequence", "values")
+    default_from = ()
     recurrent = True
 
     def __init__(self, sorted_sequence, values, axis="T", side="left", **kwargs):
@@ -1083,13 +1058,6 @@ class SearchSortedLayer(LayerBase):
         return a, mapping
 
     @classmethod
-    def transform_config_dict(cls, d, network, get_layer):
-        d.setdefault("from", [])
-        super().transform_config_dict(d, network=network, get_layer=get_layer)
-        d["sorted_sequence"] = get_layer(d["sorted_sequence"])
-        d["values"] = get_layer(d["values"])
-
-    @classmethod
     def get_out_data_from_opts(cls, name, sorted_sequence, values, axis="T", **kwargs):
         _, mapping = cls._get_axes(sorted_sequence.output, values.output, axis)
         vdata = values.output
@@ -1101,10 +1069,6 @@ class SearchSortedLayer(LayerBase):
         out = vdata.copy_template(name="%s_output" % name).copy_transpose(common_v + rest_v)
         out.dtype = "int32"  # the values' sparse dim stays, as the original
         return out
-
-    def get_dep_layers(self):
-        return super().get_dep_layers() + [self.kwargs["sorted_sequence"], self.kwargs["values"]] if self.kwargs \
-            else super().get_dep_layers()
 
 
 __all__ = [

@@ -263,6 +263,7 @@ class SliceNdLayer(ConcatInputLayer):
     """
 
     layer_class = "slice_nd"
+    layer_options = ("start", "size")  # size: a layer name, or a constant
     recurrent = True
 
     def __init__(self, start, size, min_size=None, axis="T", **kwargs):
@@ -327,14 +328,6 @@ class SliceNdLayer(ConcatInputLayer):
         return max(a - 1, 0) if b is not None and b < a else a
 
     @classmethod
-    def transform_config_dict(cls, d, network, get_layer):
-        super().transform_config_dict(d, network=network, get_layer=get_layer)
-        if isinstance(d.get("start"), str):
-            d["start"] = get_layer(d["start"])
-        if isinstance(d.get("size"), str):
-            d["size"] = get_layer(d["size"])
-
-    @classmethod
     def get_out_data_from_opts(cls, name, sources=(), start=None, size=None, axis="T", **kwargs):
         if start is None:
             raise ValueError("slice_nd needs 'start' (a layer)")
@@ -349,10 +342,6 @@ class SliceNdLayer(ConcatInputLayer):
         n_before = cls._num_axes_before(concat_sources_template(sources), axis)
         dims = [x.dims[0]] + list(x.dims[2:2 + n_before]) + list(st.dims[1:]) + [tag] + list(x.dims[2 + n_before:])
         return make_data("%s_output" % name, dims, like=x)
-
-    def get_dep_layers(self):
-        deps = super().get_dep_layers() + [self.start]
-        return deps + ([self.size] if isinstance(self.size, LayerBase) else [])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -650,9 +639,6 @@ class ReinterpretDataLayer(ConcatInputLayer):
             out = out.copy_template_replace_dim_tag(b, batch_dim_base.output.dims[base_b])
         return out
 
-    def get_dep_layers(self):
-        return super().get_dep_layers() + [x for x in (self.size_base,) if x is not None]
-
 
 class RemoveLayer(LayerBase):
     """Removes every occurrence of symbol from sparse [B,T] data; the remaining labels move to the front.
@@ -805,6 +791,7 @@ class RepeatLayer(ConcatInputLayer):
     """
 
     layer_class = "repeat"
+    layer_options = ("repetitions",)  # a layer name, or a constant
 
     def __init__(self, repetitions, axis="T", **kwargs):
         super().__init__(**kwargs)
@@ -871,12 +858,6 @@ class RepeatLayer(ConcatInputLayer):
         raise ValueError("repeat: repetitions %s must be scalar, [B] or [B,T]" % rep.short_repr())
 
     @classmethod
-    def transform_config_dict(cls, d, network, get_layer):
-        super().transform_config_dict(d, network=network, get_layer=get_layer)
-        if isinstance(d.get("repetitions"), str):
-            d["repetitions"] = get_layer(d["repetitions"])
-
-    @classmethod
     def get_out_data_from_opts(cls, name, repetitions, axis="T", sources=(), **kwargs):
         if not isinstance(repetitions, LayerBase) and (
                 not isinstance(repetitions, int) or isinstance(repetitions, bool) or repetitions < 0):
@@ -893,10 +874,6 @@ class RepeatLayer(ConcatInputLayer):
             dim = None if tag.dimension is None else tag.dimension * rep
         new = Dim(dim, kind=tag.kind if dim is not None else Dim.Types.Spatial, description="%s:repeat" % name)
         return data.copy_template_replace_dim_tag(1, new)
-
-    def get_dep_layers(self):
-        deps = super().get_dep_layers()
-        return deps + ([self.repetitions] if isinstance(self.repetitions, LayerBase) else [])
 
 
 _RESIZE_OPS = {

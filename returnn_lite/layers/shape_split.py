@@ -361,6 +361,7 @@ class SplitBatchTimeLayer(ConcatInputLayer):
     derived_options = ("base",)  # default: "data"
 
     layer_class = "split_batch_time"
+    layer_options = ("base",)
 
     def __init__(self, base, **kwargs):
         super().__init__(**kwargs)
@@ -375,8 +376,8 @@ class SplitBatchTimeLayer(ConcatInputLayer):
 
     @classmethod
     def transform_config_dict(cls, d, network, get_layer):
+        d.setdefault("base", "data")
         super().transform_config_dict(d, network=network, get_layer=get_layer)
-        d["base"] = get_layer(d.get("base", "data"))
 
     @classmethod
     def get_out_data_from_opts(cls, name, base, sources=(), **kwargs):
@@ -391,9 +392,6 @@ class SplitBatchTimeLayer(ConcatInputLayer):
                 x.short_repr(), b.short_repr()))
         dims = [b.dims[0], t_tag] + list(x.dims[1:])
         return make_data("%s_output" % name, dims, like=x, time_tag=t_tag)
-
-    def get_dep_layers(self):
-        return super().get_dep_layers() + [self.base]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -510,6 +508,8 @@ class UnflattenNdLayer(ConcatInputLayer):
     """
 
     layer_class = "unflatten_nd"
+    layer_options = ("sizes",)
+    required_options = ("sizes",)
     recurrent = True
 
     def __init__(self, sizes, num_axes, declare_same_sizes_as=None, in_dim="T", **kwargs):
@@ -550,8 +550,7 @@ class UnflattenNdLayer(ConcatInputLayer):
     @classmethod
     def transform_config_dict(cls, d, network, get_layer):
         super().transform_config_dict(d, network=network, get_layer=get_layer)
-        d["sizes"] = get_layer(d["sizes"])
-        if d.get("declare_same_sizes_as"):
+        if d.get("declare_same_sizes_as"):  # {axis: layer name} (a dict: not covered by layer_options)
             d["declare_same_sizes_as"] = {int(k): get_layer(v) for k, v in d["declare_same_sizes_as"].items()}
 
     @classmethod
@@ -578,7 +577,7 @@ class UnflattenNdLayer(ConcatInputLayer):
         return make_data("%s_output" % name, dims, like=x, time_tag=tags[0] if tags else None)
 
     def get_dep_layers(self):
-        return super().get_dep_layers() + [self.sizes] + list(self.declare_same_sizes_as.values())
+        return super().get_dep_layers() + list(self.declare_same_sizes_as.values())
 
 
 class SplitConcatenatedMultichannelLayer(ConcatInputLayer):

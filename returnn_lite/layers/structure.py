@@ -186,6 +186,7 @@ class CondLayer(LayerBase):
     """
 
     layer_class = "cond"
+    default_from = ()
     recurrent = True
 
     def __init__(self, condition, true_layer, false_layer, **kwargs):
@@ -225,8 +226,8 @@ class CondLayer(LayerBase):
 
     @classmethod
     def transform_config_dict(cls, d, network, get_layer):
-        d.setdefault("from", [])
         super().transform_config_dict(d, network=network, get_layer=get_layer)
+        # (not layer_options: each may also be a layer dict, built as a child by construct_children)
         for key in ("condition", "true_layer", "false_layer"):
             v = d.get(key)
             if v is None:
