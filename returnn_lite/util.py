@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import difflib
+import os
+import tempfile
 
 
 class NotSpecifiedType:
@@ -57,3 +59,22 @@ def get_valid_scope_name_from_str(s):
     if s[:1] in ("_", "\\", "/"):
         s = (".%i." % ord(s[0])) + s[1:]
     return s
+
+
+def atomic_write(filename, write, binary=False):
+    """
+    Write a file all or nothing: ``write(f)`` fills a temp file in the same directory, which is synced and then
+    renamed onto ``filename`` (``os.replace``); on any error the temp file is removed and ``filename`` is untouched.
+    """
+    directory = os.path.dirname(os.path.abspath(filename))
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".%s." % os.path.basename(filename), suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb" if binary else "w") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, filename)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 import os
-import tempfile
+from ..util import atomic_write
 
 __all__ = ["EpochData", "LearningRateControl", "ConstantLearningRate", "NewbobRelative", "NewbobAbs",
            "NewbobMultiEpoch", "learning_rate_control_type", "load_learning_rate_control_from_config",
@@ -430,17 +430,6 @@ def recover_pending_file(filename, complete_epochs):
 
 
 def atomic_write_text(filename, text):
-    """Write ``text`` to ``filename`` via a temp file in the same directory and ``os.replace``."""
-    directory = os.path.dirname(os.path.abspath(filename))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".%s." % os.path.basename(filename), suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, filename)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
+    """Write ``text`` to ``filename`` atomically (see :func:`returnn_lite.util.atomic_write`), creating the directory."""
+    os.makedirs(os.path.dirname(os.path.abspath(filename)), exist_ok=True)
+    atomic_write(filename, lambda f: f.write(text))

@@ -20,12 +20,12 @@ import contextlib
 import json
 import os
 import re
-import tempfile
 
 import numpy
 
 from .checkpoints import epoch_model_filename
 from .engine import Engine, EngineError
+from ..util import atomic_write
 
 _SUFFIX = ".pt"
 _TRAIN_OP, _LR, _ARRAYS = "_torch_train_op", "_torch_learning_rate", "_torch_arrays"
@@ -71,18 +71,7 @@ class TorchSaver:
         state = {"model": engine.pt_module.state_dict(), "global_step": engine.global_step, "epoch": engine.epoch,
                  "optimizer": engine.optimizer.state_dict() if engine.optimizer is not None else None}
         path = filename + _SUFFIX
-        directory = os.path.dirname(os.path.abspath(path))
-        fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".tmp", dir=directory)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                torch.save(state, f)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.remove(tmp)
-            raise
+        atomic_write(path, lambda f: torch.save(state, f), binary=True)
 
     def load(self, _session, filename, load_extra=True):
         import torch

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import os
 import re
-import tempfile
 
 import numpy as np
+from ..util import atomic_write
 
 
 class ConversionError(ValueError):
@@ -93,14 +93,7 @@ def _save_atomic(obj, filename):
     directory = os.path.dirname(os.path.abspath(filename))
     if not os.path.isdir(directory):
         raise ConversionError("output %r: directory %r does not exist" % (filename, directory))
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(filename) + ".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(obj, f)
-        os.replace(tmp, filename)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    atomic_write(filename, lambda f: torch.save(obj, f), binary=True)
 
 
 def _cmd_tf_to_torch(args, out):
