@@ -86,6 +86,18 @@ def broadcast_dims(func, tensors, allow_broadcast_all_sources=False, dim_order=N
     return out
 
 
+def concat_out_dims(sources, out_dim):
+    """Dims of ``concat(*sources)``: the first source's dims with its concat axis replaced by ``out_dim``, then
+    the other sources' dims it lacks (broadcast), in order."""
+    first, axis0 = sources[0]
+    dims = [out_dim if d == axis0 else d for d in first.dims]
+    for x, _ in sources[1:]:
+        for d in x.dims:
+            if d not in dims and all(d != a for _, a in sources):
+                dims.append(d)
+    return dims
+
+
 def result_dtype(values):
     for v in values:
         if is_tensor(v):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ..data import Data, Dim, batch_dim
 from ..frontend._backend import Backend
-from ..frontend._utils import FrontendError, broadcast_dims, call_site, dims_str, is_tensor
+from ..frontend._utils import FrontendError, broadcast_dims, call_site, concat_out_dims, dims_str, is_tensor
 from ._emit import _make, _operands, _raw_name
 from ._net import Layer, get_current_builder
 
@@ -203,12 +203,7 @@ class ReturnnLayersBackend(Backend):
     # ---- shapes ----
     @staticmethod
     def concat(*sources, allow_broadcast=False, out_dim):
-        first, axis0 = sources[0]
-        dims = [out_dim if d == axis0 else d for d in first.dims]
-        for x, _ in sources[1:]:
-            for d in x.dims:
-                if d not in dims and all(d != a for _, a in sources):
-                    dims.append(d)
+        dims = concat_out_dims(sources, out_dim)
         if any(a.dimension is None for _, a in sources):
             if out_dim.dimension is None and out_dim.complete_dyn_size() is None and \
                     out_dim.__dict__.get("_derived_from") is None:
@@ -216,7 +211,7 @@ class ReturnnLayersBackend(Backend):
                 for _, a in sources[1:]:
                     total = total + a
                 out_dim.__dict__["_derived_from"] = ("add", (total, 0))
-        return _make("concat", [x for x, _ in sources], dims, first.dtype,
+        return _make("concat", [x for x, _ in sources], dims, sources[0][0].dtype,
                      opts={"axes": [a for _, a in sources], "out_dim": out_dim})
 
     @staticmethod

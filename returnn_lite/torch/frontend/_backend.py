@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 from ...data import Data, Dim, batch_dim, single_step_dim
 from ...frontend._backend import Backend
-from ...frontend._utils import FrontendError, call_site, dims_str, is_tensor
+from ...frontend._utils import FrontendError, call_site, concat_out_dims, dims_str, is_tensor
 from ...util import NotSpecified
 
 _DTYPES = {
@@ -519,12 +519,7 @@ class TorchBackend(Backend):
     # ---- shapes ----
     @staticmethod
     def concat(*sources, allow_broadcast=False, out_dim):
-        first, axis0 = sources[0]
-        dims = [out_dim if d == axis0 else d for d in first.dims]
-        for x, _ in sources[1:]:
-            for d in x.dims:
-                if d not in dims and all(d != a for _, a in sources):
-                    dims.append(d)
+        dims = concat_out_dims(sources, out_dim)
         if any(_is_dyn(a) for _, a in sources):
             return _concat_dynamic(sources, dims, out_dim, allow_broadcast)
         oidx = dims.index(out_dim)
@@ -538,7 +533,7 @@ class TorchBackend(Backend):
                 s[oidx] = a.dimension
                 p = p.expand(s)
             parts.append(p)
-        return _new("concat", dims, torch.cat(parts, dim=oidx), sparse_dim=first.sparse_dim)
+        return _new("concat", dims, torch.cat(parts, dim=oidx), sparse_dim=sources[0][0].sparse_dim)
 
     @staticmethod
     def pad(source, *, axes, padding, out_dims, handle_dynamic_dims, mode="constant", value=None):
