@@ -23,6 +23,8 @@ def extern_data_tensors(extern_data_opts, builder):
         t = Data(name=key, **opts)
         t.placeholder = Layer("data:%s" % key, {}, builder)
         for d in t.dims:
+            builder.dim_sources.setdefault(d, t)
+        for d in t.dims:
             if d.dimension is None and not d.is_batch_dim():
                 d.reset_eager()
         td.data[key] = t
@@ -70,6 +72,11 @@ def get_net_dict(*, epoch, step, config=None, task=None):
     return prune_unused_layers(builder.net_dict), model
 
 
+# options of the emitted layer classes that name a layer (besides "from")
+_LAYER_OPTIONS = {"logits", "targets", "position", "condition", "true_from", "false_from", "filter", "bias",
+                  "scale"}
+
+
 def prune_unused_layers(net_dict):
     """Drop the layers no output, loss or param needs (e.g. unused final loop states), as the original."""
     from ._loop import _base_refs
@@ -82,7 +89,8 @@ def prune_unused_layers(net_dict):
             continue
         keep.add(name)
         d = net_dict[name]
-        deps = list(d.get("from", []))
+        deps = [x[0] if isinstance(x, tuple) else x for x in d.get("from", [])]  # concat: (name, axis)
+        deps.extend(v for k, v in d.items() if k in _LAYER_OPTIONS and isinstance(v, str))
         f = (d.get("loss_opts") or {}).get("custom_inv_norm_factor")
         if isinstance(f, str):
             deps.append(f)
