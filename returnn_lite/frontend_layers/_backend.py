@@ -50,10 +50,12 @@ class ReturnnLayersBackend(Backend):
     def full(dims, fill_value, *, dtype, sparse_dim=None, feature_dim=None, device=None):
         if is_tensor(fill_value):
             return _make("full", [fill_value], dims, dtype, sparse_dim=sparse_dim, opts={"value": None})
-        if any(d.dimension is None for d in dims) or hasattr(fill_value, "tolist"):
+        static = [d for d in dims if not d.is_batch_dim()]
+        if any(d.dimension is None for d in static) or hasattr(fill_value, "tolist"):
             return _make("full", [], dims, dtype, sparse_dim=sparse_dim, opts={"value": fill_value})
+        opts = {"with_batch_dim": True} if len(static) < len(dims) else {}
         return _emit("constant", None, dims, dtype, sparse_dim=sparse_dim, value=fill_value, dtype=dtype,
-                     shape=list(dims), name="full")
+                     shape=static, name="full", **opts)
 
     @staticmethod
     def range_over_dim(dim, *, dtype="int32", device=None):
@@ -387,11 +389,12 @@ class ReturnnLayersBackend(Backend):
         if not isinstance(drop_prob, float) and not isinstance(drop_prob, int):
             raise FrontendError("rf.dropout at %s: drop_prob must be a number, got %r" % (call_site(), drop_prob))
         axes = [axis] if isinstance(axis, Dim) else list(axis or ())
-        noise = {"*": None}
-        if axes:
-            noise.update({d: 1 for d in source.dims if d not in axes and not d.is_batch_dim()})
+        opts = {}
+        if axes and any(d not in axes and not d.is_batch_dim() for d in source.dims):
+            opts["dropout_noise_shape"] = {"*": None, **{d: 1 for d in source.dims
+                                                          if d not in axes and not d.is_batch_dim()}}
         return _emit("dropout", [source], source.dims, source.dtype, sparse_dim=source.sparse_dim,
-                     dropout=drop_prob, dropout_noise_shape=noise, dropout_on_forward=on_forward)
+                     dropout=drop_prob, dropout_on_forward=on_forward, **opts)
         return _make("dropout", [source], source.dims, source.dtype,
                      opts={"rate": drop_prob, "axes": axis, "on_forward": on_forward})
 
