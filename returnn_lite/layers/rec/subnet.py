@@ -502,7 +502,7 @@ class RecSubnetLoop:
         names = list(tpl.templates)
         if not self.move_out:
             return names, []
-        deps = {x: self._value_deps(x) for x in names}
+        deps = {x: sorted(self._value_deps(x)) for x in names}  # (sorted: the same order in every process)
         gated = {x for x in names if any(x == p or x.startswith(p + "/") for p in tpl.gates)}
         loop_ends = tpl.dynamic_end or tpl.beam is not None
         # a loop of unknown length (ended by 'end'): no sequence to shift for prev:, those stay in the loop
