@@ -20,6 +20,7 @@ construction cost outside the decoder's rec loop.
 
 import argparse
 import collections
+import gc
 import os
 import subprocess
 import sys
@@ -57,6 +58,8 @@ def op_counts(ops):
 
 def _timed_build(build_forward):
     """build_forward() -> loss tensor; returns dict of times (s CPU) and op counts."""
+    _LAST_NET[:] = []  # (kept only for grappler_first_run)
+    gc.collect()  # the graphs of earlier builds are garbage cycles: not collected (or timed) inside this build
     graph = tf.Graph()
     with graph.as_default():
         tf1.set_random_seed(1)
