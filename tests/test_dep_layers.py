@@ -2,6 +2,8 @@
 ``get_dep_layers`` of every layer of every conformance network (built as the checker builds them, rec units, cond
 branches and subnetworks included) equals the reference recorded before the option declarations
 (``LayerBase.layer_options`` & co.) replaced the hand-written resolution and ``get_dep_layers`` overrides.
+Also built: the example of every layer class (tests/layers/examples.py) and EXTRA_NETS (the option forms the
+conformance cases do not cover: dict-valued options, static switch, cond with names, explicit search sources, ...).
 The reference (tests/data/dep_layers_reference.json) maps "case: layer [class]" to the dependencies' names.
 Record it again (only when a dependency change is intended): ``python tests/test_dep_layers.py --record``.
 """
@@ -20,6 +22,55 @@ from returnn_lite.network import TFNetwork
 HERE = os.path.dirname(os.path.abspath(__file__))
 CASES = os.path.normpath(os.path.join(HERE, "..", "..", "shared", "conformance", "cases"))
 REFERENCE = os.path.join(HERE, "data", "dep_layers_reference.json")
+EXTERN = {"data": {"dim": 6}, "classes": {"dim": 4, "sparse": True}}
+_MASK = {"class": "compare", "kind": "greater", "value": 0, "from": "data:classes"}
+_SM = {"class": "softmax", "n_out": 4, "from": "data"}
+_REC = {"class": "rec", "from": "data", "unit": {
+    "h": {"class": "linear", "n_out": 3, "from": ["data:source", "prev:h"]}, "output": {"class": "copy", "from": "h"}}}
+EXTRA_NETS = {
+    "switch_static_false": {"c": dict(_SM), "output": {"class": "switch", "condition": False, "true_from": "x",
+                                                        "false_from": "c"}},
+    "switch_dynamic": {"m": dict(_MASK), "c": {"class": "copy", "from": "data"},
+                       "output": {"class": "switch", "condition": "m", "true_from": "c", "false_from": "data"}},
+    "cond_names": {"flag": {"class": "constant", "value": True, "from": []}, "a": {"class": "copy", "from": "data"},
+                   "output": {"class": "cond", "condition": "flag", "true_layer": "a", "false_layer": "data"}},
+    "hdf_dump_extra": {"m": dict(_MASK), "output": {"class": "hdf_dump", "filename": "/nonexistent/x.hdf",
+                                                     "extra": {"mask": "m", "cls": "data:classes"}}},
+    "unflatten_nd_same_sizes": {
+        "len": {"class": "length", "from": "data"},
+        "sz": {"class": "eval", "from": "len", "eval": "tf.stack([source(0), source(0) * 0 + 1], axis=1)",
+               "out_type": {"shape": (2,), "dim": 2, "dtype": "int32", "batch_dim_axis": 0, "time_dim_axis": None,
+                            "feature_dim_axis": 1}},
+        "output": {"class": "unflatten_nd", "from": "data", "sizes": "sz", "num_axes": 2,
+                   "declare_same_sizes_as": {0: "data"}}},
+    "concat_two": {"a": {"class": "linear", "n_out": 2, "from": "data"},
+                   "output": {"class": "concat", "from": [("data", "F"), ("a", "F")]}},
+    "loss_layer_target_layer": {"sm": dict(_SM), "t": {"class": "copy", "from": "data:classes"},
+                                "output": {"class": "loss", "from": "sm", "loss_": "ce", "target_": "layer:t"}},
+    "loss_layer_default_target": {"sm": dict(_SM), "output": {"class": "loss", "from": "sm", "loss_": "ce"}},
+    "rec_initial_state_layer": {"init": {"class": "reduce", "mode": "mean", "axis": "T", "from": "lin"},
+                                "lin": {"class": "linear", "n_out": 3, "from": "data"},
+                                "output": {"class": "rec", "unit": "lstm", "n_out": 3, "from": "data",
+                                           "initial_state": {"h": "init", "c": "zeros"}}},
+    "rec_last_output": {"r": dict(_REC), "output": {"class": "rec_last_output", "rec_layer": "r",
+                                                    "sub_layer_name": "h"}},
+    "masked_computation_unmask": {"m": dict(_MASK), "mc": {"class": "masked_computation", "mask": "m", "from": "data",
+                                                           "unit": {"class": "linear", "n_out": 3}},
+                                  "output": {"class": "unmask", "from": "mc", "mask": "m"}},
+    "masked_computation_in_loop": {"output": {"class": "rec", "from": "data", "unit": {
+        "red": {"class": "reduce", "mode": "max", "axis": "F", "from": "data:source"},
+        "m": {"class": "compare", "kind": "greater", "value": 0.0, "from": "red"},
+        "mc": {"class": "masked_computation", "mask": "m", "from": "data:source",
+               "unit": {"class": "rec", "unit": "lstm", "n_out": 3}},
+        "output": {"class": "unmask", "from": "mc", "mask": "m"}}}},
+    "choice_explicit_sources": {
+        "_search": True, "enc": {"class": "reduce", "mode": "mean", "axis": "T", "from": "data"},
+        "sm": dict(_SM, **{"from": "enc"}), "lin": {"class": "linear", "n_out": 4, "from": "enc"},
+        "output": {"class": "choice", "from": "sm", "target": "classes", "beam_size": 2,
+                   "explicit_search_sources": ["lin"]}},
+    "target_layer_softmax": {"t": {"class": "copy", "from": "data:classes"},
+                             "output": {"class": "softmax", "from": "data", "loss": "ce", "target": "layer:t"}},
+}
 
 
 def _cases():
@@ -36,6 +87,38 @@ def _cases():
 
 def _layer_name(layer):
     return "%s[%s]" % (layer.get_absolute_name(), getattr(layer, "layer_class", None))
+
+
+def _example_cases():
+    """The example of every layer class (tests/layers/examples.py) and EXTRA_NETS, as cases."""
+    sys.path.insert(0, os.path.join(HERE, "layers"))
+    from examples import EXAMPLES
+
+    res = []
+    for name, opts in sorted(EXAMPLES.items()):
+        opts = dict(opts)
+        if opts.pop("_out_like_data", False):
+            continue  # frontend_op: its option is a template object
+        net = dict(opts.pop("_net", {}))
+        search = opts.pop("_search", False)
+        net["output"] = dict({"class": name, "from": "data"}, **opts)
+        res.append(dict(name="example_" + name, network=_no_tmp(net), extern_data=EXTERN, train_flag=True,
+                        search_flag=search))
+    for name, net in sorted(EXTRA_NETS.items()):
+        net = dict(net)
+        search = net.pop("_search", False)
+        res.append(dict(name="extra_" + name, network=net, extern_data=EXTERN, train_flag=True, search_flag=search))
+    return res
+
+
+def _no_tmp(obj):
+    if isinstance(obj, str):
+        return obj.replace("__TMP__", "/nonexistent")
+    if isinstance(obj, dict):
+        return {k: _no_tmp(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_no_tmp(v) for v in obj)
+    return obj
 
 
 def case_deps(case):
@@ -62,7 +145,7 @@ def case_deps(case):
 
 
 def all_deps():
-    return {case["name"]: case_deps(case) for case in _cases()}
+    return {case["name"]: case_deps(case) for case in _cases() + _example_cases()}
 
 
 @pytest.mark.skipif(not os.path.isdir(CASES), reason="../shared/conformance absent")
