@@ -32,6 +32,7 @@ CONSTRUCT = {
     "demo-tf-native-lstm-lowmem.12ax.config": 822,
     "demo-tf-native-lstm2.12ax.tuned.config": 8082,
     "demo-fwd.config": 9,
+    "demo-rhn-enwik8.config": 10489445,  # the rhn unit (depth 5, 1000 units); its Enwik8Corpus data is not here
 }
 FAIL_CLEARLY = {
     "demo-hyper-param-tuning.config": r"HyperParam placeholder.*hyper-parameter tuning",
@@ -78,6 +79,17 @@ def test_chunking_blstm_demo_trains(tmp_path, capsys):
                  "++dev", "{'class': 'Task12AXDataset', 'num_seqs': 10, 'fixed_random_seed': 1}")
     scores = [float(s) for s in re.findall(r"epoch \d+ score: ([\d.e+-]+)", out)]
     assert len(scores) == 2 and scores[1] < scores[0] < 0.75, out[-2000:]
+
+
+def test_rhn_demo_trains(tmp_path, capsys):
+    # the demo's network unchanged (rhn unit, initial_state keep_over_epoch); its Enwik8 data replaced by a copy task
+    # with the same vocabulary and equal batches (the kept state needs the same batch size within an epoch)
+    data = "{'class': 'CopyTaskDataset', 'nsymbols': 205, 'minlen': 8, 'maxlen': 8, 'num_seqs': %i}"
+    out = _train(tmp_path, capsys, "demo-rhn-enwik8.config", "++num_epochs", "1", "++log_verbosity", "5",
+                 "++train", data % 20, "++dev", data % 10)
+    steps = re.findall(r"train epoch 1, step (\d+), cost:output ([\d.e+-]+)", out)
+    assert [s for s, _ in steps] == ["0", "1"], out[-2000:]
+    assert re.search(r"epoch 1 score: [\d.]+ .* dev: score [\d.]+", out), out[-2000:]
 
 
 def test_line_format_pretrain_demo_trains(tmp_path, capsys):
