@@ -497,10 +497,11 @@ class RecSubnetLoop:
             in_loop[x] = True  # (cycles only via prev:, which are in the loop anyway)
             t = tpl.templates[x]
             refs = tpl.deps.get(x, set())
-            res = (not self.move_out or x in prev_referenced or x == "end" or t.cls.recurrent
+            state_moves_out = getattr(t.cls, "state_moves_out_of_loop", False)  # e.g. rnn_cell: runs over time
+            res = (not self.move_out or x in prev_referenced or x == "end" or (t.cls.recurrent and not state_moves_out)
                    or any(r.startswith("prev:") or r == ":i" for r in refs)
                    or any(dep(r) for r in refs if r in tpl.templates)
-                   or t.cls.get_rec_initial_extra_outputs.__func__ is not _BASE_EXTRA_OUTPUTS
+                   or (t.cls.get_rec_initial_extra_outputs.__func__ is not _BASE_EXTRA_OUTPUTS and not state_moves_out)
                    or t.output.beam is not None)
             in_loop[x] = res
             return res
