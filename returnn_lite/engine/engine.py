@@ -432,9 +432,12 @@ class Engine:
         if self.dist is not None and train:  # all workers run the same number of steps
             pairs = self._dist_synced_batches(pairs)
             fetches["_dist_more"] = self.dist.more_sum
+        epoch_step = getattr(self.graph, "_returnn_lite_epoch_step", None)  # network.get_epoch_step() was used
         for batch, arrays in pairs:
             feed = self._feed_dict(arrays, dataset.name)
             feed.update(feed_extra)
+            if epoch_step is not None:  # the step within this epoch (e.g. initial_state "keep_over_epoch" resets at 0)
+                feed[epoch_step] = acc.num_steps
             if self.dist is not None and train:
                 feed[self.dist.more_ph] = float(self._dist_have_next)
             results = self._session_run(fetches, feed, dataset.name, acc.num_steps)
