@@ -264,3 +264,22 @@ def test_copy_n_out_contradicting_the_input_fails_clearly():
     with tf.Graph().as_default(), pytest.raises(Exception, match=r"'output'.*n_out=7.*(its dim is|the input dim) 5"):
         TFNetwork(config=config, train_flag=True).construct_from_dict(
             {"output": {"class": "copy", "from": "data", "n_out": 7}})
+
+
+def test_net_dict_config_learning_rate_reaches_the_engine(tmp_path, capsys):
+    # "#config": {"learning_rate": ...} of the pretrain nets is the learning rate really used in those epochs (and
+    # in the learning-rate file); the other pretrain epochs (5, 6: the full net, repeated) and the first epoch after
+    # pretraining use the initial learning rate, then the learning-rate control decides (newbob: always decay)
+    from returnn_lite.__main__ import main
+
+    rc = main([os.path.join(LEGACY, "pretrain_wrap_epoch.config"), "++model", str(tmp_path / "model"),
+               "++num_epochs", "8", "++log_verbosity", "3", "++learning_rate_control", "newbob_abs",
+               "++newbob_error_threshold", "-1000", "++newbob_learning_rate_decay", "0.5"])
+    out = capsys.readouterr().out
+    assert rc in (0, None), out[-2000:]
+    used = [float(x) for x in re.findall(r"start epoch \d+ with learning rate ([\d.e+-]+)", out)]
+    assert used == [0.001, 0.001, 0.002, 0.002, 0.01, 0.01, 0.01, 0.005], out[-3000:]
+    with open(str(tmp_path / "model.learning_rates")) as f:
+        text = f.read()
+    assert re.search(r"3: EpochData\(learningRate=0\.002\b", text) and re.search(r"5: EpochData\(learningRate=0\.01\b",
+                                                                                  text), text
