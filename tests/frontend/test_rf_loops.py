@@ -267,3 +267,15 @@ def test_loop_errors(case):
     with global_config_ctx(config), pytest.raises(rf.FrontendError, match=match) as exc:
         get_net_dict(epoch=1, step=0)
     assert "test_rf_loops.py" in str(exc.value)
+
+
+def test_cond_runs_only_the_taken_branch():
+    def step(*, model, extern_data, **_):
+        x = extern_data["data"]
+        n = time_dim.get_dim_value_tensor()
+        # the false branch would fail (gather beyond the time axis) if it ran
+        y = rf.cond(n < 100, lambda: rf.reduce_sum(x, axis=time_dim), lambda: rf.gather(x, indices=100, axis=time_dim))
+        y.mark_as_output("y", shape=(batch_dim, feat))
+
+    res, net_dict = _run_layers(step)
+    np.testing.assert_allclose(res["y"], [X[0].sum(0), X[1, :2].sum(0)], rtol=1e-5)
