@@ -285,7 +285,8 @@ class RecLayer(_CellMixin, ConcatInputLayer):
     :param use_global_rec_step_offset: add the global rec step offset to the step counter
     :param include_eos: with a target, include the end-of-sequence frame
     :param debug: debug output of the loop
-    :param axis: the time axis (Dim) to loop over (default: the input's time axis)
+    :param axis: the time axis (Dim) to loop over (default: the input's time axis); with an 'end' sub-layer and
+        no input: the Dim of the new time axis (subnetwork unit only)
     :param in_dim: the input feature Dim (default: the input's feature dim)
     :param out_dim: the output feature Dim (alternative to n_out)
     """
@@ -310,8 +311,10 @@ class RecLayer(_CellMixin, ConcatInputLayer):
         if unroll and not (isinstance(unit, str) and isinstance(max_seq_len, int) and max_seq_len > 0):
             raise NotImplementedError("rec layer %r: option unroll=True needs a cell unit and an int max_seq_len "
                                       "(got unit=%r, max_seq_len=%r)" % (self.name, unit, max_seq_len))
-        for opt, value in (("debug", debug), ("axis", axis), ("in_dim", in_dim),
-                           ("out_dim", out_dim)):
+        if axis is not None and not (isinstance(axis, Dim) and not isinstance(unit, str)):
+            raise NotImplementedError("rec layer %r: option axis=%r is only supported as a Dim with a subnetwork unit"
+                                      % (self.name, axis))
+        for opt, value in (("debug", debug), ("in_dim", in_dim), ("out_dim", out_dim)):
             if value not in (None, False):
                 raise NotImplementedError("rec layer %r: option %s=%r is not supported" % (self.name, opt, value))
         if not isinstance(unit, str) and any(v is not None for v in self._param_inits.values()):
