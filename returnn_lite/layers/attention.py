@@ -176,8 +176,7 @@ class SelfAttentionLayer(ConcatInputLayer):
         weights = tf.nn.softmax(energy)
         if attention_dropout:
             seed = self.network.random_seed_for(self, "attention_dropout")
-            weights = self.network.cond_on_train(
-                lambda: tf.nn.dropout(weights, rate=attention_dropout, seed=seed), lambda: weights)
+            weights = self.network.dropout_on_train(weights, attention_dropout, seed=seed)
         out = tf.matmul(weights, v)  # (B,H,T|1,value_dim)
         out = tf.transpose(out, [0, 2, 1, 3])  # (B,T|1,H,value_dim)
         if in_loop:

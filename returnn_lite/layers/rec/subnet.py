@@ -247,6 +247,12 @@ class RecTemplateBuilder:
             input_data = concat_sources_template(sources, name="%s_input" % name)
             if input_data.have_time_axis():
                 time_dim = input_data.get_time_dim_tag()
+        axis = d.get("axis")
+        if axis is not None:  # the loop's time axis given as a Dim (with 'end' and no input: the new axis)
+            if input_data is not None and axis not in input_data.dims:
+                raise ValueError("rec layer %r: axis %s is not an axis of the input %s" % (
+                    name, axis, input_data.short_repr()))
+            time_dim = axis if input_data is not None or "end" not in unit else None
         target = d.get("size_target") or d.get("target")
         target = as_list(target)[0] if target else None
         cheating = any(unit[c].get("cheating") for c in self.searching)
@@ -262,7 +268,8 @@ class RecTemplateBuilder:
                                  "layer" % name)
             if d.get("max_seq_len") is None:
                 raise ValueError("rec layer %r: a loop ended by its 'end' layer needs max_seq_len" % name)
-            time_dim = out_time_dim = Dim(None, kind=Dim.Types.Spatial, description="%s:rec-time" % name)
+            time_dim = out_time_dim = axis if axis is not None else Dim(None, kind=Dim.Types.Spatial,
+                                                                         description="%s:rec-time" % name)
             dynamic_end = True
         elif self.searching and "end" in unit and not cheating:
             dynamic_end = True  # a search over input frames still ends each hypothesis by its 'end' layer
@@ -614,7 +621,9 @@ class RecSubnetLoop:
         in_loop, moved_out = self._classify()
         self.in_loop, self.moved_out = in_loop, moved_out
         batch_dim = net.get_data_batch_dim()
-        seq_len = time_dim.dyn_size
+        seq_len = time_dim.dyn_size if time_dim.dyn_size is not None else time_dim.complete_dyn_size()
+        if seq_len is None and time_dim.dimension is not None:  # a loop over a static axis (option axis)
+            seq_len = tf.fill([batch_dim], time_dim.dimension)
         input_full = None
         if tpl.input_data is not None:
             input_full = rec.input_data if rec.input_data is not None else None
@@ -832,7 +841,7 @@ class RecSubnetLoop:
                     end = loop.layers["end"].output
                     if beam is not None and (end.beam is not None or end.have_batch_axis()):
                         end = end.copy_select_beam(beam_out)
-                    end = end.copy_as_batch_major().placeholder
+                    end = end.copy_as_batch_major().placeholder if end.have_batch_axis() else end.placeholder
                     end = tf.reshape(end, [-1]) if end.shape.rank != 1 else end
                 else:
                     end = tf.zeros_like(ended)
@@ -1050,8 +1059,15 @@ class RecSubnetLoop:
     def get_last_frame(self, name):
         acc = self.accumulated[name].output
         seq_len = self.tpl.out_time_dim.dyn_size
-        x = acc.copy_as_batch_major().placeholder  # [B, T, ...]
-        return tf.gather(x, tf.maximum(seq_len - 1, 0), axis=1, batch_dims=1)
+        if seq_len is None or not acc.have_batch_axis():  # static axis, or a state without batch: the last step
+            t_axis = acc.get_axis_by_tag(self.tpl.out_time_dim)
+            return tf.gather(acc.placeholder, tf.shape(acc.placeholder)[t_axis] - 1, axis=t_axis)
+        x = acc.copy_as_batch_major()
+        x = x.copy_move_axis(x.get_axis_by_tag(self.tpl.out_time_dim), 1)  # [B, T, ...]
+        res = x.copy_template_excluding_axis(1)
+        res.placeholder = tf.gather(x.placeholder, tf.maximum(seq_len - 1, 0), axis=1, batch_dims=1)
+        return res.copy_compatible_to(self.get_step_template(name)).placeholder if res.dims != \
+            self.get_step_template(name).dims else res.placeholder
 
 
 def _check_loss_dims(layer, key):
