@@ -26,7 +26,7 @@ from .errors import (  # noqa: F401 (re-exported: part of this module's API, as 
     NetworkLayerException,
 )
 from .extern_data import DataNotFound, ExternData
-from .layer_options import check_explicit_output, validate_layer_desc
+from .layer_options import check_explicit_output, iter_nested_layer_descs, validate_layer_desc
 from .layer_ref import data_key, parse_layer_ref
 from .layers.base import InternalLayer, LayerBase, get_layer_class
 from .losses.holder import LossHolder  # noqa: F401 (part of this module's API, as in the original)
@@ -167,6 +167,21 @@ class TFNetwork(NetworkAPIMixin):
                 validate_layer_desc(get_layer_class(class_name), {k: v for k, v in desc.items() if k != "class"})
             except Exception as exc:
                 raise NetworkLayerException("%s: %s" % (type(exc).__name__, exc), name, self, net_dict,
+                                            layer_class=class_name) from exc
+            if self.parent_net is None:  # layers of rec units / subnetworks: also those never built
+                self._validate_nested(desc, name)
+
+    def _validate_nested(self, desc, name):
+        for sub_name, sub_desc in iter_nested_layer_descs(desc, name):
+            class_name = sub_desc.get("class")
+            try:
+                if class_name is None:
+                    raise ValueError("no 'class' given")
+                sub_desc = {k: v for k, v in sub_desc.items() if k != "class"}
+                precheck_layer_desc(sub_desc)
+                validate_layer_desc(get_layer_class(class_name), sub_desc)
+            except Exception as exc:
+                raise NetworkLayerException("%s: %s" % (type(exc).__name__, exc), sub_name, self,
                                             layer_class=class_name) from exc
 
     # ---- reference resolution: one parser (layer_ref.py), one scope chain ----
