@@ -19,6 +19,7 @@ import tensorflow as tf
 
 from ...data import Data, Dim, SearchBeam, batch_dim
 from ...errors import LayerNotFound, NetworkConstructionDependencyLoopException
+from ...layer_ref import is_layer_target, parse_layer_ref, target_ref
 from ...network import assign_output_beam
 from ...subnetwork import Subnetwork
 from ...losses.holder import LossHolder
@@ -250,8 +251,8 @@ class RecTemplateBuilder:
         target = as_list(target)[0] if target else None
         cheating = any(unit[c].get("cheating") for c in self.searching)
         if time_dim is None and target and (not self.searching or cheating):
-            tdata = network.get_extern_data(target) if not target.startswith("layer:") else self.get_layer(
-                target[len("layer:"):]).output
+            tdata = network.get_extern_data(target) if not is_layer_target(target) else self.get_layer(
+                target_ref(target)).output
             time_dim = tdata.get_time_dim_tag()
         dynamic_end = False
         out_time_dim = None
@@ -381,31 +382,35 @@ class RecTemplateBuilder:
         if ref in self.cache:
             return self.cache[ref]
         tpl, net, unit, name = self.tpl, self.net, self.unit, self.name
+        r = parse_layer_ref(ref)
+        if r.canonical != ref:  # e.g. "layer:x": resolved (and recorded as a dependency) as "x"
+            return self.resolve(r.canonical)
         cur = self.building[-1] if self.building else None
         if cur is not None:
             tpl.deps.setdefault(cur, set()).add(ref)
-        if ref.startswith("prev:"):
-            return self._resolve_prev(ref[len("prev:"):], cur)
-        if ref == ":i":
+        if r.kind == "prev":
+            return self._resolve_prev(r.name, cur)
+        if r.kind == "step":
             return InternalLayer(name=":i", network=net, output=Data(name=":i", dims=(), dtype="int32"))
-        if ref in ("data", "data:source"):
+        if r.kind == "data" and r.name in (None, "source"):  # the loop's input frame
             if tpl.input_data is None:
                 raise LayerNotFound("rec layer %r has no input ('from'), so 'data:source' is undefined" % name,
                                     ref, net)
             res = InternalLayer(name="data:source", network=net, output=_frame_template(tpl.input_data, tpl.time_dim)
                                 or tpl.input_data.copy_template())
-        elif ref.startswith("data:"):
+        elif r.kind == "data":
             res = self._outer_frame_layer(ref)
-        elif ref.startswith("base:"):  # the outer layer as a whole (e.g. the encoder, with its time axis)
-            res = self.get_layer(ref[len("base:"):])
-        elif ref in unit:
+        elif r.kind == "base":  # the outer layer as a whole (e.g. the encoder, with its time axis)
+            res = self.get_layer(r.name)
+        elif r.kind == "layer" and ref in unit:
             return self.build(ref)
-        elif "/" in ref and ref.split("/", 1)[0] in unit:  # a sub-layer of a layer of the unit, e.g. split/0
-            base_name, sub_name = ref.split("/", 1)
-            parent = self.resolve(base_name)
-            sub = parent.cls.get_sub_layer_out_data_from_opts(sub_name, dict(parent.kwargs, name=base_name, network=net))
+        elif r.kind == "layer" and r.sub_name is not None and r.base_name in unit:  # a sub-layer, e.g. split/0
+            parent = self.resolve(r.base_name)
+            sub = parent.cls.get_sub_layer_out_data_from_opts(r.sub_name, dict(parent.kwargs, name=r.base_name,
+                                                                               network=net))
             if sub is None:
-                raise LayerNotFound("rec layer %r: layer %r has no sub-layer %r" % (name, base_name, sub_name), ref, net)
+                raise LayerNotFound("rec layer %r: layer %r has no sub-layer %r" % (name, r.base_name, r.sub_name),
+                                    ref, net)
             return InternalLayer(name=ref, network=net, output=sub[0].copy_template(name="%s_output" % ref))
         else:
             raise LayerNotFound("rec layer %r: sub-layer %r not found in its unit (sub-layers: %s)" % (
@@ -440,7 +445,7 @@ class RecTemplateBuilder:
     def _outer_frame_layer(self, ref):
         layer = self.get_layer(ref)
         time_dim = self.tpl.time_dim
-        if ref.startswith("data:"):
+        if parse_layer_ref(ref).kind == "data":
             layer = _extern_data_on_loop_time(layer, time_dim, self.net)
         frame = _frame_template(layer.output, time_dim)
         if frame is None:
