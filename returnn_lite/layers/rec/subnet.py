@@ -85,6 +85,12 @@ class _PrevLayer(InternalLayer):
         return last_hidden_state(self.rec_vars_outputs, key) if self.rec_vars_outputs else None
 
 
+def _in_outer_net(ref):
+    """A reference of the unit to the rec layer's network, as the name there ("base:x" -> "x")."""
+    r = parse_layer_ref(ref)
+    return r.name if r.kind == "base" else ref
+
+
 def _frame_template(data, time_dim):
     """data without the loop's time axis (if it has it), else None."""
     for i, d in enumerate(data.dims):
@@ -123,11 +129,11 @@ def _outside_refs(network, rec_name, unit):
 
     def visit(v):
         if isinstance(v, str):
-            for prefix in ("layer:", "base:"):
-                if v.startswith(prefix):
-                    v = v[len(prefix):]
-            if v.startswith(rec_name + "/") and v[len(rec_name) + 1:] in unit:
-                res.add(v[len(rec_name) + 1:])
+            r = parse_layer_ref(v) if v.startswith(rec_name) or ":" in v else None  # (cheap pre-check: any string)
+            if r is not None and r.kind == "base":
+                r = parse_layer_ref(r.name)
+            if r is not None and r.kind == "layer" and r.base_name == rec_name and r.sub_name in unit:
+                res.add(r.sub_name)
         elif isinstance(v, (list, tuple)):
             for x in v:
                 visit(x)
@@ -542,15 +548,14 @@ class RecSubnetLoop:
         extern_cache = {}
 
         def outer(ref):
-            if ref in ("data", "data:source"):
+            r = parse_layer_ref(ref)
+            if r.kind == "data" and r.name in (None, "source"):
                 return InternalLayer(name="data:source", network=net, output=input_full)
-            if ref.startswith("data:"):
+            if r.kind == "data":
                 if ref not in extern_cache:
                     extern_cache[ref] = _extern_data_on_loop_time(net.get_layer(ref), time_dim, net)
                 return extern_cache[ref]
-            if ref.startswith("base:"):
-                return net.get_layer(ref[len("base:"):])
-            return net.get_layer(ref)
+            return net.get_layer(_in_outer_net(ref))
 
         # moved out: over the whole sequence
         outside = _SubNet(net, rec.name, scope, over_rec_time_dim=time_dim)
@@ -558,10 +563,12 @@ class RecSubnetLoop:
         self.outside_net = outside
 
         def get_outside(ref):
-            if ref in tpl.templates or (ref in self.unit and "/" in ref):  # "/": a flattened subnetwork sub-layer
-                return outside.construct_layer(self.unit, ref, get_layer=get_outside)
-            if "/" in ref and ref.split("/", 1)[0] in tpl.templates:  # e.g. split/0
-                return self._get_sub_layer(get_outside, ref)
+            r = parse_layer_ref(ref)
+            if r.kind == "layer":
+                if r.name in tpl.templates or (r.name in self.unit and r.sub_name is not None):  # (S/X: a flattened
+                    return outside.construct_layer(self.unit, r.name, get_layer=get_outside)  # subnetwork sub-layer)
+                if r.sub_name is not None and r.base_name in tpl.templates:  # e.g. split/0
+                    return self._get_sub_layer(get_outside, r.name)
             return outer(ref)
 
         full = {}  # name -> time-major full Data of moved-out layers (and accumulated in-loop ones)
@@ -670,21 +677,25 @@ class RecSubnetLoop:
             def get_loop(ref):
                 if ref in cache:
                     return cache[ref]
-                if ref.startswith("prev:"):
-                    return get_prev(ref[len("prev:"):])
-                if ref == ":i":
+                r = parse_layer_ref(ref)
+                if r.canonical != ref:  # e.g. "layer:x" -> "x"
+                    return get_loop(r.canonical)
+                # a sub-layer "B/S" of a layer B (flattened subnetwork layers "S/X" are unit layers themselves)
+                sub_of = r.base_name if r.kind == "layer" and r.sub_name is not None and ref not in self.unit else None
+                if r.kind == "prev":
+                    return get_prev(r.name)
+                if r.kind == "step":
                     res = InternalLayer(name=":i", network=loop, output=Data(name=":i", dims=(), dtype="int32",
                                                                               placeholder=i))
-                elif ref in unit:
+                elif r.kind == "layer" and ref in unit:
                     return loop.construct_layer(unit, ref, get_layer=get_loop)
-                elif "/" in ref and ref not in self.unit and ref.split("/", 1)[0] in full:  # sub-layer of a
-                    # moved-out layer: its frame (flattened subnetwork layers "S/X" are unit layers themselves)
-                    sub = self._get_sub_layer(lambda r: full[r], ref)
+                elif sub_of in full:  # sub-layer of a moved-out layer: its frame
+                    sub = self._get_sub_layer(lambda x: full[x], ref)
                     res = self._frame_layer(ref, sub.output, frame_source, i, loop) if _frame_template(
                         sub.output, time_dim) is not None else sub
-                elif "/" in ref and ref not in self.unit and ref.split("/", 1)[0] in unit:  # e.g. split/0
+                elif sub_of in unit:  # e.g. split/0
                     res = self._get_sub_layer(get_loop, ref)
-                elif ref in full:  # moved out: its frame (or itself, if it does not have the loop's time axis)
+                elif r.kind == "layer" and ref in full:  # moved out: its frame (or itself, without the loop's time)
                     res = self._frame_layer(ref, full[ref].output, frame_source, i, loop) if _frame_template(
                         full[ref].output, time_dim) is not None else full[ref]
                 elif ref in pretiled:
@@ -692,7 +703,7 @@ class RecSubnetLoop:
                 else:
                     layer = outer(ref)
                     res = self._frame_layer(ref, layer.output, frame_source, i, loop) if _frame_template(
-                        layer.output, time_dim) is not None and not ref.startswith("base:") else layer
+                        layer.output, time_dim) is not None and r.kind != "base" else layer
                 cache[ref] = res
                 return res
 
@@ -870,7 +881,7 @@ class RecSubnetLoop:
         v = self.max_seq_len
         if isinstance(v, str):
             def max_len_from(src):
-                layer = net.get_layer(src[len("base:"):] if src.startswith("base:") else src)
+                layer = net.get_layer(_in_outer_net(src))
                 return tf.reduce_max(layer.output.get_time_dim_tag().dyn_size)
 
             v = eval(v, {"max_len_from": max_len_from, "tf": tf})  # noqa: S307 (config expression)
@@ -912,7 +923,7 @@ class RecSubnetLoop:
             if init in ("apply(0)", "keep_over_epoch", "keep_over_epoch_no_init"):
                 raise NotImplementedError("rec layer %r: option initial_output=%r of %r is not supported" % (
                     self.rec_layer.name, init, x))
-            layer = self.rec_layer.network.get_layer(init[len("base:"):] if init.startswith("base:") else init)
+            layer = self.rec_layer.network.get_layer(_in_outer_net(init))
             return self._as_template_layout(layer.output, out)
         value = {"zeros": 0, "ones": 1, None: 0}.get(init, init)
         shape = [batch_dim if d.is_batch_dim() else (d.dimension if d.dimension is not None or d.dyn_size is None
