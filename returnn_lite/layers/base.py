@@ -179,9 +179,9 @@ class LayerBase:
         target_layers = None
         if is_layer_target(target):
             target_layers = {target: get_layer(target_ref(target))}  # built before this layer (its loss needs it)
-        elif target and loss_name:
+        elif target:  # an unknown data key is an error also without a loss (only a loss marks the key as used)
             for t in as_list(target):
-                network.get_extern_data(t, mark_data_key_as_used=True)
+                network.get_extern_data(t, mark_data_key_as_used=bool(loss_name))
         if loss_name:
             from ..losses import get_loss_class
 

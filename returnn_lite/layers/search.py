@@ -284,6 +284,9 @@ class ChoiceLayer(LayerBase):
             dim = network.get_extern_data(target[0] if isinstance(target, (list, tuple)) else target).dim
         else:
             dim = src.dim
+        if dim is not None and src.dim is not None and dim != src.dim:
+            raise ValueError("option 'target' %r has %i classes, but the scores of the source (option 'from') %r have "
+                             "dim %i" % (target, dim, sources[0].name, src.dim))
         out = Data(name="%s_output" % name, dims=tuple(d for i, d in enumerate(src.dims) if i != src.feature_dim_axis),
                    sparse_dim=Dim(dim, kind=Dim.Types.Feature, description="%s:choice" % name), dtype="int32")
         template_beams = getattr(network, "template_beams", None)

@@ -199,13 +199,8 @@ class CondLayer(LayerBase):
         if c.batch_ndim != 0 or c.dtype != "bool":
             raise ValueError("condition %r must be a scalar bool, got %s" % (condition.name, c.short_repr()))
         t = true_layer.output
-        f = false_layer.output
-        try:
-            f = f.copy_compatible_to(t)
-            f_ph = f.placeholder
-        except ValueError:
-            f_ph = f.placeholder
-        self.output.placeholder = tf.cond(c.placeholder, lambda: tf.identity(t.placeholder), lambda: tf.identity(f_ph))
+        self.output.placeholder = tf.cond(c.placeholder, self._branch_fn(true_layer, t),
+                                          self._branch_fn(false_layer, t))
         for i, d in enumerate(self.output.dims):
             if d is t.dims[i] or d.dimension is not None or d.is_batch_dim():
                 continue
@@ -214,6 +209,31 @@ class CondLayer(LayerBase):
                 d.dyn_size = tf.cond(c.placeholder, lambda: td.dyn_size, lambda: fd.dyn_size)
             else:
                 d.dyn_size = td.dyn_size
+
+    def _branch_fn(self, layer, like):
+        """
+        The branch function of tf.cond. A branch given as a layer dict without params and losses is built again
+        inside it, so that only the taken branch runs (the layer built by construct_children gave the template).
+        """
+        def as_out(data):
+            try:
+                return data.copy_compatible_to(like).placeholder
+            except ValueError:
+                return data.placeholder
+
+        rebuild = getattr(layer, "_cond_rebuild", None)
+        if rebuild is None or not _self_contained(layer):
+            x = as_out(layer.output)
+            return lambda: tf.identity(x)
+        from ..subnetwork import Subnetwork
+
+        key, desc, get_layer = rebuild
+
+        def fn():
+            net = Subnetwork(self.network, self.name, fallback_to_parent=True, parent_get_layer=get_layer)
+            return tf.identity(as_out(net.construct_layer({key: desc}, key).output))
+
+        return fn
 
     def _false_tag(self, axis):
         t, f = self.true_layer.output, self.false_layer.output
@@ -237,7 +257,10 @@ class CondLayer(LayerBase):
             if isinstance(d[key], dict):
                 if extra is None:
                     extra = Subnetwork(network, name, fallback_to_parent=True, parent_get_layer=get_layer)
-                d[key] = extra.construct_layer({key: d[key]}, key)
+                desc = d[key]
+                d[key] = extra.construct_layer({key: desc}, key)
+                if key != "condition":  # built again inside tf.cond (see _branch_fn)
+                    d[key]._cond_rebuild = (key, desc, get_layer)
 
     @property
     def _extra_net(self):
@@ -276,6 +299,13 @@ class CondLayer(LayerBase):
         if self._extra_net is not None and layer_name in self._extra_net.layers:
             return self._extra_net.layers[layer_name]
         return None
+
+
+def _self_contained(layer):
+    """Whether layer (and its sub-networks) has no params and no losses: building it again creates nothing shared."""
+    layers = [layer] + [x for net in getattr(layer, "get_sub_networks", lambda: [])() if net is not None
+                        for x in net.get_all_layers_deep()]
+    return not any(x.params or x.loss is not None for x in layers)
 
 
 class HDFDumpLayer(LayerBase):
