@@ -25,9 +25,8 @@ from ...network import assign_output_beam
 from ...subnetwork import Subnetwork
 from ...losses.holder import LossHolder
 from ...util import as_list
-from ..base import InternalLayer, LayerBase
+from ..base import InternalLayer, LayerBase, last_hidden_state
 from ..search import select_beam_tensor, tile_batch
-from .state import last_hidden_state
 
 tf1 = tf.compat.v1
 
