@@ -15,8 +15,8 @@ import re
 
 import tensorflow as tf
 
-from .tensor._dim_mixin import DimFrontendMixin
-from .tensor._tensor_mixin import TensorFrontendMixin
+from .data_mixins.dim import DimFrontendMixin
+from .data_mixins.tensor import TensorFrontendMixin
 from .util import NotSpecified, as_list
 
 tf1 = tf.compat.v1

@@ -493,6 +493,17 @@ class LayerBase:
                                         self.output.short_repr() if self.output is not None else None)
 
 
+def last_hidden_state(state, key="*"):
+    """
+    A cell state dict (state name -> [B, n]) as ``get_last_hidden_state`` gives it: the concatenation of the parts
+    (sorted by name, i.e. c before h), or the part ``key``.
+    """
+    if key not in (None, "*") and key in state:
+        return state[key]
+    parts = [state[k] for k in sorted(state)]
+    return parts[0] if len(parts) == 1 else tf.concat(parts, axis=-1)
+
+
 _layer_option_decls = {}  # layer class -> its LayerOption declarations (LayerBase.get_layer_option_decls)
 
 

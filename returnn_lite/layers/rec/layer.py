@@ -10,9 +10,8 @@ import tensorflow as tf
 from ...data import Data, Dim, batch_dim
 from ...layer_ref import LayerOption, is_layer_target
 from ...util import NotSpecified
-from ..base import ConcatInputLayer, LayerBase, concat_sources_template
+from ..base import ConcatInputLayer, LayerBase, concat_sources_template, last_hidden_state
 from . import cells as _cells
-from .state import last_hidden_state
 from .subnet import RecSubnetLoop
 
 tf1 = tf.compat.v1
