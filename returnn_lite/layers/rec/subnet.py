@@ -497,7 +497,10 @@ class RecSubnetLoop:
             in_loop[x] = True  # (cycles only via prev:, which are in the loop anyway)
             t = tpl.templates[x]
             refs = tpl.deps.get(x, set())
-            state_moves_out = getattr(t.cls, "state_moves_out_of_loop", False)  # e.g. rnn_cell: runs over time
+            # e.g. rnn_cell: moved out, it runs over the time axis of its input (only if that has the loop's axis:
+            # an input from base: layers only would give a cell state that no longer advances per frame)
+            state_moves_out = getattr(t.cls, "state_moves_out_of_loop", False) and any(
+                r.startswith("data") or r in tpl.templates for r in refs)
             res = (not self.move_out or x in prev_referenced or x == "end" or (t.cls.recurrent and not state_moves_out)
                    or any(r.startswith("prev:") or r == ":i" for r in refs)
                    or any(dep(r) for r in refs if r in tpl.templates)
