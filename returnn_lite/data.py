@@ -95,7 +95,10 @@ class Dim(DimFrontendMixin):
     # sequence lengths
     @property
     def dyn_size(self):
-        return self.get_same_base()._dyn_size
+        base = self.get_same_base()
+        if "_derived_from" in base.__dict__:  # a frontend dim like ``T + 2``: lengths from the operands'
+            return base.complete_dyn_size()
+        return base._dyn_size
 
     @dyn_size.setter
     def dyn_size(self, value):
