@@ -133,6 +133,8 @@ def guess_options(message, desc):
                 strong.append(key)
             elif "'%s'" % type(value).__name__ in message:
                 weak.append(key)
+    if not strong and not weak and re.search(r"\bNone(Type)?\b|'object'", message):  # an option set to None
+        weak = [k for k, v in (desc or {}).items() if isinstance(k, str) and not k.startswith("_") and v is None]
     if not strong and not weak:  # strings that look like another type ("True", "5", "1.5"): a quoting mistake
         weak = [k for k, v in (desc or {}).items() if isinstance(k, str) and not k.startswith("_")
                 and isinstance(v, str) and _looks_like_literal(v)]

@@ -14,6 +14,7 @@ import tensorflow as tf
 from ..data import Data, Dim
 from ..util import NotSpecified, as_list
 from ..errors import LayerNotFound
+from ..layer_ref import LayerOption
 from .base import LayerBase, concat_sources
 
 tf1 = tf.compat.v1
@@ -85,6 +86,7 @@ class SubnetworkLayer(LayerBase):
 
     layer_class = "subnetwork"
     recurrent = True
+    dep_attributes = ("output_layer",)
 
     def __init__(self, subnetwork, concat_sources=True, load_on_init=None, dropout=0, dropout_noise_shape=None,
                  dropout_on_forward=False, **kwargs):
@@ -155,9 +157,6 @@ class SubnetworkLayer(LayerBase):
     def get_sub_layers(self):
         return self.subnetwork.get_all_layers_shallow()
 
-    def get_dep_layers(self):
-        return super().get_dep_layers() + [self.output_layer]
-
     def post_initialize_params(self, session):
         """load_on_init: after the random init, load the sub params from a checkpoint (names without our prefix)."""
         if not self.load_on_init:
@@ -188,6 +187,10 @@ class CondLayer(LayerBase):
     layer_class = "cond"
     default_from = ()
     recurrent = True
+    # each a layer name, or a layer dict (built as a child by construct_children)
+    layer_options = ("condition", "true_layer", "false_layer")
+    required_options = layer_options
+    option_types = {key: (str, dict, LayerBase) for key in layer_options}
 
     def __init__(self, condition, true_layer, false_layer, **kwargs):
         super().__init__(**kwargs)
@@ -245,19 +248,6 @@ class CondLayer(LayerBase):
         return None
 
     @classmethod
-    def transform_config_dict(cls, d, network, get_layer):
-        super().transform_config_dict(d, network=network, get_layer=get_layer)
-        # (not layer_options: each may also be a layer dict, built as a child by construct_children)
-        for key in ("condition", "true_layer", "false_layer"):
-            v = d.get(key)
-            if v is None:
-                raise ValueError("option %r must be given" % key)
-            if isinstance(v, str):
-                d[key] = get_layer(v)
-            elif not isinstance(v, (dict, LayerBase)):
-                raise TypeError("option %r must be a layer name or dict, got %r" % (key, v))
-
-    @classmethod
     def construct_children(cls, d, name, network, get_layer):
         """Layer dicts given as condition/true_layer/false_layer: sub layers <name>/<option> of one Subnetwork."""
         from ..subnetwork import Subnetwork
@@ -310,9 +300,6 @@ class CondLayer(LayerBase):
             return self._extra_net.layers[layer_name]
         return None
 
-    def get_dep_layers(self):
-        return super().get_dep_layers() + [self.condition_layer, self.true_layer, self.false_layer]
-
 
 def _self_contained(layer):
     """Whether layer (and its sub-networks) has no params and no losses: building it again creates nothing shared."""
@@ -336,6 +323,8 @@ class HDFDumpLayer(LayerBase):
 
     layer_class = "hdf_dump"
     unsupported_options = {"dump_per_run": (False,)}
+    layer_options = (LayerOption("extra", "dict"),)  # {key: layer name}
+    option_types = {"extra": (dict,)}
 
     def __init__(self, filename, extra=None, dump_whole_batches=False, labels=None, extend_existing_file=False,
                  dump_per_run=False, **kwargs):
@@ -441,8 +430,6 @@ class HDFDumpLayer(LayerBase):
     @classmethod
     def transform_config_dict(cls, d, network, get_layer):
         super().transform_config_dict(d, network=network, get_layer=get_layer)
-        if d.get("extra"):
-            d["extra"] = {k: get_layer(v) for k, v in d["extra"].items()}
         if callable(d.get("filename")):
             d["filename"] = d["filename"]()
 
@@ -451,9 +438,6 @@ class HDFDumpLayer(LayerBase):
         if len(sources) != 1:
             raise ValueError("hdf_dump needs exactly one source, got %i" % len(sources))
         return sources[0].output.copy_template(name="%s_output" % name)
-
-    def get_dep_layers(self):
-        return super().get_dep_layers() + list(self.extra.values())
 
 
 class ImageSummaryLayer(LayerBase):
