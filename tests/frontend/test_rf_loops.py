@@ -365,3 +365,24 @@ def test_cond_with_params_gradients():
     assert v0 == 0.0 and all(not np.any(x) for x in g0)
     for a, b in zip(g, g_ref):
         np.testing.assert_allclose(a, b, rtol=1e-5)
+
+
+@pytest.mark.parametrize("case", ["unchanged", "swap"])
+def test_scan_states_unchanged_and_swapped(case):
+    def step(*, model, extern_data, **_):
+        def body(x_t, s):
+            a, b, c = s
+            if case == "swap":  # a state is another state's previous value
+                return a + x_t, (b, a, c)
+            return a + x_t + c, (a + x_t, b, c)  # b, c: the previous value unchanged
+
+        zeros = rf.zeros([batch_dim, feat])
+        ys, last, _ = rf.scan(spatial_dim=time_dim, xs=extern_data["data"], initial=(zeros, zeros + 1.0, zeros + 2.0),
+                              ys=None, body=body)
+        ys.mark_as_output("ys", shape=(batch_dim, time_dim, feat))
+        last[1].mark_as_output("b", shape=(batch_dim, feat))
+
+    res, _ = _run_layers(step)
+    ref = X[0] + np.array([0.0, 1.0, 0.0, 1.0])[:, None] if case == "swap" else np.cumsum(X[0], axis=0) + 2.0
+    np.testing.assert_allclose(res["ys"][0], ref, rtol=1e-5)
+    np.testing.assert_allclose(res["b"], np.ones([2, 3]))  # swapped an even number of times (lengths 4, 2)
