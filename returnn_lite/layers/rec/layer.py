@@ -152,6 +152,8 @@ class RnnCellLayer(_CellMixin, ConcatInputLayer):
         if not d.get("unit"):
             raise ValueError("rnn_cell needs the option 'unit' (a cell name, e.g. 'LSTMBlock', 'GRU')")
         super().transform_config_dict(d, network=network, get_layer=get_layer)
+        if d.get("n_out", NotSpecified) in (NotSpecified, None):  # (after a loss's target gave its dim)
+            raise ValueError("rnn_cell needs the option 'n_out' (the number of units)")
         if d.get("initial_state") is not None:
             d["initial_state"] = _resolve_initial_state(d["initial_state"], get_layer)
 
