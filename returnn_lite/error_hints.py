@@ -26,7 +26,7 @@ BUILD_KEYS = ("is_output_layer", "loss", "register_as_extern_data")
 # sizes (ints or tuples of ints) that must be > 0 wherever a layer has them
 SIZE_OPTIONS = ("filter_size", "strides", "pool_size", "dilation_rate", "window_size", "frame_size", "frame_shift",
                 "num_heads", "total_key_dim", "fft_size", "nr_of_filters", "nr_of_channels", "num_pieces",
-                "num_splits", "factor", "chunk_size", "chunk_step", "beam_size", "size")
+                "num_splits", "factor", "chunk_size", "chunk_step", "beam_size", "size", "dim")
 
 # common numeric options of every layer (LayerBase)
 NUMBER_OPTIONS = ("L2", "darc1", "spatial_smoothing", "dropout", "loss_scale", "param_dropout",
