@@ -325,9 +325,13 @@ def _mutate_wider(kind, case, net, path, desc, res, rng):
     elif kind == "loss_on_layer":  # a loss on a layer of another kind (may fit: a clean error or accepted)
         if desc.get("loss") or desc.get("class") in ("rec", "subnetwork") or len(path) > 1:
             return False
+        sparse = sorted(k for k, v in case["extern_data"].items() if isinstance(v, dict) and v.get("sparse"))
+        if not sparse:
+            return False
         loss = rng.choice(["ce", "ctc", "mse", "edit_distance", "bin_ce"])
-        desc.update(loss=loss, target=case.get("default_target", "classes"))
-        res.update(option="loss", desc="added loss %r target 'classes'" % loss, must_fail=False)
+        desc.update(loss=loss, target=sparse[0])
+        res.update(option=("loss", loss, "target"), desc="added loss %r target %r" % (loss, sparse[0]),
+                   must_fail=False)
     elif kind == "cycle":  # a -> b -> a (no prev:)
         srcs = [x for x in _sources(desc) if isinstance(x, str) and isinstance(container.get(x), dict)
                 and x != name]
