@@ -46,7 +46,8 @@ class LayerOptionsInfo:
         self.names = set(params) | set(DICT_ONLY_OPTIONS) | set(INTERNAL_DICT_KEYS) | set(getattr(layer_class, "transform_options", ()))
         # required: no default in the class's own __init__ (a base class's may be passed on by the subclass)
         own = inspect.signature(layer_class.__init__).parameters.values()
-        self.required = sorted(set(getattr(layer_class, "required_options", ())) | {
+        self.not_none = tuple(getattr(layer_class, "required_options", ()))  # declared required: also not None
+        self.required = sorted(set(self.not_none) | {
             p.name for p in own if p.default is inspect.Parameter.empty and p.name not in INTERNAL_ARGS
             and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)
             and p.name not in getattr(layer_class, "derived_options", ())})
@@ -94,6 +95,9 @@ def validate_layer_desc(layer_class, desc):
     for key in info.required:
         if key not in desc:
             raise LayerOptionError("option %r is required for layer class %r" % (key, cls_name), key)
+    for key in info.not_none:
+        if desc[key] is None:
+            raise LayerOptionError("option %r is required for layer class %r (got None)" % (key, cls_name), key)
     for key, accepted in info.unsupported.items():
         if key in desc and not any(desc[key] is a or (type(desc[key]) is type(a) and desc[key] == a)
                                    for a in accepted):

@@ -440,11 +440,47 @@ class TFNetwork(NetworkAPIMixin):
             else:
                 shape = list(noise_shape)
 
-        def train():
-            return tf.nn.dropout(x, rate=rate, noise_shape=shape, seed=seed)
+        if on_forward:
+            return data.copy(placeholder=tf.nn.dropout(x, rate=rate, noise_shape=shape, seed=seed))
+        return data.copy(placeholder=self.dropout_on_train(x, rate, noise_shape=shape, seed=seed))
 
-        out = train() if on_forward else self.cond_on_train(train, lambda: x)
-        return data.copy(placeholder=out)
+    def dropout_on_train(self, x, rate, noise_shape=None, seed=None):
+        """
+        ``tf.nn.dropout(x, rate, noise_shape, seed)`` in training, x otherwise. With a train_flag tensor, without a
+        ``tf.cond`` (whose branch functions are slow to build and to differentiate): the noise shape, rate and scale
+        are selected by the flag (outside training: one random number, rate 0, scale 1, so x * 1.0 = x exactly), and
+        the mask is not differentiated. In training the same random op and the same values as ``tf.nn.dropout``.
+        """
+        if not rate or self.train_flag is False:
+            return x
+        if self.train_flag is True:
+            return tf.nn.dropout(x, rate=rate, noise_shape=noise_shape, seed=seed)
+        if isinstance(rate, (tf.Tensor, tf.Variable)):
+            return self.cond_on_train(lambda: tf.nn.dropout(x, rate=rate, noise_shape=noise_shape, seed=seed),
+                                      lambda: x)
+        x = tf.convert_to_tensor(x)
+        with tf.name_scope("dropout"):
+            rate_t, scale_t = self._dropout_rate_and_scale(float(rate), x.dtype)
+            shape = tf.shape(x) if noise_shape is None else tf.convert_to_tensor(noise_shape, dtype=tf.int32)
+            ones = [1] * shape.shape[0] if shape.shape.rank == 1 and shape.shape[0] is not None else tf.ones_like(shape)
+            shape = tf.where(self.train_flag, shape, ones)
+            keep = tf.random.uniform(shape, seed=seed, dtype=x.dtype) >= rate_t
+            y = x * tf.stop_gradient(tf.cast(keep, x.dtype) * scale_t)
+        y.set_shape(x.shape)
+        return y
+
+    def _dropout_rate_and_scale(self, rate, dtype):
+        """(rate in training else 0, 1 / (1 - rate) in training else 1) as scalars, once per graph, rate and dtype."""
+        graph = tf1.get_default_graph()
+        cache = getattr(graph, "_returnn_lite_dropout_scalars", None)
+        if cache is None:
+            cache = graph._returnn_lite_dropout_scalars = {}
+        key = (rate, dtype.name, self.train_flag.ref())
+        if key not in cache:
+            with tf.name_scope("globals/dropout_%s/" % str(rate).replace(".", "_")):
+                cache[key] = (tf.where(self.train_flag, tf.constant(rate, dtype), tf.constant(0, dtype)),
+                              tf.where(self.train_flag, tf.constant(1 / (1 - rate), dtype), tf.constant(1, dtype)))
+        return cache[key]
 
     def random_seed_for(self, layer, param_name):
         return int(self.get_root_network().random.randint(2 ** 31 - 1))

@@ -5,8 +5,9 @@ The per-step subnetwork of a rec layer (``"unit": {...}``).
    ``get_out_data_from_opts`` in a template network. ``prev:X`` resolves to X's template; where X is still being
    built (a recurrence), the referring layer is first built without that source (a guess), and after all
    templates exist those layers are derived once more with the full information.
-2. Layers that do not depend on ``prev:`` / ``:i`` / recurrent layers (directly or indirectly) are built once over
-   the whole sequence ("moved out"), by the same construct_layer code path (``optimize_move_layers_out``).
+2. Layers whose output over the whole sequence is, frame by frame, what the loop computes (``_classify``; e.g.
+   in training a choice is its target and ``prev:`` of it the target shifted by one frame) are built once over the
+   whole sequence ("moved out"), by the same construct_layer code path (``optimize_move_layers_out``).
 3. The rest is built inside one tf.while_loop body; outputs are accumulated in TensorArrays and are reachable
    from outside as ``rec_layer/sub_layer``; losses of sub-layers are registered on the accumulated outputs.
 """
@@ -246,6 +247,12 @@ class RecTemplateBuilder:
             input_data = concat_sources_template(sources, name="%s_input" % name)
             if input_data.have_time_axis():
                 time_dim = input_data.get_time_dim_tag()
+        axis = d.get("axis")
+        if axis is not None:  # the loop's time axis given as a Dim (with 'end' and no input: the new axis)
+            if input_data is not None and axis not in input_data.dims:
+                raise ValueError("rec layer %r: axis %s is not an axis of the input %s" % (
+                    name, axis, input_data.short_repr()))
+            time_dim = axis if input_data is not None or "end" not in unit else None
         target = d.get("size_target") or d.get("target")
         target = as_list(target)[0] if target else None
         cheating = any(unit[c].get("cheating") for c in self.searching)
@@ -261,7 +268,8 @@ class RecTemplateBuilder:
                                  "layer" % name)
             if d.get("max_seq_len") is None:
                 raise ValueError("rec layer %r: a loop ended by its 'end' layer needs max_seq_len" % name)
-            time_dim = out_time_dim = Dim(None, kind=Dim.Types.Spatial, description="%s:rec-time" % name)
+            time_dim = out_time_dim = axis if axis is not None else Dim(None, kind=Dim.Types.Spatial,
+                                                                         description="%s:rec-time" % name)
             dynamic_end = True
         elif self.searching and "end" in unit and not cheating:
             dynamic_end = True  # a search over input frames still ends each hypothesis by its 'end' layer
@@ -485,29 +493,109 @@ class RecSubnetLoop:
         return [n for n in (self.outside_net, self.loop_net) if n is not None]
 
     def _classify(self):
-        """Names of the sub-layers that must be computed inside the loop."""
+        """
+        (names computed inside the loop, names moved out). A sub-layer moves out only where its output over the
+        whole sequence is, frame by frame, what the loop computes (docs/design.md, "move out"):
+
+        - its class is frame-wise (not ``recurrent``, no per-step state), or says for these options that it computes
+          the same over the whole sequence (``rec_move_out_ok``, e.g. causal self_attention, positional_encoding);
+        - it does not use ``:i``, and every ``prev:X`` it uses is of a moved-out X (the shifted sequence of X, the
+          initial output at frame 0) that no masked_computation gates (there prev: is the last unmasked frame);
+        - everything it depends on moves out; a choice without search depends only on its target (its value);
+        - it is not on a search beam and is not the ``end`` of a loop that ends by it (dynamic length or search).
+        """
         tpl = self.tpl
         names = list(tpl.templates)
-        prev_referenced = {r[len("prev:"):] for n in names for r in tpl.deps.get(n, ()) if r.startswith("prev:")}
+        if not self.move_out:
+            return names, []
+        deps = {x: self._value_deps(x) for x in names}
+        gated = {x for x in names if any(x == p or x.startswith(p + "/") for p in tpl.gates)}
+        loop_ends = tpl.dynamic_end or tpl.beam is not None
+        varies = {}
         in_loop = {}
+
+        def frame_varying(x):  # its full output has the loop's time axis (else a stateful class can not move out)
+            if x not in varies:
+                varies[x] = False  # (cycles only via prev:)
+                varies[x] = any(r.startswith("prev:") or r == ":i" or (r in tpl.templates and frame_varying(r))
+                                or (r.startswith("data") and self._outer_has_loop_time(r)) for r in deps[x])
+            return varies[x]
+
+        def frame_wise(x):
+            t = tpl.templates[x]
+            ok = getattr(t.cls, "rec_move_out_ok", None)
+            if ok is not None:
+                return ok(network=t.network, **{k: v for k, v in t.kwargs.items() if k not in ("name", "network")}) \
+                    and frame_varying(x)
+            return not t.cls.recurrent and t.cls.get_rec_initial_extra_outputs.__func__ is _BASE_EXTRA_OUTPUTS
 
         def dep(x):
             if x in in_loop:
                 return in_loop[x]
             in_loop[x] = True  # (cycles only via prev:, which are in the loop anyway)
-            t = tpl.templates[x]
-            refs = tpl.deps.get(x, set())
-            res = (not self.move_out or x in prev_referenced or x == "end" or t.cls.recurrent
-                   or any(r.startswith("prev:") or r == ":i" for r in refs)
-                   or any(dep(r) for r in refs if r in tpl.templates)
-                   or t.cls.get_rec_initial_extra_outputs.__func__ is not _BASE_EXTRA_OUTPUTS
-                   or t.output.beam is not None)
+            refs = deps[x]
+            res = ((x == "end" and loop_ends) or tpl.templates[x].output.beam is not None or not frame_wise(x)
+                   or ":i" in refs
+                   or any(dep(r[len("prev:"):]) or r[len("prev:"):] in gated for r in refs if r.startswith("prev:"))
+                   or any(dep(r) for r in refs if r in tpl.templates))
             in_loop[x] = res
             return res
 
         for x in names:
             dep(x)
         return [x for x in names if in_loop[x]], [x for x in names if not in_loop[x]]
+
+    def _value_deps(self, x):
+        """The references x's value depends on: all it uses, except for a choice without search (its target)."""
+        refs = self.tpl.deps.get(x, set())
+        target = self._teacher_forced_target_ref(x)
+        if target is None:
+            return refs
+        return {r for r in refs if r == target}
+
+    def _teacher_forced_target_ref(self, x):
+        """For a choice that does not search (training): the reference of its target, whose labels it outputs."""
+        from ..search import ChoiceLayer
+
+        t = self.tpl.templates[x]
+        if t.cls is not ChoiceLayer or t.kwargs.get("input_type", "prob") == "regression":
+            return None
+        if ChoiceLayer.use_search(self.tpl.net, t.kwargs.get("search"), "prob"):
+            return None
+        target = as_list(self.unit[x].get("target"))
+        if len(target) != 1 or not isinstance(target[0], str):
+            return None
+        target = target[0]
+        return target[len("layer:"):] if target.startswith("layer:") else "data:%s" % target
+
+    def _outer_has_loop_time(self, ref):
+        if ref in ("data", "data:source"):
+            data = self.tpl.input_data
+        else:
+            data = self.tpl.network.get_extern_data(ref[len("data:"):])
+        return data is not None and data.have_time_axis()
+
+    def _outside_unit(self, moved_out):
+        """The unit for the construction over the whole sequence: a moved-out choice without search is its target,
+        its sources (which may use prev: of it) are not built for it."""
+        unit = dict(self.unit)
+        for x in moved_out:
+            if self._teacher_forced_target_ref(x) is not None:
+                unit[x] = dict(unit[x], **{"from": []})
+                unit[x].pop("explicit_search_sources", None)
+                unit[x].pop("explicit_search_source", None)
+        return unit
+
+    def _shifted_prev(self, x, layer, net, batch_dim):
+        """prev:x over the whole sequence, x moved out: x shifted by one frame, its initial output at frame 0."""
+        data = layer.output
+        if _frame_template(data, self.time_dim) is None:  # the same in every frame
+            data = data.copy_add_dim_by_tag(self.time_dim, unbroadcast=True, axis=0)
+        tm = _time_major(data, self.time_dim)
+        init = self._initial_output(x, batch_dim, tm.copy_template_excluding_axis(0))
+        out = tm.copy_template(name="prev:%s" % x)
+        out.placeholder = tf.concat([tf.expand_dims(tf.cast(init, tm.placeholder.dtype), 0), tm.placeholder[:-1]], 0)
+        return InternalLayer(name="prev:" + x, network=net, output=out)
 
     def build(self):
         if self.tpl.beam is not None and self.rec_layer.network.train_flag is False:
@@ -528,7 +616,9 @@ class RecSubnetLoop:
         in_loop, moved_out = self._classify()
         self.in_loop, self.moved_out = in_loop, moved_out
         batch_dim = net.get_data_batch_dim()
-        seq_len = time_dim.dyn_size
+        seq_len = time_dim.dyn_size if time_dim.dyn_size is not None else time_dim.complete_dyn_size()
+        if seq_len is None and time_dim.dimension is not None:  # a loop over a static axis (option axis)
+            seq_len = tf.fill([batch_dim], time_dim.dimension)
         input_full = None
         if tpl.input_data is not None:
             input_full = rec.input_data if rec.input_data is not None else None
@@ -552,9 +642,17 @@ class RecSubnetLoop:
         outside.parent_layer = rec
         self.outside_net = outside
 
+        outside_unit = self._outside_unit(moved_out)
+        prev_full = {}  # "prev:X" -> X (moved out) shifted by one frame
+
         def get_outside(ref):
+            if ref.startswith("prev:"):  # (only of moved-out layers, see _classify)
+                if ref not in prev_full:
+                    prev_full[ref] = self._shifted_prev(ref[len("prev:"):], get_outside(ref[len("prev:"):]), outside,
+                                                        batch_dim)
+                return prev_full[ref]
             if ref in tpl.templates or (ref in self.unit and "/" in ref):  # "/": a flattened subnetwork sub-layer
-                return outside.construct_layer(self.unit, ref, get_layer=get_outside)
+                return outside.construct_layer(outside_unit, ref, get_layer=get_outside)
             if "/" in ref and ref.split("/", 1)[0] in tpl.templates:  # e.g. split/0
                 return self._get_sub_layer(get_outside, ref)
             return outer(ref)
@@ -563,6 +661,11 @@ class RecSubnetLoop:
         for x in moved_out:
             layer = get_outside(x)
             full[x] = layer
+        in_loop_set = set(in_loop)
+        for x in in_loop:  # prev: of moved-out layers used in the loop: their frames of the shifted sequence
+            for r in sorted(tpl.deps.get(x, ())):
+                if r.startswith("prev:") and r[len("prev:"):] not in in_loop_set:
+                    get_outside(r)
 
         # the loop
         dynamic = tpl.dynamic_end
@@ -582,7 +685,8 @@ class RecSubnetLoop:
                         infer_shape=True).unstack(tm.placeholder))
             return frame_tas[key]
 
-        prev_names = sorted({r[len("prev:"):] for x in in_loop for r in tpl.deps.get(x, ()) if r.startswith("prev:")}
+        prev_names = sorted({r[len("prev:"):] for x in in_loop for r in tpl.deps.get(x, ())
+                             if r.startswith("prev:") and r[len("prev:"):] in in_loop_set}
                             | {x for x in in_loop if getattr(tpl.templates[x].cls, "needs_prev_output", False)})
         extra_init = {}
         for x in in_loop:
@@ -665,9 +769,11 @@ class RecSubnetLoop:
             def get_loop(ref):
                 if ref in cache:
                     return cache[ref]
-                if ref.startswith("prev:"):
+                if ref in prev_full:  # prev: of a moved-out layer
+                    res = self._frame_layer(ref, prev_full[ref].output, frame_source, i, loop)
+                elif ref.startswith("prev:"):
                     return get_prev(ref[len("prev:"):])
-                if ref == ":i":
+                elif ref == ":i":
                     res = InternalLayer(name=":i", network=loop, output=Data(name=":i", dims=(), dtype="int32",
                                                                               placeholder=i))
                 elif ref in unit:
@@ -730,7 +836,7 @@ class RecSubnetLoop:
                     end = loop.layers["end"].output
                     if beam is not None and (end.beam is not None or end.have_batch_axis()):
                         end = end.copy_select_beam(beam_out)
-                    end = end.copy_as_batch_major().placeholder
+                    end = end.copy_as_batch_major().placeholder if end.have_batch_axis() else end.placeholder
                     end = tf.reshape(end, [-1]) if end.shape.rank != 1 else end
                 else:
                     end = tf.zeros_like(ended)
@@ -885,9 +991,10 @@ class RecSubnetLoop:
         res.set_shape(new.shape)
         return res
 
-    def _initial_output(self, x, batch_dim):
-        t = self.tpl.templates[x]
-        out = t.output
+    def _initial_output(self, x, batch_dim, out=None):
+        """x's output before the first frame, in the layout of out (default: x's per-step template)."""
+        if out is None:
+            out = self.tpl.templates[x].output
         init = self.unit[x].get("initial_output", 0)
         if isinstance(init, LayerBase):
             init = init.name
@@ -947,8 +1054,15 @@ class RecSubnetLoop:
     def get_last_frame(self, name):
         acc = self.accumulated[name].output
         seq_len = self.tpl.out_time_dim.dyn_size
-        x = acc.copy_as_batch_major().placeholder  # [B, T, ...]
-        return tf.gather(x, tf.maximum(seq_len - 1, 0), axis=1, batch_dims=1)
+        if seq_len is None or not acc.have_batch_axis():  # static axis, or a state without batch: the last step
+            t_axis = acc.get_axis_by_tag(self.tpl.out_time_dim)
+            return tf.gather(acc.placeholder, tf.shape(acc.placeholder)[t_axis] - 1, axis=t_axis)
+        x = acc.copy_as_batch_major()
+        x = x.copy_move_axis(x.get_axis_by_tag(self.tpl.out_time_dim), 1)  # [B, T, ...]
+        res = x.copy_template_excluding_axis(1)
+        res.placeholder = tf.gather(x.placeholder, tf.maximum(seq_len - 1, 0), axis=1, batch_dims=1)
+        return res.copy_compatible_to(self.get_step_template(name)).placeholder if res.dims != \
+            self.get_step_template(name).dims else res.placeholder
 
 
 def _check_loss_dims(layer, key):
