@@ -8,7 +8,9 @@ Error texts of network construction, so that Python's / TF's internal text is ne
   ``Dimension -4 must be >= 0`` -> ``option 'n_out' (-4): ...``);
 - :func:`check_unreached_layers`: after construction, layers that nothing reaches: an error where a key looks
   like a misspelled ``is_output_layer`` / ``loss`` (that typo is what dropped the layer), else one warning
-  listing them.
+  listing them;
+- :func:`runtime_error_hint`: what a TF error at ``session.run`` caused by the data means (a sequence shorter than a
+  'valid' filter, too short for its CTC labels), appended to the CLI's one-line runtime error.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import re
 import warnings
 
 __all__ = ["precheck_layer_desc", "describe_build_error", "check_unreached_layers", "UnreachedLayersWarning",
-           "guess_options"]
+           "guess_options", "runtime_error_hint"]
 
 # keys that decide whether a layer is built at all
 BUILD_KEYS = ("is_output_layer", "loss", "register_as_extern_data")
@@ -237,3 +239,25 @@ def check_unreached_layers(network, net_dict):
             prefix or "root", len(unreached), "s" if len(unreached) > 1 else "", "them" if len(unreached) > 1 else "it",
             ", ".join(repr(prefix + n) for n in sorted(unreached))), UnreachedLayersWarning, stacklevel=3)
     return unreached
+
+
+# TF runtime messages (at session.run) whose cause is the data, with what it means for the user
+RUNTIME_HINTS = (
+    (("Computed output size would be negative", "could not create a descriptor for a pooling"),
+     "a sequence is shorter than the filter/pool size of this layer with padding 'valid' (use padding 'same', or "
+     "longer sequences)"),
+    (("Not enough time for target transition sequence",),
+     "ctc: an input sequence (after its downsampling by strides/pooling) has fewer frames than its labels need"),
+    (("Incompatible shapes: [0]",),
+     "a layer produced 0 frames: a sequence shorter than a window/filter with padding 'valid'?"),
+    (("Input to reshape is a tensor with 0 values",),
+     "a layer produced 0 frames: a sequence shorter than a window/filter with padding 'valid'?"),
+)
+
+
+def runtime_error_hint(text):
+    """What a TF runtime error text (of a failed ``session.run``) means for the input data, or None."""
+    for markers, hint in RUNTIME_HINTS:
+        if any(m in text for m in markers):
+            return hint
+    return None
