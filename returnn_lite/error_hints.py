@@ -106,7 +106,7 @@ def _is_internal(exc, text):
     return isinstance(exc, (KeyError, IndexError, AttributeError, ZeroDivisionError)) and "layer" not in text
 
 
-def guess_options(message, desc):
+def guess_options(message, desc, strong_only=False):
     """Option names whose value shows in the message (strong), else whose value's type name is quoted there."""
     strong, weak = [], []
     for key, value in (desc or {}).items():
@@ -135,6 +135,8 @@ def guess_options(message, desc):
                 strong.append(key)
             elif "'%s'" % type(value).__name__ in message:
                 weak.append(key)
+    if strong_only:
+        return strong
     if not strong and not weak and re.search(r"\bNone(Type)?\b|'object'", message):  # an option set to None
         weak = [k for k, v in (desc or {}).items() if isinstance(k, str) and not k.startswith("_") and v is None]
     if not strong and not weak:  # strings that look like another type ("True", "5", "1.5"): a quoting mistake
@@ -180,6 +182,10 @@ def describe_build_error(exc, desc):
         if m:
             return "unknown option %r" % m.group(1)
     if not _is_internal(exc, text) or message.startswith(("option ", "options ")):
+        if "option" not in message:  # our text, but without the option: name the one whose value it quotes
+            culprits = [k for k in guess_options(message, desc, strong_only=True) if k not in ("from", "class")]
+            if len(culprits) == 1 and "'%s'" % culprits[0] not in message:
+                return "option %r: %s" % (culprits[0], text)
         return text
     culprits = guess_options(message, desc)
     if not culprits:

@@ -156,7 +156,9 @@ def test_describe_build_error():
     assert describe_build_error(ValueError("Dimension -4 must be >= 0"), desc).startswith("option 'n_out' (-4)")
     assert guess_options("unhashable type: 'dict'", {"kind": {"x": 1}, "from": "data"}) == ["kind"]
     ours = describe_build_error(ValueError("reduce layer 'x': invalid mode 'foo'"), {"mode": "foo"})
-    assert ours == "ValueError: reduce layer 'x': invalid mode 'foo'"
+    assert ours == "option 'mode': ValueError: reduce layer 'x': invalid mode 'foo'"  # (the option it quotes)
+    assert describe_build_error(ValueError("option 'mode' is bad"), {"mode": "foo"}) == \
+        "ValueError: option 'mode' is bad"
 
 
 def test_choice_target_dim_differs_from_scores():
