@@ -209,7 +209,9 @@ class TFNetwork(NetworkAPIMixin):
         if ref.kind != "layer":
             return self._resolve_prefixed(ref, name, net_dict, get_layer)
         if name not in net_dict:
-            if ref.sub_name is not None:
+            # "a/b": a sub-layer of a, where a is ours (a child network: else the parent may own "a/b" as a name)
+            if ref.sub_name is not None and (self.parent_net is None or ref.base_name in net_dict
+                                             or ref.base_name in self.layers):
                 return self._get_sub_layer(net_dict, name, get_layer)
             return self._resolve_not_owned(name, net_dict)
         if name in self._constructing:

@@ -87,6 +87,11 @@ class _LoopRecorder:
     def __init__(self, func, axis, *, dynamic_end=False, max_seq_len=None, site=None):
         self.func, self.site = func, site or call_site()
         self.outer = get_current_builder()
+        b = self.outer
+        while b is not None:
+            if getattr(b, "loop_recorder", None) is not None:
+                raise self.error("a loop inside a loop body is not supported on the layers backend")
+            b = b.parent
         self.sub = NetDictBuilder(parent=self.outer)
         self.sub.scope = list(self.outer.scope)
         self.sub.loop_recorder = self

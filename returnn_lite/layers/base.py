@@ -186,7 +186,10 @@ class LayerBase:
             target_layers = {target: get_layer(target_ref(target))}  # built before this layer (its loss needs it)
         elif target:  # an unknown data key is an error also without a loss (only a loss marks the key as used)
             for t in as_list(target):
-                network.get_extern_data(t, mark_data_key_as_used=bool(loss_name))
+                try:
+                    network.get_extern_data(t, mark_data_key_as_used=bool(loss_name))
+                except KeyError as exc:  # (DataNotFound)
+                    raise type(exc)("option 'target': %s" % exc) from None
         if loss_name:
             from ..losses import get_loss_class
 

@@ -217,6 +217,8 @@ class RnnCellLayer(_CellMixin, ConcatInputLayer):
         if not d.get("unit"):
             raise ValueError("rnn_cell needs the option 'unit' (a cell name, e.g. 'LSTMBlock', 'GRU')")
         super().transform_config_dict(d, network=network, get_layer=get_layer)
+        if d.get("n_out", NotSpecified) in (NotSpecified, None):  # (after a loss's target gave its dim)
+            raise ValueError("rnn_cell needs the option 'n_out' (the number of units)")
 
     @classmethod
     def get_out_data_from_opts(cls, name, sources=(), n_out=NotSpecified, network=None, **kwargs):

@@ -441,6 +441,11 @@ class RecTemplateBuilder:
         if x in self.prev_fallback:  # later passes: the template of the previous pass
             return self.prev_fallback[x]
         if x in self.building or x in self.guess_only:  # a guess, derived again once all templates exist
+            init = unit[x].get("initial_output")
+            if isinstance(init, str) and init.startswith("base:"):  # the initial output's template
+                self.guessed.add(cur)
+                return InternalLayer(name="prev:" + x, network=self.net, output=self.get_layer(
+                    init[len("base:"):]).output.copy_template(name="%s_guess" % x))
             n_out = unit[x].get("n_out")
             if not isinstance(n_out, int) and x not in self.subst:
                 raise _NeedPrev(x, cur)
