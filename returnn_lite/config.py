@@ -98,6 +98,7 @@ class Config:
             try:
                 code = compile(content, filename, "exec")
             except SyntaxError as exc:
+                _raise_if_python2(exc, content, filename)
                 self._load_lines(content, filename, python_error=exc)
             else:
                 self._load_python(content, filename, code=code)
@@ -110,6 +111,7 @@ class Config:
             try:
                 code = compile(content, filename, "exec")
             except SyntaxError as exc:
+                _raise_if_python2(exc, content, filename)
                 raise ConfigError(
                     "%s:%s: syntax error in config: %s" % (filename, exc.lineno, exc.msg),
                     filename=filename, lineno=exc.lineno) from exc
@@ -127,6 +129,7 @@ class Config:
             raise
         except Exception as exc:
             lineno = _config_lineno_from_traceback(exc, filename)
+            _raise_if_python2(exc, content, filename, lineno)
             raise ConfigError(
                 "%s:%s: error while executing config: %s: %s" % (filename, lineno, type(exc).__name__, exc),
                 filename=filename, lineno=lineno) from exc
@@ -369,6 +372,16 @@ class Config:
 
     def __repr__(self):
         return "<Config files=%r keys=%r>" % (self.files, sorted(self.keys()))
+
+
+def _raise_if_python2(exc, content, filename, lineno=None):
+    """A config written for Python 2: one ConfigError naming the file, the line and "Python 2 syntax"."""
+    from .compat.py2 import python2_feature, python2_message
+
+    found = python2_feature(exc, content)
+    if found is not None:
+        line = found[0] if found[0] is not None else lineno
+        raise ConfigError(python2_message(filename, line, found[1]), filename=filename, lineno=line) from None
 
 
 def _config_lineno_from_traceback(exc, filename):

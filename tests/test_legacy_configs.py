@@ -5,6 +5,7 @@ get_config() and global_train_step, TF1 names in eval strings, the num_outputs f
 """
 
 import os
+import re
 import sys
 
 import numpy as np
@@ -218,3 +219,67 @@ def test_new_style_module_names_map_to_mirrored_packages():
     assert config.typed_value("_ConcatInputLayer") is ConcatInputLayer
     assert config.typed_value("LinearLayer") is get_layer_class("linear")
     assert config.typed_value("unicode") is str
+
+
+@pytest.mark.parametrize("name, line, what", [("python2_print.config", 7, "print statement"),
+                                              ("python2_except.config", 7, "'except X, e:'")])
+def test_python2_config_fails_with_one_line(name, line, what):
+    with pytest.raises(ConfigError) as exc_info:
+        _load(name)
+    msg = str(exc_info.value)
+    assert "\n" not in msg and msg.startswith("%s:%i: Python 2 syntax" % (os.path.join(LEGACY, name), line)), msg
+    assert what in msg
+
+
+def test_python2_config_cli_one_line_in_the_first_second(capsys):
+    import time
+
+    from returnn_lite.__main__ import main
+
+    start = time.time()
+    rc = main([os.path.join(LEGACY, "python2_print.config")])
+    captured = capsys.readouterr()
+    lines = [x for x in (captured.out + captured.err).splitlines() if x.strip()]
+    assert rc == 1 and time.time() - start < 3.0  # (about 0.1 s CPU; margin for a loaded test machine)
+    assert len(lines) == 1 and "python2_print.config:7: Python 2 syntax" in lines[0], lines
+
+
+@pytest.mark.parametrize("source, what", [
+    ("x = 0777\n", "octal"), ("raise ValueError, 'x'\n", "'raise E, msg'"), ("x = `1`\n", "backtick"),
+    ("if 1 <> 2: pass\n", "'<>'"), ("for i in xrange(3): pass\n", "xrange"), ("d = {}\nd.has_key(1)\n", "has_key"),
+    ("import sys\nprint >>sys.stderr, 'x'\n", "print >>f")])
+def test_python2_constructs(source, what):
+    with pytest.raises(ConfigError, match="Python 2 syntax.*%s" % re.escape(what)):
+        Config().load_string("#!rnn.py\n" + source, filename="py2.config")
+    Config().load_string("#!rnn.py\nx = u'abc'\ny = 0o777\n", filename="py3.config")  # Python 3 forms are fine
+
+
+def test_copy_n_out_contradicting_the_input_fails_clearly():
+    # the project refuses an explicit n_out that contradicts the output (the original would silently ignore it)
+    config = Config()
+    config.update({"extern_data": {"data": {"dim": 5}, "classes": {"dim": 4, "sparse": True}}})
+    with tf.Graph().as_default():
+        net = TFNetwork(config=config, train_flag=True)
+        net.construct_from_dict({"output": {"class": "copy", "from": "data:classes", "n_out": 4}})  # matching: fine
+    with tf.Graph().as_default(), pytest.raises(Exception, match=r"'output'.*n_out=7.*(its dim is|the input dim) 5"):
+        TFNetwork(config=config, train_flag=True).construct_from_dict(
+            {"output": {"class": "copy", "from": "data", "n_out": 7}})
+
+
+def test_net_dict_config_learning_rate_reaches_the_engine(tmp_path, capsys):
+    # "#config": {"learning_rate": ...} of the pretrain nets is the learning rate really used in those epochs (and
+    # in the learning-rate file); the other pretrain epochs (5, 6: the full net, repeated) and the first epoch after
+    # pretraining use the initial learning rate, then the learning-rate control decides (newbob: always decay)
+    from returnn_lite.__main__ import main
+
+    rc = main([os.path.join(LEGACY, "pretrain_wrap_epoch.config"), "++model", str(tmp_path / "model"),
+               "++num_epochs", "8", "++log_verbosity", "3", "++learning_rate_control", "newbob_abs",
+               "++newbob_error_threshold", "-1000", "++newbob_learning_rate_decay", "0.5"])
+    out = capsys.readouterr().out
+    assert rc in (0, None), out[-2000:]
+    used = [float(x) for x in re.findall(r"start epoch \d+ with learning rate ([\d.e+-]+)", out)]
+    assert used == [0.001, 0.001, 0.002, 0.002, 0.01, 0.01, 0.01, 0.005], out[-3000:]
+    with open(str(tmp_path / "model.learning_rates")) as f:
+        text = f.read()
+    assert re.search(r"3: EpochData\(learningRate=0\.002\b", text) and re.search(r"5: EpochData\(learningRate=0\.01\b",
+                                                                                  text), text

@@ -256,7 +256,7 @@ class Engine:
         if not isinstance(net_dict, dict) or not net_dict:
             raise EngineError("the config needs a 'network' dict (or a function get_network(epoch)); got %r"
                               % (type(net_dict).__name__ if net_dict is not None else None,))
-        self._apply_net_dict_config(net_dict.get("#config"))
+        self._apply_net_dict_config(net_dict.get("#config"), epoch)
         return net_dict
 
     def init_network_from_config(self, config=None, epoch=None):
@@ -276,8 +276,16 @@ class Engine:
             self._build_graph(self._get_net_dict(self.epoch), dataset, train=self.task == "train")
         return self.network
 
-    def _apply_net_dict_config(self, overrides):
-        """A net dict's "#config" entries override config values while that network is used (as the original)."""
+    def _apply_net_dict_config(self, overrides, epoch=None):
+        """
+        A net dict's "#config" entries override config values while that network is used (as the original);
+        ``learning_rate`` there is the learning rate of that epoch (see :meth:`_learning_rate_for_epoch`).
+        """
+        overrides = dict(overrides or {})
+        lr = overrides.pop("learning_rate", None)
+        self.__dict__.setdefault("_net_dict_learning_rates", {})
+        if lr is not None and epoch is not None:
+            self._net_dict_learning_rates[epoch] = float(lr)
         saved = self.__dict__.setdefault("_net_dict_config_saved", {})
         for key, value in list(saved.items()):  # undo the previous network's overrides
             if value is _NOT_SET:
@@ -432,9 +440,12 @@ class Engine:
         if self.dist is not None and train:  # all workers run the same number of steps
             pairs = self._dist_synced_batches(pairs)
             fetches["_dist_more"] = self.dist.more_sum
+        epoch_step = getattr(self.graph, "_returnn_lite_epoch_step", None)  # network.get_epoch_step() was used
         for batch, arrays in pairs:
             feed = self._feed_dict(arrays, dataset.name)
             feed.update(feed_extra)
+            if epoch_step is not None:  # the step within this epoch (e.g. initial_state "keep_over_epoch" resets at 0)
+                feed[epoch_step] = acc.num_steps
             if self.dist is not None and train:
                 feed[self.dist.more_ph] = float(self._dist_have_next)
             results = self._session_run(fetches, feed, dataset.name, acc.num_steps)
@@ -709,9 +720,36 @@ class Engine:
         if self.dist is not None:
             self.dist.broadcast(self.session)
 
+    def _learning_rate_for_epoch(self, epoch):
+        """
+        As the original: a net dict's ``"#config": {"learning_rate": ...}`` (e.g. from pretraining or get_network)
+        sets the learning rate of that epoch (also in the learning-rate file); else, with pretraining and without
+        ``use_learning_rate_control_always``, the pretrain epochs use the constant ``pretrain_learning_rate``
+        (default: the initial learning rate) and the first epoch after them the initial learning rate; else the
+        learning-rate control decides.
+        """
+        lrc = self.learning_rate_control
+        override = self.__dict__.get("_net_dict_learning_rates", {}).get(epoch)
+        if override is not None:
+            old = lrc.get_learning_rate_for_epoch(epoch)
+            if old != override:
+                self.log.v3("Overwrite learning rate for epoch %i: %r -> %r (net dict #config)" % (epoch, old, override))
+            lrc.epoch_data[epoch].learning_rate = override
+            return override
+        pretrain = getattr(self, "_pretrain", None)
+        if pretrain is not None and not self.config.bool("use_learning_rate_control_always", False):
+            num = pretrain.get_train_num_epochs()
+            if epoch <= num + 1:
+                lr = lrc.default_learning_rate
+                if epoch <= num:
+                    lr = self.config.float("pretrain_learning_rate", lr)
+                lrc.set_default_learning_rate_for_epoch(epoch, lr)
+                return lr
+        return lrc.get_learning_rate_for_epoch(epoch)
+
     def train_epoch(self, epoch, final_epoch):
         lrc = self.learning_rate_control
-        lr = lrc.get_learning_rate_for_epoch(epoch)
+        lr = self._learning_rate_for_epoch(epoch)
         self.log.v3("start epoch %i with learning rate %s ..." % (epoch, lr))
         score, error, elapsed = self._run_epoch(self.train_data, epoch, train=True, learning_rate=lr,
                                                 prefix="train epoch %i" % epoch)

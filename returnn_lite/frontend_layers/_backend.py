@@ -533,21 +533,17 @@ class ReturnnLayersBackend(Backend):
 
     @staticmethod
     def cond(pred, true_fn, false_fn):
-        """Both branches are built; the result is selected with ``where`` (nested structures of Tensors)."""
-        from ..frontend import math_
+        """A ``cond`` layer per result Tensor, the branches as subnetworks (see _cond.py)."""
+        from ._cond import cond
 
-        t, f = true_fn(), false_fn()
+        return cond(pred, true_fn, false_fn)
 
-        def _sel(a, b):
-            if isinstance(a, (list, tuple)):
-                return type(a)(_sel(x, y) for x, y in zip(a, b))
-            if isinstance(a, dict):
-                return type(a)({k: _sel(a[k], b[k]) for k in a})
-            if a is None:
-                return None
-            return math_.where(pred, a, b, allow_broadcast_all_sources=True)
+    @staticmethod
+    def cum_concat_step(source, *, prev_accum, axis, out_spatial_dim):
+        """Inside a loop body: a ``cum_concat`` sub-layer of the rec unit (see _loop.py)."""
+        from ._loop import cum_concat_step
 
-        return _sel(t, f)
+        return cum_concat_step(source, prev_accum=prev_accum, axis=axis, out_spatial_dim=out_spatial_dim)
 
     # ---- outputs and losses ----
     @staticmethod

@@ -27,14 +27,15 @@ def _raw_name(t):
         raise FrontendError("rf at %s: tensor %r has a raw tensor of type %s, not a layer of the layers backend" % (
             call_site(), t.name, type(raw).__name__))
     builder = get_current_builder()
-    if raw.builder is not builder and raw.builder is builder.parent:  # inside a loop body: an outer layer
-        return "base:" + raw.name
-    if raw.builder is not builder and not raw.name.startswith("data:"):
-        raise FrontendError("rf at %s: tensor %r is from another loop level (only the direct outer level "
-                            "can be used inside a loop body)" % (call_site(), t.name))
-    if raw.builder is not builder:
-        return "base:" + raw.name
-    return raw.name
+    if raw.builder is builder:
+        return raw.name
+    level, outer = 1, builder.parent  # inside a loop body / cond branch: "base:" per level up
+    while outer is not None and outer is not raw.builder:
+        level, outer = level + 1, outer.parent
+    if outer is None:
+        raise FrontendError("rf at %s: tensor %r is not from this net dict or an enclosing loop body / cond branch"
+                            % (call_site(), t.name))
+    return "base:" * level + raw.name
 
 
 def _make(op_name, sources, out_dims, dtype, *, sparse_dim=None, opts=None, name=None, extra=None):

@@ -72,31 +72,20 @@ def get_net_dict(*, epoch, step, config=None, task=None):
     return prune_unused_layers(builder.net_dict), model
 
 
-# options of the emitted layer classes that name a layer (besides "from")
-_LAYER_OPTIONS = {"logits", "targets", "position", "condition", "true_from", "false_from", "filter", "bias",
-                  "scale"}
-
-
 def prune_unused_layers(net_dict):
     """Drop the layers no output, loss or param needs (e.g. unused final loop states), as the original."""
-    from ._loop import _base_refs
+    from ._loop import outer_refs
 
     keep, stack = set(), [name for name, d in net_dict.items()
                           if d.get("is_output_layer") or d.get("loss") or name == "output"]
     while stack:
         name = stack.pop()
+        while name not in net_dict and "/" in name:  # a sub-layer ("loop/y") -> its layer
+            name = name.rsplit("/", 1)[0]
         if name in keep or name not in net_dict:
             continue
         keep.add(name)
-        d = net_dict[name]
-        deps = [x[0] if isinstance(x, tuple) else x for x in d.get("from", [])]  # concat: (name, axis)
-        deps.extend(v for k, v in d.items() if k in _LAYER_OPTIONS and isinstance(v, str))
-        f = (d.get("loss_opts") or {}).get("custom_inv_norm_factor")
-        if isinstance(f, str):
-            deps.append(f)
-        if d.get("op") == "loop":
-            deps.extend(_base_refs(d["opts"]["sub_net_dict"]))
-        stack.extend(deps)
+        stack.extend(outer_refs(net_dict[name]))
     return {name: d for name, d in net_dict.items() if name in keep}
 
 

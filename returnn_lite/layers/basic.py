@@ -433,6 +433,7 @@ class SwitchLayer(LayerBase):
 
     layer_class = "switch"
     default_from = ()
+    layer_options = ("condition", "true_from", "false_from")  # each a layer name, or a constant
 
     def __init__(self, condition, true_from, false_from, **kwargs):
         super().__init__(**kwargs)
@@ -457,21 +458,13 @@ class SwitchLayer(LayerBase):
 
     @classmethod
     def transform_config_dict(cls, d, network, get_layer):
-        # (not layer_options: with a static condition, only the chosen branch is resolved)
-        super().transform_config_dict(d, network=network, get_layer=get_layer)
         if callable(d.get("condition")):  # (network=..., get_layer=..., **opts) -> bool, decided statically
             opts = dict(d)
             opts.update(network=network, get_layer=get_layer)
             d["condition"] = bool(d["condition"](**opts))
-        if isinstance(d.get("condition"), bool):  # only the chosen source is a dependency
-            key, other = ("true_from", "false_from") if d["condition"] else ("false_from", "true_from")
-            d[other] = None
-            if isinstance(d.get(key), str):
-                d[key] = get_layer(d[key])
-            return
-        for key in ("condition", "true_from", "false_from"):
-            if isinstance(d.get(key), str):
-                d[key] = get_layer(d[key])
+        if isinstance(d.get("condition"), bool):  # static: only the chosen source is resolved (and a dependency)
+            d["false_from" if d["condition"] else "true_from"] = None
+        super().transform_config_dict(d, network=network, get_layer=get_layer)
 
     @staticmethod
     def _source_template(x, name):
@@ -489,9 +482,6 @@ class SwitchLayer(LayerBase):
         out.dtype = true_data.dtype  # the true branch defines dtype and sparse dim, as the original
         out.sparse_dim = true_data.sparse_dim
         return out
-
-    def get_dep_layers(self):
-        return super().get_dep_layers() + [x for x in (self.kwargs or {}).values() if isinstance(x, LayerBase)]
 
 
 def _template_from_constant(value, name):

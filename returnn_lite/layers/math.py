@@ -550,6 +550,9 @@ def _move_to_last_keep_special(data, axis):
 def build_seq_mask(data, axis, start=None, window_start=None, window_size=None):
     """Bool mask broadcastable to data for the axis: valid frames, optionally >= start and inside a window."""
     mask = None
+    for key, v in (("start", start), ("window_start", window_start), ("window_size", window_size)):
+        if v is not None and not isinstance(v, Data) and (isinstance(v, bool) or not isinstance(v, int)):
+            raise TypeError("option %r must be a layer name or an int, got %r" % (key, v))
     if data.dims[axis].dyn_size is not None:
         mask = data.get_sequence_mask_broadcast(axis)
     if start is not None or window_start is not None:

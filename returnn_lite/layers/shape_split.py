@@ -12,6 +12,7 @@ import numpy as np
 import tensorflow as tf
 
 from ..data import Dim, batch_dim
+from ..layer_ref import LayerOption
 from ..util import NotSpecified
 from .base import ConcatInputLayer, InternalLayer, LayerBase, concat_sources_template
 from .shape import _INHERIT, ShapeOf, _ints, ceildiv, make_data, rebatch_dims, reshape, set_rebatched_sizes
@@ -524,7 +525,7 @@ class UnflattenNdLayer(ConcatInputLayer):
     """
 
     layer_class = "unflatten_nd"
-    layer_options = ("sizes",)
+    layer_options = ("sizes", LayerOption("declare_same_sizes_as", "dict"))  # {axis: layer name}
     required_options = ("sizes",)
     recurrent = True
 
@@ -564,12 +565,6 @@ class UnflattenNdLayer(ConcatInputLayer):
         return data.copy_move_axis(a, 1)
 
     @classmethod
-    def transform_config_dict(cls, d, network, get_layer):
-        super().transform_config_dict(d, network=network, get_layer=get_layer)
-        if d.get("declare_same_sizes_as"):  # {axis: layer name} (a dict: not covered by layer_options)
-            d["declare_same_sizes_as"] = {int(k): get_layer(v) for k, v in d["declare_same_sizes_as"].items()}
-
-    @classmethod
     def get_out_data_from_opts(cls, name, sources, num_axes, sizes=None, declare_same_sizes_as=None, in_dim="T",
                                **kwargs):
         x = cls._input(concat_sources_template(sources, name="%s_output" % name), in_dim)
@@ -583,17 +578,15 @@ class UnflattenNdLayer(ConcatInputLayer):
                 raise ValueError("unflatten_nd: sizes %s has %i entries per sequence, num_axes=%i" % (
                     s.short_repr(), n, num_axes))
         tags = []
+        same_sizes_as = {int(i): x for i, x in (declare_same_sizes_as or {}).items()}  # (keys may be given as str)
         for k in range(num_axes):
-            other = (declare_same_sizes_as or {}).get(k)
+            other = same_sizes_as.get(k)
             if other is not None:
                 tags.append(other.output.get_time_dim_tag())
             else:
                 tags.append(Dim(None, kind=Dim.Types.Spatial, description="%s:unflatten-nd%i" % (name, k)))
         dims = [x.dims[0]] + tags + list(x.dims[2:])
         return make_data("%s_output" % name, dims, like=x, time_tag=tags[0] if tags else None)
-
-    def get_dep_layers(self):
-        return super().get_dep_layers() + list(self.declare_same_sizes_as.values())
 
 
 class SplitConcatenatedMultichannelLayer(ConcatInputLayer):

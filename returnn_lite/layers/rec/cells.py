@@ -389,6 +389,65 @@ class LayerNormVariantsLSTMCell(CellBase):
         return h, {"c": c, "h": h}
 
 
+class RHNCell(CellBase):
+    """
+    Recurrent highway network (Zilly et al. 2016, https://arxiv.org/abs/1607.03474) as the original's ``rhn`` unit:
+    ``depth`` highway steps per frame with the carry gate coupled to the transform gate (C = 1 - T). Params: input
+    projection ``rec/W`` [n_in, 2n] and ``rec/b`` [2n] (transform part initialized to ``transform_bias``), per depth
+    ``rec/rhn_cell/depth_<i>/W`` [n, 2n] (first half: candidate h, second half: transform gate t). ``dropout``: in
+    training, one mask per sequence (the same for all frames and depths) on the state entering each depth step;
+    the state update itself uses the unmasked state (as an ``rnn_cell`` inside a rec loop, the mask is drawn per
+    frame). The state is one tensor (key ``var`` for initial_state params).
+    """
+
+    state_names = ("h",)
+    default_opts = {"is_training": None, "depth": 5, "dropout": 0.0, "dropout_seed": None, "transform_bias": None,
+                    "batch_size": None}
+
+    def create_params(self):
+        n, depth = self.n_out, self.opts["depth"]
+        if not isinstance(depth, int) or depth < 1:
+            raise ValueError("rhn unit: unit_opts depth must be an int >= 1, got %r" % (depth,))
+        tb = float(self.opts["transform_bias"] or 0.0)
+        self.W = self.param("W", (self.n_in, 2 * n))
+        self.b = self.param("b", (2 * n,), tf.constant_initializer([0.0] * n + [tb] * n))
+        self.W_depth = [self.layer.create_param("%srhn_cell/depth_%i/W" % (self.prefix, i), (n, 2 * n))
+                        for i in range(depth)]
+        self._mask = None
+
+    def _train_flag(self):
+        flag = self.opts["is_training"]
+        return self.layer.network.train_flag if flag is None else flag
+
+    def project(self, x):
+        rate = self.opts["dropout"]
+        if rate and self._train_flag() is not False:
+            batch = self.opts["batch_size"] or tf.shape(x)[-2]  # created here, outside the loop: one per sequence
+            keep = 1.0 - rate
+            seed = self.opts["dropout_seed"]
+
+            def mask():
+                return tf.floor(keep + tf1.random_uniform((batch, self.n_out), seed=seed)) / keep
+
+            flag = self._train_flag()
+            if isinstance(flag, bool):
+                self._mask = mask()
+            else:
+                self._mask = tf.cond(flag, mask, lambda: tf.ones((batch, self.n_out)))
+        return self._matmul_in(x, self.W) + self.b
+
+    def step(self, z, state):
+        s = state["h"]
+        for i, w in enumerate(self.W_depth):
+            s_in = s * self._mask if self._mask is not None else s
+            zt = tf.matmul(s_in, w)
+            if i == 0:
+                zt = zt + z
+            h, t = tf.split(zt, 2, axis=-1)
+            s = s + tf.sigmoid(t) * (tf.tanh(h) - s)
+        return s, {"h": s}
+
+
 # name (lower case) -> cell class, for the rec layer with a cell unit
 NATIVE_LSTM_NAMES = ("lstm", "lstmp", "lstmblock", "lstmblockfused", "nativelstm", "nativelstm2", "nativelstmlowmem",
                      "vanillalstm")
@@ -398,6 +457,7 @@ CELLS = {
     "lstmblockfused": NativeLstm2Cell, "vanillalstm": NativeLstm2Cell,
     "standardlstm": LSTMCell, "basiclstm": BasicLSTMCell, "gru": GRUCell, "rnn": BasicRNNCell,
     "basicrnn": BasicRNNCell, "zoneoutlstm": ZoneoutLSTMCell, "layernormvariantslstm": LayerNormVariantsLSTMCell,
+    "rhn": RHNCell,
 }
 # as a single-step cell (rnn_cell layer), the LSTM names are TF's LSTMCell
 CELLS_STEP_ONLY = dict(CELLS, **{k: LSTMCell for k in ("lstm", "lstmp", "lstmblock", "lstmblockfused")})

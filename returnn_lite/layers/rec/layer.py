@@ -8,17 +8,31 @@ from __future__ import annotations
 import tensorflow as tf
 
 from ...data import Data, Dim, batch_dim
+from ...layer_ref import LayerOption, is_layer_target
 from ...util import NotSpecified
-from ..base import ConcatInputLayer, LayerBase, concat_sources_template
+from ..base import ConcatInputLayer, LayerBase, concat_sources_template, last_hidden_state
 from . import cells as _cells
-from .state import last_hidden_state
 from .subnet import RecSubnetLoop
 
 tf1 = tf.compat.v1
 
 
+_KEEP_OVER_EPOCH = ("keep_over_epoch", "keep_over_epoch_no_init")
+_INITIAL_STATE_KEYWORDS = ("zeros", "ones", "var") + _KEEP_OVER_EPOCH
+
+
+def _state_key(cell, k):
+    """The key in the original's initial-state param names: the state part ("c", "h"), or "var" for a cell whose
+    state is one tensor (GRU, RNN, RHN): e.g. ``initial_c``, ``initial_var``, ``keep_state_var``."""
+    return k if len(cell.state_names) > 1 else "var"
+
+
 def _initial_cell_state(layer, cell, initial_state, batch_dim, var_prefix):
-    """State dict from initial_state: None/"zeros", "ones", "var" (params <var_prefix>initial_<k>), a layer, a dict."""
+    """
+    State dict from initial_state: None/"zeros", "ones", "var" (params <var_prefix>initial_<key>), a layer, a dict,
+    or "keep_over_epoch" (the last state of the previous batch, zeros at the first step of an epoch; see
+    :func:`_keep_state`).
+    """
     res = {}
     for k in cell.state_names:
         dim = cell.state_dims[k]
@@ -28,25 +42,63 @@ def _initial_cell_state(layer, cell, initial_state, batch_dim, var_prefix):
         elif v == "ones" or v == 1:
             res[k] = tf.ones([batch_dim, dim])
         elif v == "var":
-            var = layer.create_param("%sinitial_%s" % (var_prefix, k), (dim,), 0.0)
+            var = layer.create_param("%sinitial_%s" % (var_prefix, _state_key(cell, k)), (dim,), 0.0)
             res[k] = tf.tile(tf.expand_dims(var, 0), [batch_dim, 1])
+        elif isinstance(v, str) and v in _KEEP_OVER_EPOCH:
+            res[k] = _keep_state(layer, "%skeep_state_%s" % (var_prefix, _state_key(cell, k)), k, dim, batch_dim,
+                                 reset_at_epoch_start=v == "keep_over_epoch")
         elif isinstance(v, LayerBase):
             res[k] = v.output.copy_as_batch_major().placeholder
         else:
-            raise ValueError("invalid initial_state %r" % (v,))
+            raise ValueError("layer %r: invalid initial_state %r" % (layer.name, v))
     return res
 
 
-def _resolve_initial_state(v, get_layer):
-    if isinstance(v, str) and v not in ("zeros", "ones", "var"):
-        return get_layer(v)
-    if isinstance(v, dict):
-        return {k: _resolve_initial_state(x, get_layer) for k, x in v.items()}
-    return v
+def _keep_state(layer, var_name, key, dim, batch_dim, reset_at_epoch_start):
+    """
+    initial_state "keep_over_epoch" (as the original): a non-trainable variable ``<layer>/<var_name>`` (not a param,
+    not saved) holds the last state of the previous run ([B, dim]; the batch size must stay the same within an
+    epoch); the initial state is zeros when ``network.get_epoch_step()`` is 0 (the engine feeds the step within the
+    epoch), else that variable. "keep_over_epoch_no_init" never resets. The variable is assigned the final state
+    after each run (:meth:`register_post_control_dependencies`, run with the train op and in evaluation).
+    """
+    graph = tf1.get_default_graph()
+    ctx = graph._get_control_flow_context()  # noqa: SLF001 (the variable must be created outside of loops/conds)
+    graph._set_control_flow_context(None)  # noqa: SLF001
+    try:
+        with layer.var_creation_scope(), tf.control_dependencies(None):
+            # the initial value (a dummy, never used) has an unknown batch dim: the variable's static shape is
+            # [None, dim], whatever batch size it holds later
+            init = tf1.placeholder_with_default(tf.zeros([0, dim]), shape=[None, dim])
+            var = tf1.get_variable(var_name, initializer=init, validate_shape=False, trainable=False,
+                                   collections=[tf1.GraphKeys.GLOBAL_VARIABLES])
+    finally:
+        graph._set_control_flow_context(ctx)  # noqa: SLF001
+    layer.__dict__.setdefault("_keep_state_vars", {})[key] = var
+    if reset_at_epoch_start:
+        step = layer.network.get_epoch_step()
+        s = tf.cond(tf.equal(step, 0), lambda: tf.zeros([batch_dim, dim]), lambda: tf.identity(var.value()))
+    else:
+        s = tf.identity(var.value())
+    s.set_shape([None, dim])
+    return tf.stop_gradient(s)  # the kept state is data from the previous run (also: no gradient into the variable)
+
+
+def _register_keep_state_updates(layer, final_state):
+    """After each run: the keep_over_epoch variables get this run's final state."""
+    keep = layer.__dict__.get("_keep_state_vars")
+    if not keep:
+        return
+    ops = [tf1.assign(var, final_state[k], validate_shape=False, name="assign_last_state_%s" % k)
+           for k, var in sorted(keep.items())]
+    layer.network.register_post_control_dependencies(ops)
 
 
 class _CellMixin:
     """Runs a cell unit over the time axis of self.input_data, or one step inside a rec loop."""
+
+    # initial_state: a layer name, a keyword, or {state name: either} (read before the first frame: no dependency)
+    layer_options = (LayerOption("initial_state", "dict", keywords=_INITIAL_STATE_KEYWORDS, dependency=False),)
 
     initial_output_from_state = "h"  # inside a rec loop, prev:layer at the first step is the initial h
     n_out_is_output_dim = False  # n_out is the number of units (the output dim differs e.g. with num_proj)
@@ -69,6 +121,7 @@ class _CellMixin:
             init = _initial_cell_state(self, cell, initial_state, batch_dim, var_prefix)
             y, final = _cells.run_cell_loop(cell, z, seq_len, init, reverse=direction == -1)
             self.final_state = final
+            _register_keep_state_updates(self, final)
             self.output.placeholder = y
         else:  # one step inside a rec loop: the state comes from the previous step
             prev = self.rec_previous_layer
@@ -99,12 +152,17 @@ class _CellMixin:
             dim = dims[k]
             if v == "var":
                 scope_name = rec_layer.get_subnet_scope_prefix() + name
+                key = k if len(cell_class.state_names) > 1 else "var"
                 with tf1.variable_scope(tf1.VariableScope(reuse=tf1.AUTO_REUSE, name=scope_name),
                                         auxiliary_name_scope=False):
-                    var = tf1.get_variable("%sinitial_%s" % (var_prefix, k), shape=(dim,),
+                    var = tf1.get_variable("%sinitial_%s" % (var_prefix, key), shape=(dim,),
                                            initializer=tf1.zeros_initializer())
                 rec_layer.add_extra_param(var)
                 res[k] = tf.tile(tf.expand_dims(var, 0), [batch_dim, 1])
+            elif isinstance(v, str) and v in _KEEP_OVER_EPOCH:
+                raise NotImplementedError("layer %r inside the rec loop of %r: initial_state %r is not supported "
+                                          "for a cell inside a rec loop (only for a rec layer over time)"
+                                          % (name, rec_layer.name, v))
             elif isinstance(v, LayerBase):
                 res[k] = v.output.copy_as_batch_major().placeholder
             elif v == "ones" or v == 1:
@@ -142,18 +200,25 @@ class RnnCellLayer(_CellMixin, ConcatInputLayer):
     unsupported_options = {"weights_init": (None,)}
     recurrent = True
 
+    @classmethod
+    def rec_move_out_ok(cls, **kwargs):
+        """In a rec unit without per-step deps it runs over the time axis (as the original), the same states."""
+        return True
+
     def __init__(self, unit, unit_opts=None, initial_state=None, initial_output=None, weights_init=None,
                  **kwargs):
         super().__init__(**kwargs)
-        self._build_cell(_cells.get_cell_class(unit, step_only=True), unit_opts, initial_state, 1, "", True)
+        # over time (moved out of a rec loop), the state params are created in the "rec" scope as the original
+        # ("<layer>/rec/initial_c"); inside the loop, the rec loop creates them ("<layer>/initial_c")
+        self._build_cell(_cells.get_cell_class(unit, step_only=True), unit_opts, initial_state, 1, "rec/", True)
 
     @classmethod
     def transform_config_dict(cls, d, network, get_layer):
         if not d.get("unit"):
             raise ValueError("rnn_cell needs the option 'unit' (a cell name, e.g. 'LSTMBlock', 'GRU')")
         super().transform_config_dict(d, network=network, get_layer=get_layer)
-        if d.get("initial_state") is not None:
-            d["initial_state"] = _resolve_initial_state(d["initial_state"], get_layer)
+        if d.get("n_out", NotSpecified) in (NotSpecified, None):  # (after a loss's target gave its dim)
+            raise ValueError("rnn_cell needs the option 'n_out' (the number of units)")
 
     @classmethod
     def get_out_data_from_opts(cls, name, sources=(), n_out=NotSpecified, network=None, **kwargs):
@@ -199,6 +264,11 @@ class GetLastHiddenStateLayer(LayerBase):
 
 
 
+def _rec_default_from(d):
+    """The sources of a rec layer without "from": none for a subnetwork unit (it reads data:source), else "data"."""
+    return () if isinstance(d.get("unit", "lstm"), dict) else "data"
+
+
 class RecLayer(_CellMixin, ConcatInputLayer):
     """
     Recurrent layer: ``unit`` is a cell name (e.g. "lstm", "gru", "standardlstm") run over the time axis of the
@@ -207,7 +277,7 @@ class RecLayer(_CellMixin, ConcatInputLayer):
     :param unit_opts: dict of options for the cell
     :param direction: 1 forward, -1 backward (reversed over time)
     :param input_projection: the cell projects its input (standard cells)
-    :param initial_state: initial state: "zeros", "ones", "var", a layer, or a dict per state
+    :param initial_state: initial state: "zeros", "ones", "var", "keep_over_epoch" (kept over the batches of an epoch), a layer, or a dict per state
     :param max_seq_len: maximum number of loop steps when searching (int or "max_len_from('base:x') * 2")
     :param forward_weights_init: initializer of the input projection weights
     :param recurrent_weights_init: initializer of the recurrent weights
@@ -219,12 +289,14 @@ class RecLayer(_CellMixin, ConcatInputLayer):
     :param use_global_rec_step_offset: add the global rec step offset to the step counter
     :param include_eos: with a target, include the end-of-sequence frame
     :param debug: debug output of the loop
-    :param axis: the time axis (Dim) to loop over (default: the input's time axis)
+    :param axis: the time axis (Dim) to loop over (default: the input's time axis); with an 'end' sub-layer and
+        no input: the Dim of the new time axis (subnetwork unit only)
     :param in_dim: the input feature Dim (default: the input's feature dim)
     :param out_dim: the output feature Dim (alternative to n_out)
     """
 
     layer_class = "rec"
+    default_from = staticmethod(_rec_default_from)
     options_read_elsewhere = dict(LayerBase.options_read_elsewhere, include_eos="the rec loop (layers/rec/subnet.py)")
     recurrent = True
 
@@ -243,8 +315,10 @@ class RecLayer(_CellMixin, ConcatInputLayer):
         if unroll and not (isinstance(unit, str) and isinstance(max_seq_len, int) and max_seq_len > 0):
             raise NotImplementedError("rec layer %r: option unroll=True needs a cell unit and an int max_seq_len "
                                       "(got unit=%r, max_seq_len=%r)" % (self.name, unit, max_seq_len))
-        for opt, value in (("debug", debug), ("axis", axis), ("in_dim", in_dim),
-                           ("out_dim", out_dim)):
+        if axis is not None and not (isinstance(axis, Dim) and not isinstance(unit, str)):
+            raise NotImplementedError("rec layer %r: option axis=%r is only supported as a Dim with a subnetwork unit"
+                                      % (self.name, axis))
+        for opt, value in (("debug", debug), ("in_dim", in_dim), ("out_dim", out_dim)):
             if value not in (None, False):
                 raise NotImplementedError("rec layer %r: option %s=%r is not supported" % (self.name, opt, value))
         if not isinstance(unit, str) and any(v is not None for v in self._param_inits.values()):
@@ -289,15 +363,11 @@ class RecLayer(_CellMixin, ConcatInputLayer):
     @classmethod
     def transform_config_dict(cls, d, network, get_layer):
         unit = d.get("unit", "lstm")
-        if isinstance(unit, dict):
-            d.setdefault("from", [])
         super().transform_config_dict(d, network=network, get_layer=get_layer)
-        if d.get("initial_state") is not None:
-            d["initial_state"] = _resolve_initial_state(d["initial_state"], get_layer)
         if not isinstance(unit, dict):
             _cells.get_cell_class(unit)
             for t in ([d["target"]] if isinstance(d.get("target"), str) else []):
-                if not t.startswith("layer:"):
+                if not is_layer_target(t):
                     network.get_extern_data(t)
 
     @classmethod
@@ -385,20 +455,14 @@ class RecLastOutputLayer(LayerBase):
     """
 
     layer_class = "rec_last_output"
+    default_from = ()
+    layer_options = ("rec_layer",)
+    required_options = ("rec_layer", "sub_layer_name")
 
     def __init__(self, rec_layer, sub_layer_name, **kwargs):
         kwargs.pop("sources", None)
         super().__init__(**kwargs)
         self.output.placeholder = rec_layer.subnet.get_last_frame(sub_layer_name)
-
-    @classmethod
-    def transform_config_dict(cls, d, network, get_layer):
-        d.setdefault("from", [])
-        super().transform_config_dict(d, network=network, get_layer=get_layer)
-        for key in ("rec_layer", "sub_layer_name"):
-            if not d.get(key):
-                raise ValueError("rec_last_output needs the option %r" % key)
-        d["rec_layer"] = get_layer(d["rec_layer"])
 
     @classmethod
     def get_out_data_from_opts(cls, name, rec_layer, sub_layer_name, **kwargs):
@@ -462,6 +526,9 @@ class MaskedComputationLayer(LayerBase):
 
     layer_class = "masked_computation"
     recurrent = True
+    layer_options = ("mask",)
+    required_options = ("mask", "unit")
+    unsupported_options = {"masked_from": (None,)}
 
     def __init__(self, mask, unit, masked_from=None, **kwargs):
         super().__init__(**kwargs)
@@ -471,15 +538,9 @@ class MaskedComputationLayer(LayerBase):
 
     @classmethod
     def transform_config_dict(cls, d, network, get_layer):
-        for key in ("unit", "mask"):
-            if not d.get(key):
-                raise ValueError("option %r must be given" % key)
-        super().transform_config_dict(d, network=network, get_layer=get_layer)
-        if d.get("masked_from"):
-            raise NotImplementedError("option masked_from is not supported")
         if network.is_inside_rec_layer():
             raise NotImplementedError("inside a rec loop, masked_computation must be a sub-layer of the unit")
-        d["mask"] = get_layer(d["mask"])
+        super().transform_config_dict(d, network=network, get_layer=get_layer)
 
     @classmethod
     def construct_children(cls, d, name, network, get_layer):
@@ -497,9 +558,7 @@ class MaskedComputationLayer(LayerBase):
         net = Subnetwork(network, name, own_data={"data": masked, "source": masked}, fallback_to_parent=True,
                          parent_get_layer=get_layer, absolute_name_prefix=network.get_absolute_name_prefix(),
                          eval_flag=False)
-        unit_desc = dict(d["unit"])
-        unit_desc.setdefault("from", "data")
-        d["unit"] = net.construct_layer({name: unit_desc}, name)
+        d["unit"] = net.construct_layer({name: d["unit"]}, name)  # (without "from": its class's default, "data")
 
     @classmethod
     def get_out_data_from_opts(cls, name, unit, **kwargs):
@@ -530,6 +589,8 @@ class MaskedSelectLayer(LayerBase):
 
     layer_class = "_masked_select"
     recurrent = True
+    layer_options = ("mask",)
+    required_options = ("mask",)
     needs_prev_output = True
 
     def __init__(self, mask, **kwargs):
@@ -543,13 +604,6 @@ class MaskedSelectLayer(LayerBase):
         self.output.placeholder = y
 
     @classmethod
-    def transform_config_dict(cls, d, network, get_layer):
-        super().transform_config_dict(d, network=network, get_layer=get_layer)
-        if not d.get("mask"):
-            raise ValueError("%s needs the option 'mask'" % cls.layer_class)
-        d["mask"] = get_layer(d["mask"])
-
-    @classmethod
     def get_out_data_from_opts(cls, name, sources=(), **kwargs):
         return sources[0].output.copy_template(name="%s_output" % name)
 
@@ -561,6 +615,8 @@ class UnmaskLayer(LayerBase):
     """
 
     layer_class = "unmask"
+    layer_options = ("mask",)
+    required_options = ("mask",)
 
     def __init__(self, mask, skip_initial=False, **kwargs):
         super().__init__(**kwargs)
@@ -581,13 +637,6 @@ class UnmaskLayer(LayerBase):
         out = x.copy_template_replace_dim_tag(1, self.output.get_time_dim_tag())
         out.placeholder = y
         self.output.placeholder = out.copy_compatible_to(self.output).placeholder
-
-    @classmethod
-    def transform_config_dict(cls, d, network, get_layer):
-        super().transform_config_dict(d, network=network, get_layer=get_layer)
-        if not d.get("mask"):
-            raise ValueError("%s needs the option 'mask'" % cls.layer_class)
-        d["mask"] = get_layer(d["mask"])
 
     @classmethod
     def get_out_data_from_opts(cls, name, sources=(), mask=None, network=None, **kwargs):
