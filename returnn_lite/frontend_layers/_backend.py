@@ -461,8 +461,7 @@ class ReturnnLayersBackend(Backend):
         dilation_rate = tuple(dilation_rate) if isinstance(dilation_rate, (list, tuple)) else (dilation_rate,) * n
         dims = [out_spatial_dims[in_spatial_dims.index(d)] if d in in_spatial_dims else
                 (out_dim if d == in_dim else d) for d in source.dims]
-        if set(source.dims) == {batch_dim, in_dim, *in_spatial_dims} and source.feature_dim == in_dim and \
-                (not groups or groups == 1):
+        if _conv_layer_fits(source, in_dim, in_spatial_dims) and (not groups or groups == 1):
             perm = {i: d for i, d in enumerate(list(filter_size) + [in_dim, out_dim])}
             opts = {"filter": _raw_name(filter), "filter_perm": perm, "filter_size": [d.dimension for d in filter_size],
                     "padding": padding.lower(), "strides": list(strides), "dilation_rate": list(dilation_rate),
@@ -484,7 +483,7 @@ class ReturnnLayersBackend(Backend):
         if feat is None:
             raise FrontendError("rf.pool at %s: the input %s needs a feature dim" % (call_site(), dims_str(source.dims)))
         dims = [out_spatial_dims[in_spatial_dims.index(d)] if d in in_spatial_dims else d for d in source.dims]
-        if set(source.dims) == {batch_dim, feat, *in_spatial_dims} and source.feature_dim == feat:
+        if _conv_layer_fits(source, feat, in_spatial_dims):
             return _emit("pool", [source], dims, source.dtype, mode=mode, pool_size=list(pool_size),
                          padding=padding.lower(), dilation_rate=list(dilation_rate), strides=list(strides),
                          in_spatial_dims=list(in_spatial_dims), out_spatial_dims=list(out_spatial_dims),
@@ -621,6 +620,16 @@ def _transposed(tensor, dims, name_, name=None, **kwargs):
     dims = list(dims)
     return _emit("transpose", [tensor], dims, tensor.dtype, sparse_dim=tensor.sparse_dim,
                  perm={i: d for i, d in enumerate(dims)}, name=name or name_, **kwargs)
+
+
+def _conv_layer_fits(source, in_dim, in_spatial_dims):
+    """
+    Whether the conv/pool layer sees in_dim as the input's feature axis: the input is [batch, spatial..., in_dim]
+    and in_dim is its only static axis (the layer takes the last static axis as the feature axis; its ``in_dim``
+    option is refused).
+    """
+    return set(source.dims) == {batch_dim, in_dim, *in_spatial_dims} and len(source.dims) == len(in_spatial_dims) + 2 \
+        and all(d.dimension is None for d in in_spatial_dims)
 
 
 def _dim_source(dim):
