@@ -390,3 +390,29 @@ def test_scan_states_unchanged_and_swapped(case):
     ref = X[0] + np.array([0.0, 1.0, 0.0, 1.0])[:, None] if case == "swap" else np.cumsum(X[0], axis=0) + 2.0
     np.testing.assert_allclose(res["ys"][0], ref, rtol=1e-5)
     np.testing.assert_allclose(res["b"], np.ones([2, 3]))  # swapped an even number of times (lengths 4, 2)
+
+
+def test_scan_without_xs_attention_over_encoder():
+    steps = Dim(3, name="steps")
+
+    def step(*, model, extern_data, **_):
+        enc = extern_data["data"]
+
+        def body(_x, s):  # a decoder-like step: dot attention over the encoder frames (masked by their lengths)
+            att = rf.softmax(rf.matmul(enc, s, reduce=feat), axis=time_dim)
+            ctx = rf.matmul(att, enc, reduce=time_dim)
+            return ctx, s + ctx
+
+        ys, _, _ = rf.scan(spatial_dim=steps, xs=None, initial=rf.zeros([batch_dim, feat]) + 0.1, ys=None, body=body)
+        ys.mark_as_output("ys", shape=(batch_dim, steps, feat))
+
+    ref = np.zeros([2, 3, 3])
+    for b in range(2):
+        s, e = np.full([3], 0.1), X[b, :LENS[b]]
+        for t in range(3):
+            a = np.exp(e @ s - (e @ s).max())
+            ref[b, t] = (a / a.sum()) @ e
+            s = s + ref[b, t]
+    results, _ = _both(step)
+    for res in results:
+        np.testing.assert_allclose(res["ys"], ref, rtol=1e-4)
