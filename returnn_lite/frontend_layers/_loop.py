@@ -41,7 +41,8 @@ def _named(struct, prefix):
         return [x for i, v in enumerate(struct) for x in _named(v, _join(prefix, i))]
     if struct is None or isinstance(struct, Dim):
         return []
-    raise TypeError("rf loop: unsupported structure element %r (Tensors, Dims, dicts, lists, tuples)" % (struct,))
+    raise FrontendError("rf at %s: unsupported element %r in a loop state / cond result (Tensors, Dims, dicts, lists, "
+                        "tuples)" % (call_site(), struct))
 
 
 def _join(prefix, key):
