@@ -419,3 +419,17 @@ def test_scan_without_xs_attention_over_encoder():
     results, _ = _both(step)
     for res in results:
         np.testing.assert_allclose(res["ys"], ref, rtol=1e-4)
+
+
+def test_loop_error_leaves_no_reserved_layer():
+    from returnn_lite.frontend_layers import NetDictBuilder
+
+    rf.select_backend_returnn_layers_tf()
+    builder = NetDictBuilder()
+    with builder:
+        x = rf.zeros([batch_dim, feat])
+        with pytest.raises(rf.FrontendError, match="new state"):
+            rf.while_loop(lambda s: rf.reduce_sum(s, axis=[batch_dim, feat]) < 3.0, lambda s: rf.reduce_sum(s, axis=feat),
+                          x)
+    assert all(d.get("class") for d in builder.net_dict.values()) and not any(k.startswith("loop") for k in
+                                                                            builder.net_dict)
