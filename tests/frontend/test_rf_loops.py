@@ -433,3 +433,20 @@ def test_loop_error_leaves_no_reserved_layer():
                           x)
     assert all(d.get("class") for d in builder.net_dict.values()) and not any(k.startswith("loop") for k in
                                                                             builder.net_dict)
+
+
+def test_scan_inside_cond_branch():
+    def step(*, model, extern_data, **_):
+        x = extern_data["data"]
+        init = rf.zeros([batch_dim, feat])
+
+        def true_fn():  # the rec layer is built inside tf.cond's branch; base:base: refs to the outer layers
+            _, last, _ = rf.scan(spatial_dim=time_dim, xs=x, initial=init, ys=None,
+                                 body=lambda x_t, s: (s + x_t, s + x_t))
+            return last
+
+        rf.cond(time_dim.get_dim_value_tensor() > 2, true_fn, lambda: init).mark_as_output("y", shape=(batch_dim, feat))
+
+    res, net_dict = _run_layers(step)
+    assert net_dict["cond"]["true_layer"]["subnetwork"]["loop"]["class"] == "rec"
+    np.testing.assert_allclose(res["y"], [X[0].sum(0), X[1, :2].sum(0)], rtol=1e-5)
