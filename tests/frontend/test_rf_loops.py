@@ -64,7 +64,7 @@ def _both(step):
     res, net_dict = _run_layers(step)
     try:
         import torch  # noqa: F401
-    except ImportError:
+    except ImportError:  # the layers backend only
         return [res], net_dict
     return [res, _run_torch(step)], net_dict
 
@@ -75,8 +75,8 @@ def test_scan_is_a_rec_layer_with_prev_state():
             acc = s["acc"] + x_t
             return acc * 2.0, {"acc": acc}
 
-        ys, last, dim = rf.scan(spatial_dim=time_dim, xs=extern_data["data"], initial={"acc": rf.zeros([batch_dim, feat])},
-                                ys=None, body=body)
+        initial = {"acc": rf.zeros([batch_dim, feat])}
+        ys, last, dim = rf.scan(spatial_dim=time_dim, xs=extern_data["data"], initial=initial, ys=None, body=body)
         assert dim is time_dim
         ys.mark_as_output("ys", shape=(batch_dim, time_dim, feat))
         last["acc"].mark_as_output("last", shape=(batch_dim, feat))
@@ -429,8 +429,8 @@ def test_loop_error_leaves_no_reserved_layer():
     with builder:
         x = rf.zeros([batch_dim, feat])
         with pytest.raises(rf.FrontendError, match="new state"):
-            rf.while_loop(lambda s: rf.reduce_sum(s, axis=[batch_dim, feat]) < 3.0, lambda s: rf.reduce_sum(s, axis=feat),
-                          x)
+            rf.while_loop(lambda s: rf.reduce_sum(s, axis=[batch_dim, feat]) < 3.0,
+                          lambda s: rf.reduce_sum(s, axis=feat), x)
     assert all(d.get("class") for d in builder.net_dict.values()) and not any(k.startswith("loop") for k in
                                                                             builder.net_dict)
 
