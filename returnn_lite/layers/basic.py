@@ -181,6 +181,8 @@ def _sources_broadcast(name, sources, out_type=None, tf_broadcast=True):
     """Common template of all sources (broadcasting), and their placeholders made compatible to it."""
     outputs = [s.output for s in sources]
     common = Data.get_common_data(outputs, name="%s_output" % name)
+    if common is None:  # no sources (e.g. an eval without sources)
+        return common, []
     n = common.batch_ndim
     if tf_broadcast and any(o.batch_ndim == n for o in outputs):
         # one source has the full shape: the others broadcast by TF rules where their axes are the trailing axes
