@@ -15,8 +15,8 @@ import re
 
 import tensorflow as tf
 
-from .tensor._dim_mixin import DimFrontendMixin
-from .tensor._tensor_mixin import TensorFrontendMixin
+from .data_mixins.dim import DimFrontendMixin
+from .data_mixins.tensor import TensorFrontendMixin
 from .util import NotSpecified, as_list
 
 tf1 = tf.compat.v1
@@ -95,7 +95,10 @@ class Dim(DimFrontendMixin):
     # sequence lengths
     @property
     def dyn_size(self):
-        return self.get_same_base()._dyn_size
+        base = self.get_same_base()
+        if "_derived_from" in base.__dict__:  # a frontend dim like ``T + 2``: lengths from the operands'
+            return base.complete_dyn_size()
+        return base._dyn_size
 
     @dyn_size.setter
     def dyn_size(self, value):

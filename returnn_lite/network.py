@@ -198,6 +198,8 @@ class TFNetwork(NetworkAPIMixin):
         if name in self.layers:
             return self.layers[name]
         ref = parse_layer_ref(name)
+        if ref.canonical != name:  # e.g. "layer:x" is x
+            return self.construct_layer(net_dict, ref.canonical, get_layer=get_layer, add_layer=add_layer)
         if ref.kind == "data":
             return self._get_extern_data_layer(name)
         if ref.kind == "extra" or self.extra_parent_net is not None:  # extra networks (see extra_net.py)
@@ -207,7 +209,9 @@ class TFNetwork(NetworkAPIMixin):
         if ref.kind != "layer":
             return self._resolve_prefixed(ref, name, net_dict, get_layer)
         if name not in net_dict:
-            if ref.sub_name is not None:
+            # "a/b": a sub-layer of a, where a is ours (a child network: else the parent may own "a/b" as a name)
+            if ref.sub_name is not None and (self.parent_net is None or ref.base_name in net_dict
+                                             or ref.base_name in self.layers):
                 return self._get_sub_layer(net_dict, name, get_layer)
             return self._resolve_not_owned(name, net_dict)
         if name in self._constructing:
@@ -257,9 +261,7 @@ class TFNetwork(NetworkAPIMixin):
             return self.parent_net.get_layer(ref.name)
         if ref.kind in ("prev", "step"):
             return self._resolve_in_loop(name)
-        if ref.kind == "extra":
-            return self._resolve_extra(ref, name)
-        return self.construct_layer(net_dict, ref.name, get_layer=get_layer)  # "layer:" prefix
+        return self._resolve_extra(ref, name)  # extra.NET:ref
 
     def _resolve_extra(self, ref, name):
         """extra.NET:ref in the extra network NET; inside an extra network, its own layers, else the main's."""
