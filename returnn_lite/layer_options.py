@@ -21,6 +21,9 @@ INTERNAL_ARGS = ("self", "name", "network", "output", "sources", "rec_previous_l
 # keys the rec loop puts into the dicts of its sub-layers
 INTERNAL_DICT_KEYS = ("rec_previous_layer",)
 
+# options with a number as default that also take a str (initializers, constants of any dtype)
+NUMBER_OR_STR_OPTIONS = ("bias_init", "value", "constant", "pad_value", "mask_value", "initial_output", "fill_value")
+
 _cache = {}
 
 
@@ -113,6 +116,9 @@ def validate_layer_desc(layer_class, desc):
         if _is_bool(default) and isinstance(value, (str, int, float)) and not _is_bool(value):
             raise LayerOptionError("option %r must be a bool (True/False), got %r (%s)" % (
                 key, value, type(value).__name__), key)
+        if (isinstance(value, str) and isinstance(default, (int, float)) and not _is_bool(default)
+                and key not in NUMBER_OR_STR_OPTIONS and key not in getattr(layer_class, "layer_options", ())):
+            raise LayerOptionError("option %r must be a number, got the string %r" % (key, value), key)
     n_out = desc.get("n_out", None)
     if n_out is not None and n_out is not NotSpecified and not _is_positive_int(n_out):
         raise LayerOptionError("option 'n_out' must be a positive int, got %r" % (n_out,), "n_out")

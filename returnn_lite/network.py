@@ -16,7 +16,7 @@ import sys
 import numpy as np
 import tensorflow as tf
 
-from .data import Data, Dim
+from .data import Data, Dim, graph_cached
 from .error_hints import check_unreached_layers, describe_build_error, precheck_layer_desc
 from .errors import (  # noqa: F401 (re-exported: part of this module's API, as in the original)
     LayerNotFound,
@@ -209,7 +209,9 @@ class TFNetwork(NetworkAPIMixin):
         if ref.kind != "layer":
             return self._resolve_prefixed(ref, name, net_dict, get_layer)
         if name not in net_dict:
-            if ref.sub_name is not None:
+            # "a/b": a sub-layer of a, where a is ours (a child network: else the parent may own "a/b" as a name)
+            if ref.sub_name is not None and (self.parent_net is None or ref.base_name in net_dict
+                                             or ref.base_name in self.layers):
                 return self._get_sub_layer(net_dict, name, get_layer)
             return self._resolve_not_owned(name, net_dict)
         if name in self._constructing:
@@ -471,16 +473,14 @@ class TFNetwork(NetworkAPIMixin):
 
     def _dropout_rate_and_scale(self, rate, dtype):
         """(rate in training else 0, 1 / (1 - rate) in training else 1) as scalars, once per graph, rate and dtype."""
-        graph = tf1.get_default_graph()
-        cache = getattr(graph, "_returnn_lite_dropout_scalars", None)
-        if cache is None:
-            cache = graph._returnn_lite_dropout_scalars = {}
-        key = (rate, dtype.name, self.train_flag.ref())
-        if key not in cache:
+        flag = self.train_flag
+
+        def create():
             with tf.name_scope("globals/dropout_%s/" % str(rate).replace(".", "_")):
-                cache[key] = (tf.where(self.train_flag, tf.constant(rate, dtype), tf.constant(0, dtype)),
-                              tf.where(self.train_flag, tf.constant(1 / (1 - rate), dtype), tf.constant(1, dtype)))
-        return cache[key]
+                return (tf.where(flag, tf.constant(rate, dtype), tf.constant(0, dtype)),
+                        tf.where(flag, tf.constant(1 / (1 - rate), dtype), tf.constant(1, dtype)))
+
+        return graph_cached(("dropout", rate, dtype.name, flag.ref()), create)
 
     def random_seed_for(self, layer, param_name):
         return int(self.get_root_network().random.randint(2 ** 31 - 1))

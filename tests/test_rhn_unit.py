@@ -98,3 +98,25 @@ def test_rnn_cell_initial_state_var_param_names(per_step):
                 "output": {"class": "copy", "from": "s"}}}})
             names = [n for n, _ in _params(net) if "initial" in n]
             assert names == [prefix + "initial_" + k for k in keys], (unit, names)
+
+
+@pytest.mark.parametrize("unit", ["nativelstm2", "standardlstm", "rhn"])
+def test_keep_over_epoch_trains(unit):
+    # gradient steps with the kept state (train op runs the state update as post control dependency)
+    with tf.Graph().as_default():
+        net = _net({"rec": {"class": "rec", "unit": unit, "n_out": 5, "from": "data", "initial_state": "keep_over_epoch"},
+                    "output": {"class": "softmax", "from": "rec", "loss": "ce"}}, train_flag=True,
+                   data={"data": {"dim": 4}, "classes": {"dim": 3, "sparse": True}})
+        opt = tf1.train.AdamOptimizer(0.1).minimize(net.get_objective())
+        with tf.control_dependencies([opt] + net.get_post_control_dependencies()):
+            train = tf.no_op()
+        d = net.extern_data.data
+        rnd = numpy.random.RandomState(0)
+        with tf1.Session() as session:
+            session.run(tf1.global_variables_initializer())
+            for step in range(3):
+                session.run(train, {net.get_epoch_step(): step, d["data"].placeholder: rnd.randn(2, 6, 4),
+                                    d["data"].get_sequence_lengths(): [6, 5], d["classes"].get_sequence_lengths(): [6, 5],
+                                    d["classes"].placeholder: rnd.randint(0, 3, (2, 6))})
+            keep = [v for v in tf1.global_variables() if "keep_state" in v.op.name]
+            assert keep and all(session.run(v).shape == (2, 5) for v in keep)

@@ -143,6 +143,7 @@ MUTATIONS = ("typo_key", "typo_output_key", "wrong_type", "bad_size", "remove_op
              "cycle", "unknown_class", "none_value")
 AXIS_KEYS = ("axis", "axes", "red1", "red2", "var1", "var2", "in_spatial_dims", "axis1", "axis2", "time_axis")
 BAD_AXES = ("X", "stag:no_such_tag", 9, -9, "spatial:5", "dim:12345", "Q")
+LOSS_KINDS = ("dense_target", "bad_loss_opts", "loss_on_layer", "wrong_target", "typo_output_key")
 # losses that need sparse targets (class indices)
 SPARSE_LOSSES = ("ctc", "edit_distance", "bleu", "generic_ce")
 
@@ -325,9 +326,13 @@ def _mutate_wider(kind, case, net, path, desc, res, rng):
     elif kind == "loss_on_layer":  # a loss on a layer of another kind (may fit: a clean error or accepted)
         if desc.get("loss") or desc.get("class") in ("rec", "subnetwork") or len(path) > 1:
             return False
+        sparse = sorted(k for k, v in case["extern_data"].items() if isinstance(v, dict) and v.get("sparse"))
+        if not sparse:
+            return False
         loss = rng.choice(["ce", "ctc", "mse", "edit_distance", "bin_ce"])
-        desc.update(loss=loss, target=case.get("default_target", "classes"))
-        res.update(option="loss", desc="added loss %r target 'classes'" % loss, must_fail=False)
+        desc.update(loss=loss, target=sparse[0])
+        res.update(option=("loss", loss, "target"), desc="added loss %r target %r" % (loss, sparse[0]),
+                   must_fail=False)
     elif kind == "cycle":  # a -> b -> a (no prev:)
         srcs = [x for x in _sources(desc) if isinstance(x, str) and isinstance(container.get(x), dict)
                 and x != name]
@@ -417,7 +422,8 @@ def run_mutant(spec):
             flags = {"search_flag": True} if case.get("search_flag") else {}
             if case.get("eval_flag") is not None:
                 flags["eval_flag"] = case["eval_flag"]
-            net = TFNetwork(extern_data=extern_data, train_flag=case["train_flag"], **flags)
+            train_flag = case["train_flag"] if case.get("search_flag") else spec.get("train_flag", case["train_flag"])
+            net = TFNetwork(extern_data=extern_data, train_flag=train_flag, **flags)
             net.construct_from_dict(spec["net"])
             objective = net.get_objective()
         except Exception as exc:
@@ -556,6 +562,8 @@ def run_fuzzer(seed=0, count=150, cases_dir=DEFAULT_CASES, only=None, timeout=12
                 worker = _Worker()
             spec = {"id": mutant["id"], "net": mutant["net"], "case_dir": mutant["case_dir"],
                     "extern_data": mutant.get("extern_data")}
+            if mutant["kind"] in LOSS_KINDS:  # losses are only computed in training
+                spec["train_flag"] = True
             res = worker.run(spec, timeout)
             if res.get("stage") in ("crash", "timeout"):
                 worker.proc.kill()

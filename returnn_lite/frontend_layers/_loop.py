@@ -87,6 +87,11 @@ class _LoopRecorder:
     def __init__(self, func, axis, *, dynamic_end=False, max_seq_len=None, site=None):
         self.func, self.site = func, site or call_site()
         self.outer = get_current_builder()
+        b = self.outer
+        while b is not None:
+            if getattr(b, "loop_recorder", None) is not None:
+                raise self.error("a loop inside a loop body is not supported on the layers backend")
+            b = b.parent
         self.sub = NetDictBuilder(parent=self.outer)
         self.sub.scope = list(self.outer.scope)
         self.sub.loop_recorder = self
@@ -238,6 +243,11 @@ def _strings(v):
     return []
 
 
+# options of the emitted layer classes that name layers of the same net dict
+_REF_OPTIONS = frozenset({"from", "initial_output", "rec_layer", "condition", "true_layer", "false_layer", "loss_opts",
+                          "logits", "targets", "position", "true_from", "false_from", "filter", "bias", "scale"})
+
+
 def outer_refs(layer_dict):
     """Names of the same net dict that a layer dict needs: its sources and options, and the ``base:`` references of
     its unit / subnetwork / branch dicts (one level up from them)."""
@@ -248,7 +258,7 @@ def outer_refs(layer_dict):
                 res.extend(s[len("base:"):] for s in outer_refs(sub) if s.startswith("base:"))
         elif key in ("true_layer", "false_layer", "condition") and isinstance(v, dict):
             res.extend(outer_refs(v))
-        elif key in ("from", "initial_output", "rec_layer", "condition", "true_layer", "false_layer", "loss_opts"):
+        elif key in _REF_OPTIONS:
             res.extend(s for s in _strings(v) if s != "output")
     return res
 

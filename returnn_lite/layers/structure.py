@@ -42,6 +42,14 @@ def flatten_subnetworks_in_unit(unit):
         if not desc.get("concat_sources", True):
             raise NotImplementedError("subnetwork layer %r inside a rec unit: concat_sources=False" % name)
         sources = desc.get("from", "data")
+        for src in sources if isinstance(sources, (list, tuple)) else [sources]:  # S/data may be never built
+            if src == name:
+                raise ValueError("subnetwork layer %r: option 'from': a dependency loop (the layer itself; use "
+                                 "'prev:%s' for its previous frame)" % (name, name))
+            if isinstance(src, str) and src.split("/")[0] not in unit and src not in ("data", "none", ":i") and \
+                    not src.startswith(("data:", "base:", "prev:")):
+                raise ValueError("subnetwork layer %r: option 'from': %r is not a layer of the rec unit (layers: %s)"
+                                 % (name, src, sorted(unit)))
 
         def rename(ref, _name=name, _sub=sub):
             if not isinstance(ref, str) or ref in ("", "none"):

@@ -240,10 +240,13 @@ def test_cum_concat_step_in_loop_self_attention_like():
     np.testing.assert_allclose(res["k"], [X[0].sum(0), X[1, :2].sum(0)], rtol=1e-5)
 
 
-@pytest.mark.parametrize("case", ["end_with_axis", "include_eos", "cum_concat_outside", "accum_as_value"])
+@pytest.mark.parametrize("case", ["end_with_axis", "include_eos", "cum_concat_outside", "accum_as_value", "nested"])
 def test_loop_errors(case):
     def step(*, model, extern_data, **_):
         x = extern_data["data"]
+        if case == "nested":
+            rf.scan(spatial_dim=time_dim, xs=x, initial=rf.zeros([batch_dim]), ys=None, body=lambda x_t, s: rf.scan(
+                spatial_dim=feat, xs=x_t, initial=s, ys=None, body=lambda v, s2: (v + s2, v + s2))[:2])
         if case == "cum_concat_outside":
             h = Dim(0, name="h")
             rf.cum_concat_step(rf.reduce_sum(x, axis=time_dim), prev_accum=rf.zeros([batch_dim, h, feat]), axis=h)
@@ -263,7 +266,8 @@ def test_loop_errors(case):
     config = Config({"extern_data": extern_data, "get_model": lambda **_: _Empty(), "task": "forward",
                      "forward_step": step})
     match = {"end_with_axis": "loop.end is for a loop without axis", "include_eos": "include_eos=False",
-             "cum_concat_outside": "only inside the body", "accum_as_value": "only be the prev_accum"}[case]
+             "cum_concat_outside": "only inside the body", "accum_as_value": "only be the prev_accum",
+             "nested": "a loop inside a loop body"}[case]
     with global_config_ctx(config), pytest.raises(rf.FrontendError, match=match) as exc:
         get_net_dict(epoch=1, step=0)
     assert "test_rf_loops.py" in str(exc.value)
@@ -279,3 +283,110 @@ def test_cond_runs_only_the_taken_branch():
 
     res, net_dict = _run_layers(step)
     np.testing.assert_allclose(res["y"], [X[0].sum(0), X[1, :2].sum(0)], rtol=1e-5)
+
+
+def test_cond_inside_loop_body_selects():
+    def step(*, model, extern_data, **_):
+        x = extern_data["data"]
+        scale = rf.reduce_max(x, axis=[batch_dim, time_dim, feat]) * 0.0 + 2.0  # two levels up: base:base:
+
+        def body(x_t, s):
+            acc = rf.cond(rf.reduce_sum(s, axis=[batch_dim, feat]) > 1e6, lambda: s * 0.0, lambda: s + x_t * scale)
+            return acc, acc
+
+        ys, _, _ = rf.scan(spatial_dim=time_dim, xs=x, initial=rf.zeros([batch_dim, feat]), ys=None, body=body)
+        ys.mark_as_output("ys", shape=(batch_dim, time_dim, feat))
+
+    res, _ = _run_layers(step)
+    np.testing.assert_allclose(res["ys"][0], 2 * np.cumsum(X[0], axis=0), rtol=1e-5)
+
+
+def test_scan_lstm_gradients_match_lstm_over_time():
+    hid = Dim(4, name="hid")
+
+    class Model(rf.Module):
+        def __init__(self):
+            super().__init__()
+            self.lstm = rf.LSTM(feat, hid)
+
+    def step(*, model, extern_data, **_):
+        x = extern_data["data"]
+
+        def body(x_t, s):
+            y_t, st = model.lstm(x_t, state=s, spatial_dim=rf.single_step_dim)
+            return y_t, st
+
+        ys, _, _ = rf.scan(spatial_dim=time_dim, xs=x, initial=model.lstm.default_initial_state(batch_dims=[batch_dim]),
+                           ys=None, body=body)
+        y_ref, _ = model.lstm(x, state=model.lstm.default_initial_state(batch_dims=[batch_dim]), spatial_dim=time_dim)
+        rf.reduce_sum(ys, axis=[batch_dim, time_dim, hid]).mark_as_output("s", shape=())
+        rf.reduce_sum(y_ref, axis=[batch_dim, time_dim, hid]).mark_as_output("s_ref", shape=())
+
+    (v, g), (v_ref, g_ref) = _values_and_grads(Model, step, ["s", "s_ref"])
+    np.testing.assert_allclose(v, v_ref, rtol=1e-5)
+    for a, b in zip(g, g_ref):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+def _values_and_grads(model_cls, step, names):
+    """[(value, grads of the params)] of the scalar outputs names."""
+    config = Config({"extern_data": extern_data, "get_model": lambda **_: model_cls(), "task": "forward",
+                     "forward_step": step})
+    rf.select_backend_returnn_layers_tf()
+    with tf.Graph().as_default() as graph, tf1.Session(graph=graph) as session, global_config_ctx(config):
+        net_dict, _ = get_net_dict(epoch=1, step=0)
+        outputs = rf.get_run_ctx().outputs.data
+        net = TFNetwork(config=config, train_flag=False, eval_flag=False)
+        net.construct_from_dict(net_dict)
+        values = [net.get_layer(outputs[n].raw_tensor.get_abs_name()).output.placeholder for n in names]
+        params = net.get_params_list()
+        grads = [[g if g is not None else tf.zeros_like(p) for g, p in zip(tf.gradients(v, params), params)]
+                 for v in values]
+        session.run(tf1.global_variables_initializer())
+        data = net.extern_data.data["data"]
+        feed = {data.placeholder: X, time_dim.dyn_size_ext.raw_tensor: LENS}
+        return list(zip(*session.run((values, grads), feed_dict=feed)))
+
+
+def test_cond_with_params_gradients():
+    out = Dim(2, name="out")
+
+    class Model(rf.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = rf.Linear(feat, out)
+
+    def step(*, model, extern_data, **_):
+        x = extern_data["data"]
+        n = time_dim.get_dim_value_tensor()
+        for name, pred in (("taken", n > 2), ("not_taken", n < 2)):
+            y = rf.cond(pred, lambda: model.lin(x), lambda: rf.zeros([batch_dim, time_dim, out]))
+            rf.reduce_sum(y, axis=[batch_dim, time_dim, out]).mark_as_output(name, shape=())
+        rf.reduce_sum(model.lin(x), axis=[batch_dim, time_dim, out]).mark_as_output("ref", shape=())
+
+    (v, g), (v0, g0), (v_ref, g_ref) = _values_and_grads(Model, step, ["taken", "not_taken", "ref"])
+    np.testing.assert_allclose(v, v_ref, rtol=1e-5)
+    assert v0 == 0.0 and all(not np.any(x) for x in g0)
+    for a, b in zip(g, g_ref):
+        np.testing.assert_allclose(a, b, rtol=1e-5)
+
+
+@pytest.mark.parametrize("case", ["unchanged", "swap"])
+def test_scan_states_unchanged_and_swapped(case):
+    def step(*, model, extern_data, **_):
+        def body(x_t, s):
+            a, b, c = s
+            if case == "swap":  # a state is another state's previous value
+                return a + x_t, (b, a, c)
+            return a + x_t + c, (a + x_t, b, c)  # b, c: the previous value unchanged
+
+        zeros = rf.zeros([batch_dim, feat])
+        ys, last, _ = rf.scan(spatial_dim=time_dim, xs=extern_data["data"], initial=(zeros, zeros + 1.0, zeros + 2.0),
+                              ys=None, body=body)
+        ys.mark_as_output("ys", shape=(batch_dim, time_dim, feat))
+        last[1].mark_as_output("b", shape=(batch_dim, feat))
+
+    res, _ = _run_layers(step)
+    ref = X[0] + np.array([0.0, 1.0, 0.0, 1.0])[:, None] if case == "swap" else np.cumsum(X[0], axis=0) + 2.0
+    np.testing.assert_allclose(res["ys"][0], ref, rtol=1e-5)
+    np.testing.assert_allclose(res["b"], np.ones([2, 3]))  # swapped an even number of times (lengths 4, 2)

@@ -67,7 +67,10 @@ def _keep_state(layer, var_name, key, dim, batch_dim, reset_at_epoch_start):
     graph._set_control_flow_context(None)  # noqa: SLF001
     try:
         with layer.var_creation_scope(), tf.control_dependencies(None):
-            var = tf1.get_variable(var_name, initializer=tf.zeros([0, dim]), validate_shape=False, trainable=False,
+            # the initial value (a dummy, never used) has an unknown batch dim: the variable's static shape is
+            # [None, dim], whatever batch size it holds later
+            init = tf1.placeholder_with_default(tf.zeros([0, dim]), shape=[None, dim])
+            var = tf1.get_variable(var_name, initializer=init, validate_shape=False, trainable=False,
                                    collections=[tf1.GraphKeys.GLOBAL_VARIABLES])
     finally:
         graph._set_control_flow_context(ctx)  # noqa: SLF001
@@ -78,7 +81,7 @@ def _keep_state(layer, var_name, key, dim, batch_dim, reset_at_epoch_start):
     else:
         s = tf.identity(var.value())
     s.set_shape([None, dim])
-    return s
+    return tf.stop_gradient(s)  # the kept state is data from the previous run (also: no gradient into the variable)
 
 
 def _register_keep_state_updates(layer, final_state):
@@ -214,6 +217,8 @@ class RnnCellLayer(_CellMixin, ConcatInputLayer):
         if not d.get("unit"):
             raise ValueError("rnn_cell needs the option 'unit' (a cell name, e.g. 'LSTMBlock', 'GRU')")
         super().transform_config_dict(d, network=network, get_layer=get_layer)
+        if d.get("n_out", NotSpecified) in (NotSpecified, None):  # (after a loss's target gave its dim)
+            raise ValueError("rnn_cell needs the option 'n_out' (the number of units)")
 
     @classmethod
     def get_out_data_from_opts(cls, name, sources=(), n_out=NotSpecified, network=None, **kwargs):

@@ -441,6 +441,11 @@ class RecTemplateBuilder:
         if x in self.prev_fallback:  # later passes: the template of the previous pass
             return self.prev_fallback[x]
         if x in self.building or x in self.guess_only:  # a guess, derived again once all templates exist
+            init = unit[x].get("initial_output")
+            if isinstance(init, str) and init.startswith("base:"):  # the initial output's template
+                self.guessed.add(cur)
+                return InternalLayer(name="prev:" + x, network=self.net, output=self.get_layer(
+                    init[len("base:"):]).output.copy_template(name="%s_guess" % x))
             n_out = unit[x].get("n_out")
             if not isinstance(n_out, int) and x not in self.subst:
                 raise _NeedPrev(x, cur)
@@ -512,15 +517,19 @@ class RecSubnetLoop:
         - it does not use ``:i``, and every ``prev:X`` it uses is of a moved-out X (the shifted sequence of X, the
           initial output at frame 0) that no masked_computation gates (there prev: is the last unmasked frame);
         - everything it depends on moves out; a choice without search depends only on its target (its value);
-        - it is not on a search beam and is not the ``end`` of a loop that ends by it (dynamic length or search).
+        - it is not on a search beam and is not the ``end`` of a loop that ends by it (dynamic length or search);
+        - in a loop of unknown length (ended by ``end``), it neither uses ``prev:`` nor is used via ``prev:``.
         """
         tpl = self.tpl
         names = list(tpl.templates)
         if not self.move_out:
             return names, []
-        deps = {x: self._value_deps(x) for x in names}
+        deps = {x: sorted(self._value_deps(x)) for x in names}  # (sorted: the same order in every process)
         gated = {x for x in names if any(x == p or x.startswith(p + "/") for p in tpl.gates)}
         loop_ends = tpl.dynamic_end or tpl.beam is not None
+        # a loop of unknown length (ended by 'end'): no sequence to shift for prev:, those stay in the loop
+        prev_referenced = {r[len("prev:"):] for x in names for r in deps[x] if r.startswith("prev:")} \
+            if tpl.dynamic_end else set()
         varies = {}
         in_loop = {}
 
@@ -545,8 +554,9 @@ class RecSubnetLoop:
             in_loop[x] = True  # (cycles only via prev:, which are in the loop anyway)
             refs = deps[x]
             res = ((x == "end" and loop_ends) or tpl.templates[x].output.beam is not None or not frame_wise(x)
-                   or ":i" in refs
-                   or any(dep(r[len("prev:"):]) or r[len("prev:"):] in gated for r in refs if r.startswith("prev:"))
+                   or ":i" in refs or x in prev_referenced
+                   or any(dep(r[len("prev:"):]) or r[len("prev:"):] in gated or tpl.dynamic_end
+                          for r in refs if r.startswith("prev:"))
                    or any(dep(r) for r in refs if r in tpl.templates))
             in_loop[x] = res
             return res
