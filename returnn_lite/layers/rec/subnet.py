@@ -591,7 +591,7 @@ class RecSubnetLoop:
         if len(target) != 1 or not isinstance(target[0], str):
             return None
         target = target[0]
-        return target[len("layer:"):] if target.startswith("layer:") else "data:%s" % target
+        return target_ref(target)
 
     def _outer_has_loop_time(self, ref):
         if ref in ("data", "data:source"):
