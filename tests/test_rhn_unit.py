@@ -120,3 +120,9 @@ def test_keep_over_epoch_trains(unit):
                                     d["classes"].placeholder: rnd.randint(0, 3, (2, 6))})
             keep = [v for v in tf1.global_variables() if "keep_state" in v.op.name]
             assert keep and all(session.run(v).shape == (2, 5) for v in keep)
+
+
+def test_initial_state_with_subnetwork_unit_fails_clearly():
+    with tf.Graph().as_default(), pytest.raises(Exception, match="'output'.*initial_state='zeros' only applies to a cell"):
+        _net({"output": {"class": "rec", "from": "data", "initial_state": "zeros", "unit": {
+            "output": {"class": "linear", "from": ["data:source", "prev:output"], "n_out": 4}}}})

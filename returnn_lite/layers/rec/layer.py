@@ -322,6 +322,10 @@ class RecLayer(_CellMixin, ConcatInputLayer):
             if value != default:
                 raise NotImplementedError("rec layer %r: option %s=%r is not supported" % (self.name, opt, value))
         if not isinstance(unit, str):
+            if initial_state:  # the original asserts this too ("initial_state not supported currently for custom unit")
+                raise NotImplementedError(
+                    "rec layer %r: option initial_state=%r only applies to a cell unit (e.g. 'lstm'); with a "
+                    "subnetwork unit, give its layers an initial_output instead" % (self.name, initial_state))
             if back_prop is False:
                 raise NotImplementedError("rec layer %r: option back_prop=False is not supported with a subnetwork "
                                           "unit" % self.name)
