@@ -12,11 +12,17 @@ For each: forward construction, loss, gradients (s), forward op counts by type, 
 -> first ``session.run`` of a training step (wall clock, fresh process each): the CLI (``python -m returnn_lite``)
 on a BLSTM training config vs a plain-TF script doing the same. Grappler's share of the first step is shown too.
 
-    python benchmarks/startup.py [--repeat 3] [--only big|blstm] [--no-first-step]
+    python benchmarks/startup.py [--repeat 3] [--only big|enc|flat|blstm] [--no-first-step]
+
+``--only enc``: big_construct's encoder alone (+ a framewise softmax/CE output), against the plain-TF encoder: the
+construction cost outside the decoder's rec loop. ``--only flat``: big_construct with the decoder's unit layers
+written as top-level layers over the target sequence (what moving the decoder out of its loop amounts to in
+training), against plain_big.
 """
 
 import argparse
 import collections
+import gc
 import os
 import subprocess
 import sys
@@ -54,6 +60,8 @@ def op_counts(ops):
 
 def _timed_build(build_forward):
     """build_forward() -> loss tensor; returns dict of times (s CPU) and op counts."""
+    _LAST_NET[:] = []  # (kept only for grappler_first_run)
+    gc.collect()  # the graphs of earlier builds are garbage cycles: not collected (or timed) inside this build
     graph = tf.Graph()
     with graph.as_default():
         tf1.set_random_seed(1)
@@ -89,6 +97,67 @@ def lite_big():
 
 
 _LAST_NET = []
+
+
+def lite_enc():
+    """big_construct's encoder only (+ a framewise softmax output with CE on it), no decoder / rec loop."""
+    from returnn_lite.config import Config
+    from returnn_lite.data import Data, FeatureDim
+    from returnn_lite.extern_data import ExternData
+    from returnn_lite.network import TFNetwork
+
+    config = Config()
+    config.load_file(BIG_CONFIG)
+    net_dict = {k: v for k, v in config.typed_value("network").items() if k not in ("output", "decision") and not k.startswith("dec_")}
+    net_dict["output"] = {"class": "softmax", "from": "encoder", "loss": "ce", "loss_opts": {"label_smoothing": 0.1},
+                          "with_bias": False, "forward_weights_init": net_dict["enc_01_ff_conv1"][
+                              "forward_weights_init"]}
+    train_flag = tf1.placeholder_with_default(False, shape=(), name="train_flag")
+    tf1.get_default_graph()._returnn_lite_train_flag = train_flag
+    extern_data = ExternData({"data": {"dim": 40}})
+    data = extern_data.get_data("data")
+    extern_data.register_data(Data(name="classes", dims=data.dims[:2], sparse_dim=FeatureDim("classes", 1000),
+                                   auto_create_placeholders=True))
+    net = TFNetwork(config=config, extern_data=extern_data, train_flag=train_flag, eval_flag=True)
+    net.construct_from_dict(net_dict)
+    _LAST_NET[:] = [net]
+    return net.get_objective
+
+
+def lite_flat():
+    """
+    big_construct with its decoder unit written as top-level layers over the whole target sequence (prev:output ->
+    the target shifted by one frame, base:X -> X; no choice/end/decision): the network that moving the decoder out
+    of its loop amounts to in training, i.e. what big can reach without a loop.
+    """
+    from returnn_lite.config import Config
+    from returnn_lite.extern_data import ExternData
+    from returnn_lite.network import TFNetwork
+
+    def flat(v):
+        if isinstance(v, list):
+            return [flat(x) for x in v]
+        if isinstance(v, str) and v.startswith("base:"):
+            return v[len("base:"):]
+        return "prev_output" if v == "prev:output" else v
+
+    config = Config()
+    config.load_file(BIG_CONFIG)
+    net_dict = dict(config.typed_value("network"))
+    unit = net_dict.pop("output")["unit"]
+    del net_dict["decision"]
+    for name, desc in unit.items():
+        if name not in ("output", "end"):
+            net_dict[name] = {k: flat(v) for k, v in desc.items()}
+    net_dict["prev_output"] = {"class": "shift_axis", "from": "data:classes", "axis": "T", "amount": 1, "pad": True,
+                               "adjust_size_info": False}
+    train_flag = tf1.placeholder_with_default(False, shape=(), name="train_flag")
+    tf1.get_default_graph()._returnn_lite_train_flag = train_flag
+    extern_data = ExternData()
+    extern_data.init_from_config(config)
+    net = TFNetwork(config=config, extern_data=extern_data, train_flag=train_flag, eval_flag=True)
+    net.construct_from_dict(net_dict)
+    return net.get_objective
 
 
 def lite_blstm(layers=4, units=256):
@@ -181,8 +250,14 @@ def _positional(x, d=512):
     return x + tf.concat([tf.sin(pos * inv), tf.cos(pos * inv)], axis=1)[None]
 
 
+def plain_enc(**kwargs):
+    """The encoder of plain_big with a framewise softmax output (as lite_enc)."""
+    return plain_big(dec_layers=0, **kwargs)
+
+
 def plain_big(enc_layers=12, dec_layers=6, d=512, heads=8, ff=2048, drop=0.1, n_in=40, n_classes=1000):
-    """The Transformer of big_construct.config, written directly in TF (training graph, teacher forcing)."""
+    """The Transformer of big_construct.config, written directly in TF (training graph, teacher forcing).
+    dec_layers=0: only the encoder, with a framewise softmax output on it (targets of the input's length)."""
     x_ph = tf1.placeholder(tf.float32, [None, None, n_in])
     x_len = tf1.placeholder(tf.int32, [None])
     y_ph = tf1.placeholder(tf.int32, [None, None])
@@ -199,6 +274,10 @@ def plain_big(enc_layers=12, dec_layers=6, d=512, heads=8, ff=2048, drop=0.1, n_
                               rate=drop)
         x = ff_block(x, "enc%i_ff" % i)
     enc = _layer_norm(x, "encoder")
+    if not dec_layers:
+        y_ph, y_mask = tf1.placeholder(tf.int32, [None, None]), x_mask
+        logits = _dense(enc, n_classes, "output", bias=False)
+        return _smoothed_ce_loss(y_ph, y_mask, logits, n_classes)
     prev = tf.pad(y_ph[:, :-1], [[0, 0], [1, 0]])  # prev:output, initial 0
     with tf1.variable_scope("target_embed"):
         emb = tf1.get_variable("W", [n_classes, d], initializer=tf1.glorot_uniform_initializer())
@@ -210,7 +289,10 @@ def plain_big(enc_layers=12, dec_layers=6, d=512, heads=8, ff=2048, drop=0.1, n_
                                          self_att=False), rate=drop)
         y = ff_block(y, "dec%i_ff" % i)
     logits = _dense(_layer_norm(y, "decoder"), n_classes, "output_prob", bias=False)
+    return _smoothed_ce_loss(y_ph, y_mask, logits, n_classes)
 
+
+def _smoothed_ce_loss(y_ph, y_mask, logits, n_classes):
     def loss():
         ce = tf.nn.softmax_cross_entropy_with_logits(
             labels=tf.one_hot(y_ph, n_classes, on_value=0.9 + 0.1 / n_classes, off_value=0.1 / n_classes),
@@ -329,13 +411,18 @@ def grappler_first_run(repeat):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--only", choices=["big", "blstm"])
+    ap.add_argument("--only", choices=["big", "enc", "flat", "blstm"],
+                    help="enc: big_construct's encoder (+ framewise output/loss) only, without the decoder loop; "
+                         "flat: big_construct with the decoder unit as top-level layers (no loop)")
     ap.add_argument("--no-first-step", action="store_true")
     ap.add_argument("--grappler", action="store_true", help="also time Grappler at the first step of big_construct")
     args = ap.parse_args()
-    models = {"big": (lite_big, plain_big), "blstm": (lite_blstm, plain_blstm)}
+    models = {"big": (lite_big, plain_big), "enc": (lite_enc, plain_enc), "flat": (lite_flat, plain_big),
+              "blstm": (lite_blstm, plain_blstm)}
     if args.only:
         models = {args.only: models[args.only]}
+    else:
+        del models["enc"], models["flat"]  # parts / variants of big, for finding where big's time goes
     import returnn_lite.network  # noqa: F401  (imports are not construction time)
 
     results = {key: {"lite": [], "plain": []} for key in models}

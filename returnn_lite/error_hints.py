@@ -8,7 +8,9 @@ Error texts of network construction, so that Python's / TF's internal text is ne
   ``Dimension -4 must be >= 0`` -> ``option 'n_out' (-4): ...``);
 - :func:`check_unreached_layers`: after construction, layers that nothing reaches: an error where a key looks
   like a misspelled ``is_output_layer`` / ``loss`` (that typo is what dropped the layer), else one warning
-  listing them.
+  listing them;
+- :func:`runtime_error_hint`: what a TF error at ``session.run`` caused by the data means (a sequence shorter than a
+  'valid' filter, too short for its CTC labels), appended to the CLI's one-line runtime error.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import re
 import warnings
 
 __all__ = ["precheck_layer_desc", "describe_build_error", "check_unreached_layers", "UnreachedLayersWarning",
-           "guess_options"]
+           "guess_options", "runtime_error_hint"]
 
 # keys that decide whether a layer is built at all
 BUILD_KEYS = ("is_output_layer", "loss", "register_as_extern_data")
@@ -26,7 +28,7 @@ BUILD_KEYS = ("is_output_layer", "loss", "register_as_extern_data")
 # sizes (ints or tuples of ints) that must be > 0 wherever a layer has them
 SIZE_OPTIONS = ("filter_size", "strides", "pool_size", "dilation_rate", "window_size", "frame_size", "frame_shift",
                 "num_heads", "total_key_dim", "fft_size", "nr_of_filters", "nr_of_channels", "num_pieces",
-                "num_splits", "factor", "chunk_size", "chunk_step", "beam_size", "size")
+                "num_splits", "factor", "chunk_size", "chunk_step", "beam_size", "size", "dim")
 
 # common numeric options of every layer (LayerBase)
 NUMBER_OPTIONS = ("L2", "darc1", "spatial_smoothing", "dropout", "loss_scale", "param_dropout",
@@ -54,7 +56,8 @@ def _is_layer_names(value):
     if value is None or isinstance(value, str):
         return True
     return isinstance(value, (list, tuple)) and all(
-        isinstance(v, str) or isinstance(v, (list, tuple)) and all(isinstance(w, (str, int)) for w in v)
+        isinstance(v, str) or isinstance(v, (list, tuple)) and all(
+            isinstance(w, (str, int)) or type(w).__name__ == "Dim" for w in v)
         for v in value)
 
 
@@ -104,7 +107,7 @@ def _is_internal(exc, text):
     return isinstance(exc, (KeyError, IndexError, AttributeError, ZeroDivisionError)) and "layer" not in text
 
 
-def guess_options(message, desc):
+def guess_options(message, desc, strong_only=False):
     """Option names whose value shows in the message (strong), else whose value's type name is quoted there."""
     strong, weak = [], []
     for key, value in (desc or {}).items():
@@ -133,6 +136,10 @@ def guess_options(message, desc):
                 strong.append(key)
             elif "'%s'" % type(value).__name__ in message:
                 weak.append(key)
+    if strong_only:
+        return strong
+    if not strong and not weak and re.search(r"\bNone(Type)?\b|'object'", message):  # an option set to None
+        weak = [k for k, v in (desc or {}).items() if isinstance(k, str) and not k.startswith("_") and v is None]
     if not strong and not weak:  # strings that look like another type ("True", "5", "1.5"): a quoting mistake
         weak = [k for k, v in (desc or {}).items() if isinstance(k, str) and not k.startswith("_")
                 and isinstance(v, str) and _looks_like_literal(v)]
@@ -176,6 +183,10 @@ def describe_build_error(exc, desc):
         if m:
             return "unknown option %r" % m.group(1)
     if not _is_internal(exc, text) or message.startswith(("option ", "options ")):
+        if "option" not in message:  # our text, but without the option: name the one whose value it quotes
+            culprits = [k for k in guess_options(message, desc, strong_only=True) if k not in ("from", "class")]
+            if len(culprits) == 1 and "'%s'" % culprits[0] not in message:
+                return "option %r: %s" % (culprits[0], text)
         return text
     culprits = guess_options(message, desc)
     if not culprits:
@@ -235,3 +246,25 @@ def check_unreached_layers(network, net_dict):
             prefix or "root", len(unreached), "s" if len(unreached) > 1 else "", "them" if len(unreached) > 1 else "it",
             ", ".join(repr(prefix + n) for n in sorted(unreached))), UnreachedLayersWarning, stacklevel=3)
     return unreached
+
+
+# TF runtime messages (at session.run) whose cause is the data, with what it means for the user
+RUNTIME_HINTS = (
+    (("Computed output size would be negative", "could not create a descriptor for a pooling"),
+     "a sequence is shorter than the filter/pool size of this layer with padding 'valid' (use padding 'same', or "
+     "longer sequences)"),
+    (("Not enough time for target transition sequence",),
+     "ctc: an input sequence (after its downsampling by strides/pooling) has fewer frames than its labels need"),
+    (("Incompatible shapes: [0]",),
+     "a layer produced 0 frames: a sequence shorter than a window/filter with padding 'valid'?"),
+    (("Input to reshape is a tensor with 0 values",),
+     "a layer produced 0 frames: a sequence shorter than a window/filter with padding 'valid'?"),
+)
+
+
+def runtime_error_hint(text):
+    """What a TF runtime error text (of a failed ``session.run``) means for the input data, or None."""
+    for markers, hint in RUNTIME_HINTS:
+        if any(m in text for m in markers):
+            return hint
+    return None

@@ -57,9 +57,11 @@ class ExternData:
             if isinstance(opts.get("dim"), Dim):  # "dim": feature Dim object
                 opts["dim"] = opts["dim"].dimension
             opts.setdefault("auto_create_placeholders", auto_create_placeholders)
+            from .layer_options import check_extern_data_opts
             try:
+                check_extern_data_opts(opts)
                 self.register_data(Data(name=key, **opts))
-            except (TypeError, ValueError) as exc:
+            except (TypeError, ValueError, IndexError) as exc:
                 raise ValueError("extern_data %r: %s" % (key, exc)) from exc
 
     def register_data(self, data):

@@ -21,6 +21,9 @@ INTERNAL_ARGS = ("self", "name", "network", "output", "sources", "rec_previous_l
 # keys the rec loop puts into the dicts of its sub-layers
 INTERNAL_DICT_KEYS = ("rec_previous_layer",)
 
+# options with a number as default that also take a str (initializers, constants of any dtype)
+NUMBER_OR_STR_OPTIONS = ("bias_init", "value", "constant", "pad_value", "mask_value", "initial_output", "fill_value")
+
 _cache = {}
 
 
@@ -43,7 +46,8 @@ class LayerOptionsInfo:
         self.names = set(params) | set(DICT_ONLY_OPTIONS) | set(INTERNAL_DICT_KEYS) | set(getattr(layer_class, "transform_options", ()))
         # required: no default in the class's own __init__ (a base class's may be passed on by the subclass)
         own = inspect.signature(layer_class.__init__).parameters.values()
-        self.required = sorted(set(getattr(layer_class, "required_options", ())) | {
+        self.not_none = tuple(getattr(layer_class, "required_options", ()))  # declared required: also not None
+        self.required = sorted(set(self.not_none) | {
             p.name for p in own if p.default is inspect.Parameter.empty and p.name not in INTERNAL_ARGS
             and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)
             and p.name not in getattr(layer_class, "derived_options", ())})
@@ -91,6 +95,9 @@ def validate_layer_desc(layer_class, desc):
     for key in info.required:
         if key not in desc:
             raise LayerOptionError("option %r is required for layer class %r" % (key, cls_name), key)
+    for key in info.not_none:
+        if desc[key] is None:
+            raise LayerOptionError("option %r is required for layer class %r (got None)" % (key, cls_name), key)
     for key, accepted in info.unsupported.items():
         if key in desc and not any(desc[key] is a or (type(desc[key]) is type(a) and desc[key] == a)
                                    for a in accepted):
@@ -109,6 +116,9 @@ def validate_layer_desc(layer_class, desc):
         if _is_bool(default) and isinstance(value, (str, int, float)) and not _is_bool(value):
             raise LayerOptionError("option %r must be a bool (True/False), got %r (%s)" % (
                 key, value, type(value).__name__), key)
+        if (isinstance(value, str) and isinstance(default, (int, float)) and not _is_bool(default)
+                and key not in NUMBER_OR_STR_OPTIONS and key not in getattr(layer_class, "layer_options", ())):
+            raise LayerOptionError("option %r must be a number, got the string %r" % (key, value), key)
     n_out = desc.get("n_out", None)
     if n_out is not None and n_out is not NotSpecified and not _is_positive_int(n_out):
         raise LayerOptionError("option 'n_out' must be a positive int, got %r" % (n_out,), "n_out")
@@ -122,9 +132,10 @@ def check_explicit_output(layer, desc):
     out = layer.output
     n_out = desc.get("n_out")
     layer_class = getattr(layer, "cls", type(layer))  # (a rec template layer knows its class as .cls)
-    if getattr(layer_class, "n_out_is_output_dim", True) and _is_positive_int(n_out) and out.dim is not None and out.dim != n_out:
-        raise LayerOptionError("option n_out=%r contradicts the output %s (its dim is %r)" % (
-            n_out, out.short_repr(), out.dim), "n_out")
+    if getattr(layer_class, "n_out_is_output_dim", True) and _is_positive_int(n_out) and out.dim != n_out:
+        raise LayerOptionError("option n_out=%r contradicts the output %s (%s)" % (
+            n_out, out.short_repr(), "it has no feature dim" if out.dim is None else "its dim is %r" % out.dim),
+            "n_out")
     out_type = desc.get("out_type")
     if isinstance(out_type, dict):
         dim = out_type.get("dim", NotSpecified)
@@ -140,3 +151,55 @@ def check_explicit_output(layer, desc):
             if key in out_type and out_type[key] != getattr(out, key):
                 raise LayerOptionError("option out_type %s=%r contradicts the output %s" % (
                     key, out_type[key], out.short_repr()), "out_type")
+
+
+def iter_nested_layer_descs(desc, prefix):
+    """(``prefix/sub/...`` name, layer dict) of the layers in a layer dict's ``unit`` / ``subnetwork`` dict,
+    recursively (a rec unit's layers are built lazily: one never needed would escape the validation)."""
+    for key in ("unit", "subnetwork"):
+        sub = desc.get(key)
+        if not isinstance(sub, dict):
+            continue
+        # masked_computation's unit is one layer dict
+        for name, sub_desc in [(key, sub)] if isinstance(sub.get("class"), str) else sub.items():
+            if isinstance(name, str) and isinstance(sub_desc, dict):
+                yield "%s/%s" % (prefix, name), sub_desc
+                yield from iter_nested_layer_descs(sub_desc, "%s/%s" % (prefix, name))
+
+
+def check_extern_data_opts(opts):
+    """
+    Types and sizes of one extern_data entry (Data kwargs) before the Data is made: ``dim`` a positive int (None:
+    unknown), ``shape`` a tuple of positive ints / None, bool flags bools, axis options within the batch shape,
+    ``dtype`` a TF dtype name. Raises ValueError naming the option (the caller adds the data key).
+    """
+    import tensorflow as tf
+
+    dim = opts.get("dim", None)
+    if dim is not None and dim is not NotSpecified and type(dim).__name__ != "Dim" and not _is_positive_int(dim):
+        raise ValueError("option 'dim' must be a positive int (or None), got %r" % (dim,))
+    shape = opts.get("shape", None)
+    if shape is not None:
+        if not isinstance(shape, (list, tuple)) or not all(
+                s is None or _is_positive_int(s) or isinstance(s, int) and s == 0 for s in shape):
+            raise ValueError("option 'shape' must be a tuple of positive ints or None (dynamic), got %r" % (shape,))
+    for key in ("sparse", "available_for_inference", "auto_create_placeholders"):
+        if key in opts and opts[key] is not None and not _is_bool(opts[key]):
+            raise ValueError("option %r must be a bool (True/False), got %r" % (key, opts[key]))
+    dtype = opts.get("dtype", None)
+    if dtype is not None:
+        try:
+            tf.as_dtype(dtype)
+        except TypeError:
+            raise ValueError("option 'dtype' %r is not a dtype (e.g. 'float32', 'int32')" % (dtype,)) from None
+    if shape is None and not opts.get("dims") and not opts.get("dim_tags"):  # the default shape
+        shape = (None,) if opts.get("sparse") or opts.get("sparse_dim") else (None, dim)
+    if isinstance(shape, (list, tuple)):
+        batch_ndim = len(shape) + (0 if opts.get("batch_dim_axis", 0) is None else 1)
+        for key in ("batch_dim_axis", "time_dim_axis", "feature_dim_axis"):
+            axis = opts.get(key, None)
+            if axis is None or axis is NotSpecified:
+                continue
+            if not isinstance(axis, int) or isinstance(axis, bool) or not -batch_ndim <= axis < batch_ndim:
+                raise ValueError("option %s=%r: not an axis of the shape %r (with batch: %i axes)" % (
+                    key, axis, tuple(shape), batch_ndim))

@@ -16,7 +16,7 @@ import sys
 import numpy as np
 import tensorflow as tf
 
-from .data import Data, Dim
+from .data import Data, Dim, graph_cached
 from .error_hints import check_unreached_layers, describe_build_error, precheck_layer_desc
 from .errors import (  # noqa: F401 (re-exported: part of this module's API, as in the original)
     LayerNotFound,
@@ -26,7 +26,7 @@ from .errors import (  # noqa: F401 (re-exported: part of this module's API, as 
     NetworkLayerException,
 )
 from .extern_data import DataNotFound, ExternData
-from .layer_options import check_explicit_output, validate_layer_desc
+from .layer_options import check_explicit_output, iter_nested_layer_descs, validate_layer_desc
 from .layer_ref import data_key, parse_layer_ref
 from .layers.base import InternalLayer, LayerBase, get_layer_class
 from .losses.holder import LossHolder  # noqa: F401 (part of this module's API, as in the original)
@@ -168,6 +168,21 @@ class TFNetwork(NetworkAPIMixin):
             except Exception as exc:
                 raise NetworkLayerException("%s: %s" % (type(exc).__name__, exc), name, self, net_dict,
                                             layer_class=class_name) from exc
+            if self.parent_net is None:  # layers of rec units / subnetworks: also those never built
+                self._validate_nested(desc, name)
+
+    def _validate_nested(self, desc, name):
+        for sub_name, sub_desc in iter_nested_layer_descs(desc, name):
+            class_name = sub_desc.get("class")
+            try:
+                if class_name is None:
+                    raise ValueError("no 'class' given")
+                sub_desc = {k: v for k, v in sub_desc.items() if k != "class"}
+                precheck_layer_desc(sub_desc)
+                validate_layer_desc(get_layer_class(class_name), sub_desc)
+            except Exception as exc:
+                raise NetworkLayerException("%s: %s" % (type(exc).__name__, exc), sub_name, self,
+                                            layer_class=class_name) from exc
 
     # ---- reference resolution: one parser (layer_ref.py), one scope chain ----
     def owns_layer(self, name):
@@ -183,6 +198,8 @@ class TFNetwork(NetworkAPIMixin):
         if name in self.layers:
             return self.layers[name]
         ref = parse_layer_ref(name)
+        if ref.canonical != name:  # e.g. "layer:x" is x
+            return self.construct_layer(net_dict, ref.canonical, get_layer=get_layer, add_layer=add_layer)
         if ref.kind == "data":
             return self._get_extern_data_layer(name)
         if ref.kind == "extra" or self.extra_parent_net is not None:  # extra networks (see extra_net.py)
@@ -192,7 +209,9 @@ class TFNetwork(NetworkAPIMixin):
         if ref.kind != "layer":
             return self._resolve_prefixed(ref, name, net_dict, get_layer)
         if name not in net_dict:
-            if ref.sub_name is not None:
+            # "a/b": a sub-layer of a, where a is ours (a child network: else the parent may own "a/b" as a name)
+            if ref.sub_name is not None and (self.parent_net is None or ref.base_name in net_dict
+                                             or ref.base_name in self.layers):
                 return self._get_sub_layer(net_dict, name, get_layer)
             return self._resolve_not_owned(name, net_dict)
         if name in self._constructing:
@@ -242,9 +261,7 @@ class TFNetwork(NetworkAPIMixin):
             return self.parent_net.get_layer(ref.name)
         if ref.kind in ("prev", "step"):
             return self._resolve_in_loop(name)
-        if ref.kind == "extra":
-            return self._resolve_extra(ref, name)
-        return self.construct_layer(net_dict, ref.name, get_layer=get_layer)  # "layer:" prefix
+        return self._resolve_extra(ref, name)  # extra.NET:ref
 
     def _resolve_extra(self, ref, name):
         """extra.NET:ref in the extra network NET; inside an extra network, its own layers, else the main's."""
@@ -425,11 +442,45 @@ class TFNetwork(NetworkAPIMixin):
             else:
                 shape = list(noise_shape)
 
-        def train():
-            return tf.nn.dropout(x, rate=rate, noise_shape=shape, seed=seed)
+        if on_forward:
+            return data.copy(placeholder=tf.nn.dropout(x, rate=rate, noise_shape=shape, seed=seed))
+        return data.copy(placeholder=self.dropout_on_train(x, rate, noise_shape=shape, seed=seed))
 
-        out = train() if on_forward else self.cond_on_train(train, lambda: x)
-        return data.copy(placeholder=out)
+    def dropout_on_train(self, x, rate, noise_shape=None, seed=None):
+        """
+        ``tf.nn.dropout(x, rate, noise_shape, seed)`` in training, x otherwise. With a train_flag tensor, without a
+        ``tf.cond`` (whose branch functions are slow to build and to differentiate): the noise shape, rate and scale
+        are selected by the flag (outside training: one random number, rate 0, scale 1, so x * 1.0 = x exactly), and
+        the mask is not differentiated. In training the same random op and the same values as ``tf.nn.dropout``.
+        """
+        if not rate or self.train_flag is False:
+            return x
+        if self.train_flag is True:
+            return tf.nn.dropout(x, rate=rate, noise_shape=noise_shape, seed=seed)
+        if isinstance(rate, (tf.Tensor, tf.Variable)):
+            return self.cond_on_train(lambda: tf.nn.dropout(x, rate=rate, noise_shape=noise_shape, seed=seed),
+                                      lambda: x)
+        x = tf.convert_to_tensor(x)
+        with tf.name_scope("dropout"):
+            rate_t, scale_t = self._dropout_rate_and_scale(float(rate), x.dtype)
+            shape = tf.shape(x) if noise_shape is None else tf.convert_to_tensor(noise_shape, dtype=tf.int32)
+            ones = [1] * shape.shape[0] if shape.shape.rank == 1 and shape.shape[0] is not None else tf.ones_like(shape)
+            shape = tf.where(self.train_flag, shape, ones)
+            keep = tf.random.uniform(shape, seed=seed, dtype=x.dtype) >= rate_t
+            y = x * tf.stop_gradient(tf.cast(keep, x.dtype) * scale_t)
+        y.set_shape(x.shape)
+        return y
+
+    def _dropout_rate_and_scale(self, rate, dtype):
+        """(rate in training else 0, 1 / (1 - rate) in training else 1) as scalars, once per graph, rate and dtype."""
+        flag = self.train_flag
+
+        def create():
+            with tf.name_scope("globals/dropout_%s/" % str(rate).replace(".", "_")):
+                return (tf.where(flag, tf.constant(rate, dtype), tf.constant(0, dtype)),
+                        tf.where(flag, tf.constant(1 / (1 - rate), dtype), tf.constant(1, dtype)))
+
+        return graph_cached(("dropout", rate, dtype.name, flag.ref()), create)
 
     def random_seed_for(self, layer, param_name):
         return int(self.get_root_network().random.randint(2 ** 31 - 1))

@@ -13,9 +13,9 @@ from returnn_lite.network import NetworkError, TFNetwork
 EXTERN = {"data": {"dim": 5}, "classes": {"dim": 7, "sparse": True}}
 
 
-def _build(net_dict, train=True):
+def _build(net_dict, train=True, **flags):
     with tf.Graph().as_default():
-        net = TFNetwork(extern_data=ExternData(EXTERN), train_flag=train)
+        net = TFNetwork(extern_data=ExternData(EXTERN), train_flag=train, **flags)
         net.construct_from_dict(net_dict)
         net.get_objective()
         return net
@@ -77,6 +77,45 @@ CASES = {
                                                 "from": "data"},
                                     "output": {"class": "time_unchunking", "chunking_layer": "chunked",
                                                "from": "data"}}, "output", ["'from'", "'chunked'"]),
+    # checks added from the fuzzer's findings (tools/fuzz_net_dicts.py)
+    "n_out_on_output_without_feature": ({"output": {"class": "reduce", "mode": "sum", "axes": "F", "from": "data",
+                                                    "n_out": 5}}, "output", ["n_out=5", "no feature dim"]),
+    "subnetwork_in_unit_from_int": (_rec({"sub": {"class": "subnetwork", "from": 5, "subnetwork": {
+        "output": {"class": "copy", "from": "base:data:source"}}}, "output": {"class": "copy", "from": "sub"}}),
+        "output/sub", ["'from'", "5"]),
+    "subnetwork_in_unit_from_missing": (_rec({"sub": {"class": "subnetwork", "from": "nope", "subnetwork": {
+        "output": {"class": "copy", "from": "base:data:source"}}}, "output": {"class": "copy", "from": "sub"}}),
+        "sub", ["'from'", "'nope'"]),
+    "subnetwork_in_unit_from_itself": (_rec({"sub": {"class": "subnetwork", "from": "sub", "subnetwork": {
+        "output": {"class": "copy", "from": "base:data:source"}}}, "output": {"class": "copy", "from": "sub"}}),
+        "sub", ["'from'", "dependency loop"]),
+    "unit_layer_never_built_bad_option": (_rec({"unused": {"class": "linear", "n_out": 3, "from": "data:source",
+                                                            "with_bias": "yes"},
+                                                 "output": {"class": "copy", "from": "data:source"}}),
+                                          "output/unused", ["'with_bias'"]),
+    "target_unknown_without_loss": ({"output": {"class": "softmax", "from": "data", "n_out": 7, "target": "clases"}},
+                                    "output", ["option 'target'", "'clases'"]),
+    "cumsum_str_summand": ({"output": {"class": "cumsum", "from": "data",
+                                       "additional_left_summand_per_element": "2.0"}},
+                           "output", ["'additional_left_summand_per_element'", "'2.0'"]),
+    "softmax_over_spatial_window_list": ({"output": {"class": "softmax_over_spatial", "from": "data", "axis": "T",
+                                                     "window_start": 0, "window_size": [3, 3]}},
+                                         "output", ["'window_size'", "[3, 3]"]),
+    "rnn_cell_without_n_out": (_rec({"s": {"class": "rnn_cell", "unit": "LSTMBlock", "from": "data:source"},
+                                     "output": {"class": "copy", "from": "s"}}), "output/s", ["'n_out'"]),
+    "numeric_option_as_string": ({"output": {"class": "layer_norm", "from": "data", "epsilon": "1e-6"}},
+                                 "output", ["'epsilon'", "'1e-6'"]),
+    "expand_dims_dim_zero": ({"output": {"class": "expand_dims", "from": "data", "axis": "T", "dim": 0}},
+                             "output", ["'dim'"]),
+    "none_for_required_option": ({"output": {"class": "pool", "mode": "max", "from": "data", "pool_size": (2,),
+                                             "padding": None}}, "output", ["'padding' (None)"]),
+    "ce_on_sparse_output": ({"output": {"class": "copy", "from": "data:classes", "loss": "ce", "target": "classes"}},
+                            "output", ["loss 'ce'", "dense float", "sparse"]),
+    "ctc_without_feature_axis": ({"f": {"class": "cast", "from": "data:classes", "dtype": "float32"},
+                                  "output": {"class": "cumsum", "from": "f", "loss": "ctc", "target": "classes"}},
+                                 "output", ["loss 'ctc'", "feature axis"]),
+    "ctc_dense_target": ({"output": {"class": "softmax", "from": "data", "n_out": 5, "loss": "ctc",
+                                     "target": "data"}}, "output", ["loss 'ctc'", "sparse target"]),
 }
 
 
@@ -117,4 +156,78 @@ def test_describe_build_error():
     assert describe_build_error(ValueError("Dimension -4 must be >= 0"), desc).startswith("option 'n_out' (-4)")
     assert guess_options("unhashable type: 'dict'", {"kind": {"x": 1}, "from": "data"}) == ["kind"]
     ours = describe_build_error(ValueError("reduce layer 'x': invalid mode 'foo'"), {"mode": "foo"})
-    assert ours == "ValueError: reduce layer 'x': invalid mode 'foo'"
+    assert ours == "option 'mode': ValueError: reduce layer 'x': invalid mode 'foo'"  # (the option it quotes)
+    assert describe_build_error(ValueError("option 'mode' is bad"), {"mode": "foo"}) == \
+        "ValueError: option 'mode' is bad"
+
+
+def test_choice_target_dim_differs_from_scores():
+    net_dict = {"output": {"class": "rec", "from": [], "max_seq_len": 4, "target": "classes", "unit": {
+        "prob": {"class": "softmax", "from": "prev:output", "n_out": 9},
+        "output": {"class": "choice", "from": "prob", "target": "classes", "beam_size": 2, "initial_output": 0},
+        "end": {"class": "compare", "from": "output", "value": 0}}}}
+    with pytest.raises(NetworkError, match=r"'output/output'.*option 'target' 'classes' has 7 classes.*'from'.*dim 9"):
+        _build(net_dict, train=False, search_flag=True)
+
+
+@pytest.mark.parametrize("opts, fragments", [
+    ({"dim": -3}, ["'dim'", "-3"]),
+    ({"dim": "5"}, ["'dim'", "'5'"]),
+    ({"dim": 0}, ["'dim'"]),
+    ({"dim": 5, "shape": 5}, ["'shape'"]),
+    ({"dim": 5, "sparse": "yes"}, ["'sparse'", "'yes'"]),
+    ({"dim": 5, "available_for_inference": "x"}, ["'available_for_inference'"]),
+    ({"dim": 5, "dtype": "flaot32"}, ["'dtype'", "'flaot32'"]),
+    ({"dim": 5, "time_dim_axis": 5}, ["time_dim_axis=5", "(None, 5)"]),
+    ({"dim": 5, "feature_dim_axis": 7}, ["feature_dim_axis=7"]),
+    ({"dim": 5, "shape": (None, 6)}, ["dim=5", "(None, 6)"]),
+])
+def test_extern_data_mistakes(opts, fragments):
+    with tf.Graph().as_default():
+        with pytest.raises(ValueError) as info:
+            ExternData({"data": opts})
+    message = str(info.value)
+    assert message.startswith("extern_data 'data': "), message
+    for fragment in fragments:
+        assert fragment in message, message
+
+
+def test_extern_data_valid_variants_accepted():
+    with tf.Graph().as_default():
+        ext = ExternData({"a": {"dim": None, "sparse": True}, "b": {"shape": (None, 3, 5), "time_dim_axis": 2},
+                          "c": {"dim": 5, "batch_dim_axis": None, "shape": (3, 5)}, "d": {"shape": (), "dim": None},
+                          "e": {"shape": (None, 5), "batch_dim_axis": 1}})
+    assert ext.data["a"].sparse and ext.data["a"].dim is None and ext.data["e"].batch_dim_axis == 1
+
+
+def test_runtime_error_hint():
+    from returnn_lite.error_hints import runtime_error_hint
+
+    assert "padding 'valid'" in runtime_error_hint("Computed output size would be negative: -102 [input_size: 97]")
+    assert "ctc" in runtime_error_hint("Not enough time for target transition sequence (required: 84, available: 1)")
+    assert runtime_error_hint("Something else") is None
+
+
+def test_cli_sequence_shorter_than_valid_filter(tmp_path, capsys):
+    """Run-time bad input: data shorter than a conv with padding 'valid' needs -> one line naming the layer and
+    what it means (no traceback)."""
+    from returnn_lite.__main__ import main
+
+    config = tmp_path / "short.config"
+    config.write_text("""#!rnn.py
+task = "train"
+train = {"class": "Task12AXDataset", "num_seqs": 4}
+num_inputs = 9
+num_outputs = 2
+batch_size = 400
+network = {"c": {"class": "conv", "from": "data", "filter_size": (500,), "padding": "valid", "n_out": 3},
+           "output": {"class": "softmax", "loss": "ce", "from": "c"}}
+adam = True
+num_epochs = 1
+model = %r
+""" % str(tmp_path / "out" / "model"))
+    assert main([str(config)]) == 1
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("rnn.py: error:")]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert "layer 'c'" in lines[0] and "shorter than the filter" in lines[0], lines[0]

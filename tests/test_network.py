@@ -145,6 +145,31 @@ def test_train_flag_tensor_dropout():
         assert set(np.unique(tr)) <= {0.0, 2.0}
 
 
+def test_dropout_on_train_flag_tensor_is_tf_dropout_without_cond():
+    """With a train_flag tensor: no tf.cond (If op), in training the values of tf.nn.dropout (same seed), else x."""
+    with tf.Graph().as_default() as graph:
+        flag = tf1.placeholder(tf.bool, ())
+        net = TFNetwork(extern_data=ExternData({"data": {"dim": 5}}), train_flag=flag)
+        x = tf1.placeholder(tf.float32, [None, None, 5])
+        y = net.dropout_on_train(x, 0.3, seed=7)
+        y_noise = net.dropout_on_train(x, 0.3, noise_shape=[tf.shape(x)[0], 1, 5], seed=8)
+        assert y.shape.as_list() == [None, None, 5] and y_noise.shape.as_list() == [None, None, 5]
+        ref = tf.nn.dropout(x, 0.3, seed=7)
+        ref_noise = tf.nn.dropout(x, 0.3, noise_shape=[tf.shape(x)[0], 1, 5], seed=8)
+        grad = tf.gradients(tf.reduce_sum(y * 3.0), x)[0]
+        assert not [op for op in graph.get_operations() if op.type in ("If", "StatelessIf", "Switch", "Merge")]
+        xv = np.random.RandomState(1).randn(2, 7, 5).astype("float32")
+        with tf1.Session() as s:
+            tr, tr_noise, r, r_noise, g = s.run([y, y_noise, ref, ref_noise, grad], {x: xv, flag: True})
+            ev, ev_noise = s.run([y, y_noise], {x: xv, flag: False})
+    np.testing.assert_array_equal(tr, r)
+    np.testing.assert_array_equal(tr_noise, r_noise)
+    assert 0 < (tr == 0).sum() < tr.size and (tr_noise[:, 0] == 0).sum() == (tr_noise == 0).sum() / 7
+    np.testing.assert_allclose(g, np.where(tr == 0, 0.0, 3.0 / 0.7), rtol=1e-6)
+    np.testing.assert_array_equal(ev, xv)
+    np.testing.assert_array_equal(ev_noise, xv)
+
+
 def test_session_methods_work_outside_the_graph_context(tmp_path):
     graph = tf.Graph()
     with graph.as_default():

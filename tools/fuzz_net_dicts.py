@@ -63,12 +63,12 @@ def load_cases(cases_dir, only=None):
         path = os.path.join(cases_dir, name)
         if not os.path.isfile(os.path.join(path, "case.py")):
             continue
-        if name.startswith(("error_", "search_")) or (only and not any(o in name for o in only.split(","))):
+        if name.startswith("error_") or (only and not any(o in name for o in only.split(","))):
             continue
         with open(os.path.join(path, "case.py")) as f:
             case = ast.literal_eval(f.read())
-        if case.get("expect_error") or case.get("search_flag"):
-            continue
+        if case.get("expect_error") or ("search_flag" in case and not case["search_flag"]):
+            continue  # (search cases via extra.search: not with these flags)
         case["dir"] = path
         cases.append(case)
     return cases
@@ -136,7 +136,16 @@ def _bad_size(key, value, rng):
 
 
 MUTATIONS = ("typo_key", "typo_output_key", "wrong_type", "bad_size", "remove_option", "loop", "wrong_target",
-             "wrong_from", "n_out_contradicts")
+             "wrong_from", "n_out_contradicts",
+             # wider: rec units / subnetworks, axes, losses, extern_data, classes, cycles
+             "bad_prev_ref", "unit_missing_ref", "unit_no_output", "no_end", "base_missing", "dense_target",
+             "bad_rate", "zero_n_out", "bad_axis", "extern_bad", "bad_loss", "bad_loss_opts", "loss_on_layer",
+             "cycle", "unknown_class", "none_value")
+AXIS_KEYS = ("axis", "axes", "red1", "red2", "var1", "var2", "in_spatial_dims", "axis1", "axis2", "time_axis")
+BAD_AXES = ("X", "stag:no_such_tag", 9, -9, "spatial:5", "dim:12345", "Q")
+LOSS_KINDS = ("dense_target", "bad_loss_opts", "loss_on_layer", "wrong_target", "typo_output_key")
+# losses that need sparse targets (class indices)
+SPARSE_LOSSES = ("ctc", "edit_distance", "bleu", "generic_ce")
 
 
 def mutate(case, kind, rng):
@@ -220,12 +229,157 @@ def mutate(case, kind, rng):
             return None
         desc["n_out"] = 12345
         res.update(option="n_out", desc="added n_out 12345")
-    else:
-        raise ValueError(kind)
+    elif not _mutate_wider(kind, case, net, path, desc, res, rng):
+        return None
     res["net"] = net
     res["case"] = case["name"]
     res["case_dir"] = case["dir"]
     return res
+
+
+def _in_unit(path):
+    return len(path) >= 3 and path[-2] == "unit"
+
+
+def _sources(desc):
+    srcs = desc.get("from", "data")
+    return [srcs] if isinstance(srcs, str) else list(srcs) if isinstance(srcs, (list, tuple)) else []
+
+
+def _mutate_wider(kind, case, net, path, desc, res, rng):
+    """The wider mutation kinds (see MUTATIONS); False if not applicable to this layer."""
+    name = path[-1]
+    container = _get(net, path[:-1]) if len(path) > 1 else net
+    if kind == "bad_prev_ref":  # prev: of a layer that is not in the unit
+        if not _in_unit(path):
+            return False
+        desc["from"] = _sources(desc) + ["prev:no_such_layer"]
+        res.update(option="no_such_layer", desc="added source 'prev:no_such_layer'")
+    elif kind == "unit_missing_ref":
+        if not _in_unit(path):
+            return False
+        desc["from"] = ["no_such_sub"] + _sources(desc)[1:]
+        res.update(option="no_such_sub", desc="from -> %r" % (desc["from"],))
+    elif kind == "unit_no_output":  # a rec unit / subnetwork without its 'output' layer
+        for key in SUBNET_KEYS:
+            sub = desc.get(key)
+            if isinstance(sub, dict) and "output" in sub and isinstance(sub["output"], dict):
+                del sub["output"]
+                for other in sub.values():  # references to it would be a different error
+                    if isinstance(other, dict) and "output" in _sources(other):
+                        return False
+                res.update(option="output", desc="removed %s/output" % key)
+                return True
+        return False
+    elif kind == "no_end":  # a rec unit without its 'end' layer (under search: nothing ends the loop)
+        unit = desc.get("unit")
+        if not (isinstance(unit, dict) and isinstance(unit.get("end"), dict)):
+            return False
+        if any(isinstance(d, dict) and "end" in [r.split(":")[-1] for r in _sources(d) if isinstance(r, str)]
+               for d in unit.values()):
+            return False
+        del unit["end"]
+        # with a target or max_seq_len the loop has an end: may be legal
+        res.update(option="end", desc="removed unit/end", must_fail=False)
+    elif kind == "base_missing":
+        if len(path) < 2:
+            return False
+        desc["from"] = "base:no_such_layer"
+        res.update(option="no_such_layer", desc="from -> 'base:no_such_layer'")
+    elif kind == "dense_target":  # a sparse loss with a dense float target
+        if not desc.get("loss"):
+            return False
+        dense = [k for k, v in case["extern_data"].items() if isinstance(v, dict) and not v.get("sparse")]
+        if not dense:
+            return False
+        res.update(option=("target", dense[0], desc["loss"]), desc="target -> dense %r (loss %r)" % (
+            dense[0], desc["loss"]), must_fail=desc["loss"] in SPARSE_LOSSES)
+        desc["target"] = dense[0]
+    elif kind == "bad_rate":
+        value = rng.choice([1.5, -0.5, 2])
+        res.update(option="dropout", desc="dropout %r" % value)
+        desc["dropout"] = value
+    elif kind == "zero_n_out":
+        if "n_out" not in desc:
+            return False
+        res.update(option="n_out", desc="n_out %r -> 0" % (desc["n_out"],))
+        desc["n_out"] = 0
+    elif kind == "bad_axis":
+        keys = [k for k in AXIS_KEYS if k in desc]
+        if not keys:
+            return False
+        key, value = rng.choice(keys), rng.choice(BAD_AXES)
+        if isinstance(desc[key], (list, tuple)) and desc[key]:
+            value = [value] + list(desc[key])[1:]
+        res.update(option=key, desc="%s: %r -> %r" % (key, desc[key], value))
+        desc[key] = value
+    elif kind == "extern_bad":
+        return _mutate_extern(case, res, rng)
+    elif kind == "bad_loss":
+        desc["loss"] = rng.choice(["no_such_loss", "cee", "CTC"])
+        res.update(option=("loss", desc["loss"]), desc="loss -> %r" % desc["loss"])
+    elif kind == "bad_loss_opts":
+        if not desc.get("loss"):
+            return False
+        desc["loss_opts"] = dict(desc.get("loss_opts") or {}, bogus_opt=1)
+        res.update(option="bogus_opt", desc="loss_opts += bogus_opt")
+    elif kind == "loss_on_layer":  # a loss on a layer of another kind (may fit: a clean error or accepted)
+        if desc.get("loss") or desc.get("class") in ("rec", "subnetwork") or len(path) > 1:
+            return False
+        sparse = sorted(k for k, v in case["extern_data"].items() if isinstance(v, dict) and v.get("sparse"))
+        if not sparse:
+            return False
+        loss = rng.choice(["ce", "ctc", "mse", "edit_distance", "bin_ce"])
+        desc.update(loss=loss, target=sparse[0])
+        res.update(option=("loss", loss, "target"), desc="added loss %r target %r" % (loss, sparse[0]),
+                   must_fail=False)
+    elif kind == "cycle":  # a -> b -> a (no prev:)
+        srcs = [x for x in _sources(desc) if isinstance(x, str) and isinstance(container.get(x), dict)
+                and x != name]
+        if not srcs:
+            return False
+        other = rng.choice(srcs)
+        container[other]["from"] = _sources(container[other]) + [name]
+        res.update(desc="%r -> %r -> %r" % (name, other, name))
+    elif kind == "unknown_class":
+        cls = desc.get("class")
+        new = rng.choice(["no_such_class", _typo(cls, rng) if isinstance(cls, str) else "x"])
+        desc["class"] = new
+        res.update(option=new, desc="class %r -> %r" % (cls, new))
+    elif kind == "none_value":  # None for an option with a value (legal where None is the default)
+        keys = [k for k in desc if k not in ("class", "from") and desc[k] is not None]
+        if not keys:
+            return False
+        key = rng.choice(keys)
+        res.update(option=key, desc="%s: %r -> None" % (key, desc[key]), must_fail=False)
+        desc[key] = None
+    else:
+        raise ValueError(kind)
+    return True
+
+
+def _mutate_extern(case, res, rng):
+    """A mistake in extern_data (the mutant carries its own extern_data)."""
+    ext = ast.literal_eval(repr(case["extern_data"]))
+    key = rng.choice(sorted(ext))
+    opts = ext[key]
+    if not isinstance(opts, dict):
+        return False
+    dim = opts.get("dim")
+    choices = [("dim", -3), ("dim", "5"), ("dim", 0), ("sparse", "yes"), ("dtype", "flaot32"),
+               ("feature_dim_axis", 7), ("time_dim_axis", 5), ("shape", 5), ("available_for_inference", "x")]
+    if opts.get("sparse"):
+        choices.append(("dim", None))
+    if isinstance(dim, int) and not opts.get("sparse"):
+        shape = opts.get("shape", (None, dim))
+        if isinstance(shape, (list, tuple)) and shape:
+            choices.append(("shape", tuple(shape[:-1]) + (dim + 1,)))
+    opt, value = rng.choice(choices)
+    res.update(layer=key, option=opt, desc="extern_data %r: %s %r -> %r" % (key, opt, opts.get(opt), value),
+               must_fail=not (opt == "dim" and value is None))  # sparse dim None: unknown vocab, may be legal
+    opts[opt] = value
+    res["extern_data"] = ext
+    return True
 
 
 def make_mutants(cases, seed, count):
@@ -264,8 +418,12 @@ def run_mutant(spec):
     case = ast.literal_eval(open(os.path.join(spec["case_dir"], "case.py")).read())
     with tf.Graph().as_default():
         try:
-            extern_data = ExternData(case["extern_data"])
-            net = TFNetwork(extern_data=extern_data, train_flag=case["train_flag"])
+            extern_data = ExternData(spec.get("extern_data") or case["extern_data"])
+            flags = {"search_flag": True} if case.get("search_flag") else {}
+            if case.get("eval_flag") is not None:
+                flags["eval_flag"] = case["eval_flag"]
+            train_flag = case["train_flag"] if case.get("search_flag") else spec.get("train_flag", case["train_flag"])
+            net = TFNetwork(extern_data=extern_data, train_flag=train_flag, **flags)
             net.construct_from_dict(spec["net"])
             objective = net.get_objective()
         except Exception as exc:
@@ -340,8 +498,11 @@ def classify(mutant, res):
     message = res.get("message", "")
     layer = mutant["layer"]
     names_layer = ("'%s'" % layer) in message or ("'%s/" % layer) in message or ("/%s'" % layer) in message
-    if mutant["kind"] in ("loop",):
+    if mutant["kind"] in ("loop", "cycle"):
         names_layer = names_layer or "dependency loop" in message
+    if not mutant["must_fail"] or mutant["kind"] == "extern_bad":
+        # a removed option / a legal-looking change may surface at a layer that uses this one: fine if it names it
+        names_layer = names_layer or message.startswith("layer '")
     core = _strip_layer_prefix(message)
     core = core.split(": ", 1)[1] if core.split(": ", 1)[0].endswith(("Error", "Exception")) and ": " in core else core
     is_raw_text = any(core.startswith(m) or core.startswith("'") and m in core[:40] for m in RAW_MARKERS)
@@ -399,7 +560,10 @@ def run_fuzzer(seed=0, count=150, cases_dir=DEFAULT_CASES, only=None, timeout=12
         for mutant in mutants:
             if worker is None:
                 worker = _Worker()
-            spec = {"id": mutant["id"], "net": mutant["net"], "case_dir": mutant["case_dir"]}
+            spec = {"id": mutant["id"], "net": mutant["net"], "case_dir": mutant["case_dir"],
+                    "extern_data": mutant.get("extern_data")}
+            if mutant["kind"] in LOSS_KINDS:  # losses are only computed in training
+                spec["train_flag"] = True
             res = worker.run(spec, timeout)
             if res.get("stage") in ("crash", "timeout"):
                 worker.proc.kill()

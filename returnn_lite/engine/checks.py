@@ -163,6 +163,8 @@ def op_layer_name(network, op_name):
     if not op_name:
         return None
     parts = op_name.split("/")
+    if parts[0] == "loss" and len(parts) > 2:  # "loss/<layer>/loss_ce/...": the loss of that layer
+        parts = parts[1:]
     names = set()
     stack = [network]
     while stack:
@@ -196,7 +198,10 @@ def describe_run_error(exc, network, dataset_name, step):
         where += ", layer %r" % layer
     if op_name:
         where += " (TF op %r)" % op_name
-    return "%s: runtime error: %s: %s" % (where, type(exc).__name__, text)
+    from ..error_hints import runtime_error_hint
+
+    hint = runtime_error_hint(text)
+    return "%s: runtime error: %s: %s%s" % (where, type(exc).__name__, text, " (%s)" % hint if hint else "")
 
 
 def check_writable_dir(filename, what):

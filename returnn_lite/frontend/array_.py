@@ -268,4 +268,11 @@ def replace_dim(source, *, in_dim, out_dim=None):
 
 
 def cum_concat_step(source, *, prev_accum, axis, out_spatial_dim=None):
-    raise error("cum_concat_step", "not supported by returnn_lite's layers backend (needs rf.Loop)")
+    """prev_accum (with axis) and the frame source appended -> (accumulated, its new axis); default new axis:
+    ``axis + 1`` (the layers backend: inside a loop body, a new dynamic dim growing per step)."""
+    check_dims_in("cum_concat_step", prev_accum, [axis])
+    if out_spatial_dim is None:
+        out_spatial_dim = axis + 1
+    res = get_backend_for_tensor(prev_accum).cum_concat_step(source, prev_accum=prev_accum, axis=axis,
+                                                             out_spatial_dim=out_spatial_dim)
+    return res, res.dims[list(prev_accum.dims).index(axis)]

@@ -1,39 +1,62 @@
 """
-``rf.scan`` on the layers backend: the body's rf code is recorded once into its own layer dict (a per-frame
-subnetwork: ``loop_input`` layers for the frames of ``xs`` and the previous state, ``base:`` references to
-outer layers and params); the ``loop`` op layer runs it in a ``tf.while_loop`` over ``spatial_dim`` (a child
-TFNetwork built per iteration body), keeping the state of finished sequences, and stacks ``ys`` along the dim.
+rf loops on the layers backend: ``rf.Loop`` / ``rf.scan`` / ``rf.while_loop`` become a ``rec`` layer whose ``unit``
+is the per-frame body (recorded once), as a hand-written RETURNN rec unit reads::
+
+    "loop": {"class": "rec", "from": [], "axis": time_dim, "optimize_move_layers_out": False, "unit": {
+        "unstack": {"class": "rec_unstack", "from": "base:data:data", "axis": time_dim},   # loop.unstack, scan xs
+        "acc": {"class": "copy", "from": "add", "initial_output": "base:zeros"},            # a state: prev:acc
+        "add": {"class": ..., "from": ["prev:acc", "unstack"]},
+        "output": {"class": "copy", "from": "add"}}},                                       # the first stacked
+    "loop_acc": {"class": "rec_last_output", "rec_layer": "loop", "sub_layer_name": "acc"},  # the final state
+
+Stacked tensors (``loop.stack``, scan's ys) are the rec layer's sub-layers seen from outside (``loop/add``, over the
+loop's axis). The final value of a state is its frame at the sequence length (the state of a sequence stays as it is
+after its length). A loop without axis (``rf.while_loop``, ``rf.Loop(max_seq_len=...)`` with ``loop.end``) gets a new
+dim as its axis and an ``end`` sub-layer; ``rf.cum_concat_step`` in a body is a ``cum_concat`` sub-layer.
+Sub-layers are not moved out of the loop: the layers of the frontend carry their per-frame output templates.
 """
 
 from __future__ import annotations
 
-import tensorflow as tf
-
-from ..data import Data
+from ..data import Data, Dim
 from ..frontend._utils import FrontendError, call_site, dims_str, is_tensor
-from ._emit import _make, _raw_name
-from ._layer import align_exact, dim_value, op, to_out
-from ._net import NetDictBuilder, get_current_builder
+from ._emit import _raw_name
+from ._net import Layer, NetDictBuilder, _current, get_current_builder
+
+_UNBOUNDED = 2 ** 31 - 1  # max_seq_len of a loop ended only by its condition (rf.while_loop)
 
 
 def _flatten(struct):
+    """The Tensors of a nested structure (dicts by sorted key); Dims and None stay in the structure."""
+    return [t for _, t in _named(struct, "")]
+
+
+def _named(struct, prefix):
+    """[(path, Tensor)] in the order of _flatten; paths name the state sub-layers ("acc", "lstm_h", "0")."""
     if is_tensor(struct):
-        return [struct]
+        return [(prefix or "state", struct)]
     if isinstance(struct, dict):
-        return [x for k in sorted(struct) for x in _flatten(struct[k])]
+        return [x for k in sorted(struct) for x in _named(struct[k], _join(prefix, k))]
     if isinstance(struct, (list, tuple)):
-        return [x for v in struct for x in _flatten(v)]
-    if struct is None:
+        return [x for i, v in enumerate(struct) for x in _named(v, _join(prefix, i))]
+    if struct is None or isinstance(struct, Dim):
         return []
-    raise TypeError("rf.scan: unsupported structure element %r" % (struct,))
+    raise TypeError("rf loop: unsupported structure element %r (Tensors, Dims, dicts, lists, tuples)" % (struct,))
 
 
-def _pack(struct, flat):
+def _join(prefix, key):
+    return "%s_%s" % (prefix, key) if prefix else "state_%s" % key if isinstance(key, int) else str(key)
+
+
+def _pack(struct, flat, dims=None):
+    """struct with its Tensors replaced by flat (in order) and its Dims by dims.get(dim, dim)."""
     it = iter(flat)
 
     def rec(s):
         if is_tensor(s):
             return next(it)
+        if isinstance(s, Dim):
+            return dims.get(s, s) if dims else s
         if isinstance(s, dict):
             out = {k: rec(s[k]) for k in sorted(s)}
             return type(s)(**out) if hasattr(type(s), "__getattr__") and type(s) is not dict else out
@@ -44,160 +67,345 @@ def _pack(struct, flat):
     return rec(struct)
 
 
-class _LoopRecorder:
-    """Records a loop body into its own per-frame layer dict and emits the ``loop`` layer (+ output layers)."""
+def _ref_in(builder, t):
+    """The name of t's layer as seen from builder's net dict (``base:`` for the direct outer level)."""
+    prev = _current[0]
+    _current[0] = builder
+    try:
+        return _raw_name(t)
+    finally:
+        _current[0] = prev
 
-    def __init__(self, spatial_dim, func):
+
+def _tensor(name, dims, like, raw):
+    return Data(name, dims=list(dims), dtype=like.dtype, sparse_dim=like.sparse_dim, placeholder=raw)
+
+
+class _LoopRecorder:
+    """Records a loop body into the unit dict of a ``rec`` layer and emits the rec layer and its results."""
+
+    def __init__(self, func, axis, *, dynamic_end=False, max_seq_len=None, site=None):
+        self.func, self.site = func, site or call_site()
         self.outer = get_current_builder()
+        b = self.outer
+        while b is not None:
+            if getattr(b, "loop_recorder", None) is not None:
+                raise self.error("a loop inside a loop body is not supported on the layers backend")
+            b = b.parent
         self.sub = NetDictBuilder(parent=self.outer)
         self.sub.scope = list(self.outer.scope)
-        self.spatial_dim = spatial_dim
-        self.func = func
-        self.site = call_site()
-        self.xs, self.inits = [], []
+        self.sub.loop_recorder = self
+        self.axis, self.dynamic_end, self.max_seq_len = axis, dynamic_end, max_seq_len
+        self.name = self.outer.unique_name("_".join(self.outer.scope + ["loop"]), absolute=True)
+        self.outer.net_dict[self.name] = {}  # reserved (stacked results refer to it before emit)
+        self.sub.net_dict["output"] = {}
+        self.sub.net_dict["end"] = {}
+        self.states = []  # [unit name, initial Tensor, prev Tensor, new Tensor]
+        self.cum_concat = {}  # cum_concat unit layer name -> (state name, source unit layer name, accum axis)
+        self.end_set = False
 
-    def _input(self, key, dims, like):
-        template = Data(key, dims=dims, dtype=like.dtype, sparse_dim=like.sparse_dim)
-        d = {"class": "frontend_op", "op": "loop_input", "from": [], "out": template, "opts": {"key": key}}
-        layer = self.sub.add_layer(key, d, absolute=True)
-        return Data(key, dims=list(dims), dtype=like.dtype, sparse_dim=like.sparse_dim, placeholder=layer)
+    def error(self, msg):
+        return FrontendError("rf.%s at %s: %s" % (self.func, self.site, msg))
 
-    def unstack(self, x):
-        if self.spatial_dim not in x.dims:
+    def ref(self, t):
+        return _ref_in(self.sub, t)
+
+    def unit_layer(self, t, base_name):
+        """A unit layer with t's value (t's own layer if it is one, else a copy of the prev:/base: value)."""
+        ref = self.ref(t)
+        if ref in self.sub.net_dict and self.sub.net_dict[ref]:
+            return ref
+        return self.sub.add_layer(base_name, {"class": "copy", "from": [ref]}).name
+
+    # ---- inside the body ----
+    def unstack(self, x, name=None):
+        if self.dynamic_end:
+            raise self.error("unstack needs a loop over an axis (rf.Loop(axis=...)), this loop ends by loop.end")
+        if self.axis not in x.dims:
             raise FrontendError("rf.%s at %s: %r %s does not have the loop dim %s" % (
-                self.func, call_site(), x.name, dims_str(x.dims), self.spatial_dim.short_repr()))
-        self.xs.append(x)
-        return self._input("x%i" % (len(self.xs) - 1), [d for d in x.dims if d != self.spatial_dim], x)
+                self.func, call_site(), x.name, dims_str(x.dims), self.axis.short_repr()))
+        layer = self.sub.add_layer(name or "unstack", {"class": "rec_unstack", "from": [self.ref(x)],
+                                                       "axis": self.axis})
+        return _tensor(layer.name, [d for d in x.dims if d != self.axis], x, layer)
 
-    def prev_state(self, init):
-        self.inits.append(init)
-        return self._input("prev_s%i" % (len(self.inits) - 1), list(init.dims), init)
+    def prev_state(self, path, init):
+        name = self.sub.unique_name(path, absolute=True)
+        self.sub.net_dict[name] = {}  # reserved; set in set_new_states
+        prev = _tensor(path, init.dims, init, Layer("prev:" + name, {}, self.sub))
+        self.states.append([name, init, prev, None])
+        return prev
 
-    def add_outputs(self, ys, new_states):
-        """Inside the body (sub builder current): copy layers out_y<i>, out_s<i>."""
-        if len(new_states) != len(self.inits):
-            raise FrontendError("rf.%s at %s: %i new state tensors, but %i initial ones" % (
-                self.func, self.site, len(new_states), len(self.inits)))
-        self.y_specs, self.s_specs = [], []
-        for kind, tensors, specs in (("y", ys, self.y_specs), ("s", new_states, self.s_specs)):
-            for i, t in enumerate(tensors):
-                if kind == "s" and set(t.dims) != set(self.inits[i].dims):
-                    raise FrontendError("rf.%s at %s: new state %i has dims %s, the initial one %s" % (
-                        self.func, self.site, i, dims_str(t.dims), dims_str(self.inits[i].dims)))
-                name = "out_%s%i" % (kind, i)
-                self.sub.add_layer(name, {"class": "frontend_op", "op": "copy", "from": [_raw_name(t)],
-                                          "out": Data(name, dims=list(t.dims), dtype=t.dtype,
-                                                      sparse_dim=t.sparse_dim)}, absolute=True)
-                specs.append((name, t))
+    def set_new_states(self, new_flat):
+        if len(new_flat) != len(self.states):
+            raise self.error("%i new state tensors, but %i initial ones" % (len(new_flat), len(self.states)))
+        for i, (st, t) in enumerate(zip(self.states, new_flat)):
+            if not is_tensor(t):
+                raise self.error("new state %r is not a Tensor: %r" % (st[0], t))
+            if self._cum_concat_of(st, t) is None and set(t.dims) != set(st[1].dims):
+                raise self.error("new state %r has dims %s, the initial one %s" % (
+                    st[0], dims_str(t.dims), dims_str(st[1].dims)))
+            st[3] = t
 
-    def emit(self, cond=None):
-        """With the outer builder current: the loop layer and one layer per stacked y / final state."""
-        sd = self.spatial_dim
-        outputs = [(n, list(t.dims)) for n, t in self.y_specs + self.s_specs]
-        opts = {"sub_net_dict": self.sub.net_dict, "spatial_dim": sd, "n_x": len(self.xs), "outputs": outputs,
-                "n_y": len(self.y_specs)}
-        if cond is not None:
-            opts["cond"] = cond
-        loop = _make("loop", self.xs + self.inits, [], "int32", opts=opts, name="loop")
-        ys = [_make("extra", [loop], [sd] + list(t.dims), t.dtype, sparse_dim=t.sparse_dim,
-                    opts={"key": n, "dims": [sd] + list(t.dims)}, name="loop_" + n) for n, t in self.y_specs]
-        finals = [_make("extra", [loop], list(init.dims), init.dtype, sparse_dim=init.sparse_dim,
-                        opts={"key": n, "dims": list(init.dims)}, name="loop_" + n)
-                  for (n, _t), init in zip(self.s_specs, self.inits)]
-        return ys, finals
+    def set_end(self, flag):
+        if set(flag.dims) - {d for d in flag.dims if d.is_batch_dim()} or flag.dtype != "bool":
+            raise self.error("the end flag must be a bool scalar or [batch], got %s %s" % (
+                flag.dtype, dims_str(flag.dims)))
+        self.sub.net_dict["end"] = {"class": "copy", "from": [self.ref(flag)]}
+        self.end_set = True
+
+    def cum_concat_step(self, source, prev_accum, axis, out_spatial_dim):
+        st = next((s for s in self.states if s[2].placeholder is prev_accum.placeholder), None)
+        if st is None:
+            raise FrontendError("rf.cum_concat_step at %s: prev_accum must be a state of the loop (its previous "
+                                "value), on the layers backend" % call_site())
+        if axis not in prev_accum.dims or axis.dimension != 0:
+            raise FrontendError("rf.cum_concat_step at %s: on the layers backend, the initial prev_accum must be "
+                                "empty along axis (a Dim(0)), got axis %s of %s" % (
+                                    call_site(), axis.short_repr(), dims_str(prev_accum.dims)))
+        if set(source.dims) != set(prev_accum.dims) - {axis}:
+            raise FrontendError("rf.cum_concat_step at %s: source %s does not match prev_accum %s without %s" % (
+                call_site(), dims_str(source.dims), dims_str(prev_accum.dims), axis.short_repr()))
+        if out_spatial_dim.dimension is not None:  # the frontend's default axis + 1: the history grows per step
+            out_spatial_dim = Dim(None, kind=Dim.Types.Spatial, description="%s:cum_concat" % self.name)
+        src = self.unit_layer(source, "cum_concat_source")
+        layer = self.sub.add_layer("cum_concat", {"class": "cum_concat", "from": [src],
+                                                  "out_spatial_dim": out_spatial_dim})
+        self.cum_concat[layer.name] = (st[0], src, axis)
+        return _tensor(layer.name, [out_spatial_dim if d == axis else d for d in prev_accum.dims], source, layer)
+
+    def _cum_concat_of(self, st, t):
+        raw = t.placeholder
+        if isinstance(raw, Layer) and raw.builder is self.sub and raw.name in self.cum_concat \
+                and self.cum_concat[raw.name][0] == st[0]:
+            return raw.name
+        return None
+
+    # ---- after the body ----
+    def emit(self, stacked):
+        """stacked: [(unit layer name, frame Tensor)]. -> (stacked Tensors, final state Tensors, {Dim: final Dim})"""
+        unit, name = self.sub.net_dict, self.name
+        cum_states = {}
+        for st_name, init, _prev, new in self.states:
+            cc = self._cum_concat_of([st_name], new)
+            if cc is not None:
+                cum_states[st_name] = cc
+                del unit[st_name]
+                continue
+            unit[st_name] = {"class": "copy", "from": [self.ref(new)],
+                             "initial_output": "base:" + _ref_in(self.outer, init)}
+        for st_name in cum_states:
+            users = [x for x, d in unit.items() if "prev:" + st_name in _strings(d)]
+            if users:
+                raise self.error("the state %r of rf.cum_concat_step is used as a value in %s; on the layers "
+                                 "backend it can only be the prev_accum of rf.cum_concat_step" % (st_name, users))
+        self.cum_state_names = set(cum_states)
+        if self.dynamic_end and not self.end_set:
+            raise self.error("a loop without axis needs its end (loop.end(...))")
+        if not self.dynamic_end:
+            del unit["end"]
+        out = stacked[0][0] if stacked else next((s[0] for s in self.states if s[0] not in cum_states), None)
+        if out is None:
+            raise self.error("the loop body has no state and stacks nothing")
+        unit["output"] = {"class": "copy", "from": [out]}
+        d = {"class": "rec", "from": [], "unit": unit, "axis": self.axis, "optimize_move_layers_out": False}
+        if self.dynamic_end:
+            d["max_seq_len"] = self.max_seq_len or _UNBOUNDED
+        self.outer.net_dict[name] = d
+        ys = [_tensor(x, [self.axis] + list(t.dims), t, Layer("%s/%s" % (name, x), {}, self.outer))
+              for x, t in stacked]
+        finals, dims = [], {}
+        for st_name, init, _prev, new in self.states:
+            if st_name in cum_states:
+                _st, src, accum_axis = self.cum_concat[cum_states[st_name]]
+                dims[accum_axis] = self.axis  # after the loop: all frames (the loop's lengths)
+                finals.append(_tensor(st_name, [self.axis] + [d for d in new.dims if d in init.dims], new,
+                                      Layer("%s/%s" % (name, src), {}, self.outer)))
+                continue
+            layer = self.outer.add_layer("%s_%s" % (name, st_name), {
+                "class": "rec_last_output", "rec_layer": name, "sub_layer_name": st_name}, absolute=True)
+            finals.append(_tensor(layer.name, new.dims, new, layer))
+        return ys, finals, dims
+
+    def last(self, unit_name, t):
+        layer = self.outer.add_layer("%s_last_%s" % (self.name, unit_name.replace("/", "_")), {
+            "class": "rec_last_output", "rec_layer": self.name, "sub_layer_name": unit_name}, absolute=True)
+        return _tensor(layer.name, t.dims, t, layer)
+
+
+def _strings(v):
+    """All strings in a layer dict (nested), e.g. to find the references to a layer."""
+    if isinstance(v, str):
+        return [v]
+    if isinstance(v, dict):
+        return [s for x in v.values() for s in _strings(x)]
+    if isinstance(v, (list, tuple)):
+        return [s for x in v for s in _strings(x)]
+    return []
+
+
+# options of the emitted layer classes that name layers of the same net dict
+_REF_OPTIONS = frozenset({"from", "initial_output", "rec_layer", "condition", "true_layer", "false_layer", "loss_opts",
+                          "logits", "targets", "position", "true_from", "false_from", "filter", "bias", "scale"})
+
+
+def outer_refs(layer_dict):
+    """Names of the same net dict that a layer dict needs: its sources and options, and the ``base:`` references of
+    its unit / subnetwork / branch dicts (one level up from them)."""
+    res = []
+    for key, v in layer_dict.items():
+        if key in ("unit", "subnetwork") and isinstance(v, dict):
+            for sub in v.values():
+                res.extend(s[len("base:"):] for s in outer_refs(sub) if s.startswith("base:"))
+        elif key in ("true_layer", "false_layer", "condition") and isinstance(v, dict):
+            res.extend(outer_refs(v))
+        elif key in _REF_OPTIONS:
+            res.extend(s for s in _strings(v) if s != "output")
+    return res
 
 
 def scan(*, spatial_dim, initial, xs, ys, body):
-    rec = _LoopRecorder(spatial_dim, "scan")
-    xs_flat, init_flat = _flatten(xs), _flatten(initial)
-    x_frames = [rec.unstack(x) for x in xs_flat]
-    s_prev = [rec.prev_state(s) for s in init_flat]
+    rec = _LoopRecorder("scan", spatial_dim)
     with rec.sub:
+        x_frames = [rec.unstack(x) for x in _flatten(xs)]
+        s_prev = [rec.prev_state(path, s) for path, s in _named(initial, "")]
         y_t, s_new = body(_pack(xs, x_frames), _pack(initial, s_prev))
         y_flat = _flatten(y_t)
         for i, (t, tpl) in enumerate(zip(y_flat, _flatten(ys))):
             if set(t.dims) != set(d for d in tpl.dims if d != spatial_dim):
-                raise FrontendError("rf.scan at %s: body output y%i has dims %s, expected %s" % (
-                    rec.site, i, dims_str(t.dims), dims_str(tpl.dims)))
-        rec.add_outputs(y_flat, _flatten(s_new))
-    ys_out, s_out = rec.emit()
-    return _pack(y_t, ys_out), _pack(initial, s_out), spatial_dim
+                raise rec.error("body output y%i has dims %s, expected %s" % (i, dims_str(t.dims), dims_str(tpl.dims)))
+        stacked = [(rec.unit_layer(t, "y%i" % i), t) for i, t in enumerate(y_flat)]
+        rec.set_new_states(_flatten(s_new))
+    ys_out, finals, dims = rec.emit(stacked)
+    return _pack(y_t, ys_out), _pack(initial, finals, dims), spatial_dim
 
 
 def while_loop(cond, body, initial):
-    """``s = initial; while cond(s): s = body(s)`` with a scalar bool Tensor cond; -> the final s."""
-    rec = _LoopRecorder(None, "while_loop")
-    init_flat = _flatten(initial)
-    s_prev = [rec.prev_state(s) for s in init_flat]
+    """``s = initial; while cond(s): s = body(s)`` with a scalar bool Tensor cond -> the final s. The rec layer's
+    step i computes s_i = body(s_(i-1)) and ends when not cond(s_i); zero iterations (cond(initial) False) give
+    initial (the loop ran one step whose result is not taken)."""
+    from ..frontend import math_
+
+    site = call_site()
+    c0 = cond(initial)
+    if isinstance(c0, bool):
+        if not c0:
+            return initial
+    elif not is_tensor(c0) or c0.dims or c0.dtype != "bool":
+        raise FrontendError("rf.while_loop at %s: cond must return a scalar bool Tensor, got %r" % (site, c0))
+    axis = Dim(None, kind=Dim.Types.Spatial, description="while_loop")
+    rec = _LoopRecorder("while_loop", axis, dynamic_end=True, site=site)
     with rec.sub:
-        s_struct = _pack(initial, s_prev)
-        c = cond(s_struct)
+        s_prev = [rec.prev_state(path, s) for path, s in _named(initial, "")]
+        s_new = body(_pack(initial, s_prev))
+        rec.set_new_states(_flatten(s_new))
+        c = cond(s_new)
         if not is_tensor(c) or c.dims or c.dtype != "bool":
-            raise FrontendError("rf.while_loop at %s: cond must return a scalar bool Tensor, got %r" % (rec.site, c))
-        s_new = body(s_struct)
-        rec.add_outputs([], _flatten(s_new))
-        rec.sub.add_layer("out_cond", {"class": "frontend_op", "op": "copy", "from": [_raw_name(c)],
-                                       "out": Data("out_cond", dims=[], dtype="bool")}, absolute=True)
-    _ys, finals = rec.emit(cond="out_cond")
-    return _pack(initial, finals)
+            raise rec.error("cond must return a scalar bool Tensor, got %r" % (c,))
+        rec.set_end(math_.logical_not(c))
+    _ys, finals, dims = rec.emit([])
+    if is_tensor(c0):
+        finals = [f if st[0] in rec.cum_state_names else math_.where(c0, f, st[1])
+                  for f, st in zip(finals, rec.states)]
+    return _pack(initial, finals, dims)
+
+
+def cum_concat_step(source, *, prev_accum, axis, out_spatial_dim):
+    rec = getattr(get_current_builder(), "loop_recorder", None)
+    if rec is None:
+        raise FrontendError("rf.cum_concat_step at %s: on the layers backend only inside the body of rf.scan / "
+                            "rf.Loop / rf.while_loop" % call_site())
+    return rec.cum_concat_step(source, prev_accum, axis, out_spatial_dim)
 
 
 class Loop:
     """
     ``rf.Loop(axis=time_dim)``: ``loop.state.x = initial`` before, ``with loop:`` the per-frame body with
-    ``loop.unstack(x)``, ``loop.state.x`` (previous / new value) and ``y = loop.stack(y_t)``; after the block the
-    stacked tensors and ``loop.state.x`` (final values) are available. The loop runs over ``axis`` with its lengths.
+    ``loop.unstack(x)``, ``loop.state.x`` (previous / new value), ``y = loop.stack(y_t)``, ``loop.last(y_t)``; after
+    the block the stacked tensors and ``loop.state.x`` (final values) are available. Without axis the loop ends by
+    ``loop.end(flag, include_eos=True)`` (a new dim ``loop.axis``; ``max_seq_len``: an int bound).
     """
 
     def __init__(self, *, axis=None, max_seq_len=None):
-        if axis is None or max_seq_len is not None:
-            raise FrontendError("rf.Loop at %s: only loops over a given axis are supported (no max_seq_len / "
-                                "loop.end)" % call_site())
-        object.__setattr__(self, "_rec", _LoopRecorder(axis, "Loop"))
+        site = call_site()
+        if axis is not None and max_seq_len is not None:
+            raise FrontendError("rf.Loop at %s: max_seq_len is only for a loop without axis (ended by loop.end)" %
+                                site)
+        if max_seq_len is not None and not (isinstance(max_seq_len, int) and max_seq_len > 0):
+            raise FrontendError("rf.Loop at %s: max_seq_len must be a positive int on the layers backend, got %r" % (
+                site, max_seq_len))
+        dynamic = axis is None
+        if dynamic:
+            axis = Dim(None, kind=Dim.Types.Spatial, description="loop")
+        object.__setattr__(self, "_rec", _LoopRecorder("Loop", axis, dynamic_end=dynamic, max_seq_len=max_seq_len,
+                                                       site=site))
         object.__setattr__(self, "axis", axis)
         object.__setattr__(self, "state", _LoopState(self))
         object.__setattr__(self, "_phase", "init")
         object.__setattr__(self, "_stacked", [])
+        object.__setattr__(self, "_last", [])
 
     def __enter__(self):
         if self._phase != "init":
             raise FrontendError("rf.Loop at %s: a loop can be entered once" % call_site())
+        self._rec.sub.__enter__()
         self.state._enter()
         object.__setattr__(self, "_phase", "body")
-        self._rec.sub.__enter__()
         return self
 
     def __exit__(self, exc_type, exc, tb):
         rec = self._rec
         try:
             if exc_type is None:
-                rec.add_outputs([t for t, _ in self._stacked], self.state._new_values())
+                rec.set_new_states(self.state._new_values())
+                stacked = [(rec.unit_layer(t, name or "stack"), t) for t, _r, name in self._stacked]
+                last = [(rec.unit_layer(t, name or "last"), t, r) for t, r, name in self._last]
         finally:
             rec.sub.__exit__(exc_type, exc, tb)
         if exc_type is not None:
             return False
-        ys, finals = rec.emit()
-        for (_t, result), y in zip(self._stacked, ys):
-            result.placeholder = y.placeholder
-            result.name = y.name
-        self.state._exit(finals)
+        ys, finals, dims = rec.emit(stacked)
+        for (_t, result, _n), y in zip(self._stacked, ys):
+            result.placeholder, result.name = y.placeholder, y.name
+        for unit_name, t, result in last:
+            y = rec.last(unit_name, t)
+            result.placeholder, result.name = y.placeholder, y.name
+        self.state._exit(finals, dims)
         object.__setattr__(self, "_phase", "done")
         return False
 
-    def unstack(self, source, **_kwargs):
-        self._check_body("unstack")
-        return self._rec.unstack(source)
+    def __setattr__(self, key, value):
+        raise AttributeError("rf.Loop: use loop.state.%s = ... for loop state" % key)
 
-    def stack(self, source):
+    def unstack(self, source, *, name=None):
+        self._check_body("unstack")
+        return self._rec.unstack(source, name)
+
+    def stack(self, source, *, name=None):
         """The frames of source, stacked along the loop axis (valid after the with block)."""
         self._check_body("stack")
         result = Data("loop_stack", dims=[self.axis] + list(source.dims), dtype=source.dtype,
                       sparse_dim=source.sparse_dim)
-        self._stacked.append((source, result))
+        self._stacked.append((source, result, name))
         return result
 
-    def end(self, *_args, **_kwargs):
-        raise FrontendError("rf.Loop.end at %s: loops with a dynamic end are not supported" % call_site())
+    def last(self, source, *, name=None):
+        """The frame of source at the end of each sequence (valid after the with block)."""
+        self._check_body("last")
+        result = Data("loop_last", dims=list(source.dims), dtype=source.dtype, sparse_dim=source.sparse_dim)
+        self._last.append((source, result, name))
+        return result
+
+    def end(self, source, *, include_eos):
+        """The loop (without axis) ends after the frame where source (bool, scalar or [batch]) is True."""
+        self._check_body("end")
+        if not self._rec.dynamic_end:
+            raise FrontendError("rf.Loop.end at %s: the loop runs over the axis %s; loop.end is for a loop without "
+                                "axis" % (call_site(), self.axis.short_repr()))
+        if include_eos is not True:
+            raise FrontendError("rf.Loop.end at %s: include_eos=%r is not supported on the layers backend (the end "
+                                "frame is part of the sequence: include_eos=True)" % (call_site(), include_eos))
+        self._rec.set_end(source)
+        return source
 
     def _check_body(self, what):
         if self._phase != "body":
@@ -241,7 +449,7 @@ class _LoopState:
         for key in self._names:
             init = self._values[key]
             self._structs[key] = init
-            self._values[key] = _pack(init, [rec.prev_state(t) for t in _flatten(init)])
+            self._values[key] = _pack(init, [rec.prev_state(path, t) for path, t in _named(init, key)])
 
     def _new_values(self):
         flat = []
@@ -249,95 +457,9 @@ class _LoopState:
             flat.extend(_flatten(self._new.get(key, self._values[key])))
         return flat
 
-    def _exit(self, finals):
+    def _exit(self, finals, dims):
         it = iter(finals)
         for key in self._names:
             n = len(_flatten(self._structs[key]))
-            self._values[key] = _pack(self._structs[key], [next(it) for _ in range(n)])
+            self._values[key] = _pack(self._structs[key], [next(it) for _ in range(n)], dims)
         self._new.clear()
-
-
-@op("loop_input")
-def _loop_input(layer, inputs, out, key):
-    return layer.network._rf_loop_inputs[key]
-
-
-def _base_refs(net_dict):
-    refs = set()
-    for d in net_dict.values():
-        for src in d.get("from", []):
-            if src.startswith("base:"):
-                refs.add(src[len("base:"):])
-        f = (d.get("loss_opts") or {}).get("custom_inv_norm_factor")
-        if isinstance(f, str) and f.startswith("base:"):
-            refs.add(f[len("base:"):])
-    return refs
-
-
-@op("loop")
-def _loop(layer, inputs, out, sub_net_dict, spatial_dim, n_x, outputs, n_y, cond=None):
-    from ..network import TFNetwork
-
-    net = layer.network
-    for ref in sorted(_base_refs(sub_net_dict)):  # outer layers (params!) are built outside the while loop
-        net.get_layer(ref)
-    xs, states = inputs[:n_x], inputs[n_x:]
-    x_tm = [align_exact(x, [spatial_dim] + [d for d in x.dims if d != spatial_dim]) for x in xs]
-    n_time = dim_value(layer, spatial_dim) if spatial_dim is not None else None
-    lens = spatial_dim.complete_dyn_size() if spatial_dim is not None and spatial_dim.dimension is None else None
-    s_init = [s.placeholder for s in states]
-    y_outputs, s_outputs = outputs[:n_y], outputs[n_y:]
-    tas = [tf.TensorArray(_dtype_of(sub_net_dict, name), size=n_time) for name, dims in y_outputs]
-
-    def subnet_for(t, s_cur):
-        subnet = TFNetwork(parent_net=net, absolute_name_prefix=net.get_absolute_name_prefix() + layer.name + "/",
-                           train_flag=net.train_flag, eval_flag=False, extern_data=net.extern_data)
-        subnet._rf_loop_inputs = {"x%i" % i: x[t] for i, x in enumerate(x_tm)}
-        subnet._rf_loop_inputs.update({"prev_s%i" % i: s for i, s in enumerate(s_cur)})
-        subnet._net_dict = sub_net_dict
-        return subnet
-
-    def loop_cond(t, *args):
-        if cond is None:
-            return t < n_time
-        subnet = subnet_for(t, list(args[:len(s_init)]))
-        return tf.reshape(subnet.construct_layer(sub_net_dict, cond).output.placeholder, [])
-
-    def body(t, *args):
-        s_cur, tas_cur = list(args[:len(s_init)]), list(args[len(s_init):])
-        subnet = subnet_for(t, s_cur)
-        new_s = []
-        for (name, dims), s_old, s_data in zip(s_outputs, s_cur, states):
-            v = to_out(subnet.construct_layer(sub_net_dict, name).output.placeholder, dims, s_data)
-            if lens is not None:
-                mask = tf.less(t, lens)  # [B]: keep the state of finished sequences
-                mask = _bcast_mask(mask, s_data)
-                v = tf.where(mask, v, s_old)
-            new_s.append(v)
-        new_tas = []
-        for (name, dims), ta in zip(y_outputs, tas_cur):
-            new_tas.append(ta.write(t, subnet.construct_layer(sub_net_dict, name).output.placeholder))
-        return [t + 1] + new_s + new_tas
-
-    res = tf.while_loop(loop_cond, body, [tf.constant(0)] + s_init + tas)
-    final_s, final_tas = res[1:1 + len(s_init)], res[1 + len(s_init):]
-    for (name, dims), v in zip(s_outputs, final_s):
-        layer.extra[name] = v
-    for (name, dims), ta in zip(y_outputs, final_tas):
-        layer.extra[name] = ta.stack()
-    return tf.cast(res[0], tf.int32)
-
-
-def _dtype_of(sub_net_dict, name):
-    return sub_net_dict[name]["out"].dtype
-
-
-def _bcast_mask(mask, data):
-    """[B] mask -> broadcastable against data (which must have the batch dim)."""
-    axis = data.batch_dim_axis
-    if axis is None:
-        raise ValueError("rf.scan: a loop state without batch dim cannot be masked per sequence")
-    shape = [1] * data.batch_ndim
-    shape[axis] = -1
-    return tf.reshape(mask, shape)
-

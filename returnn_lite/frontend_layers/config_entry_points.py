@@ -23,6 +23,8 @@ def extern_data_tensors(extern_data_opts, builder):
         t = Data(name=key, **opts)
         t.placeholder = Layer("data:%s" % key, {}, builder)
         for d in t.dims:
+            builder.dim_sources.setdefault(d, t)
+        for d in t.dims:
             if d.dimension is None and not d.is_batch_dim():
                 d.reset_eager()
         td.data[key] = t
@@ -72,23 +74,18 @@ def get_net_dict(*, epoch, step, config=None, task=None):
 
 def prune_unused_layers(net_dict):
     """Drop the layers no output, loss or param needs (e.g. unused final loop states), as the original."""
-    from ._loop import _base_refs
+    from ._loop import outer_refs
 
     keep, stack = set(), [name for name, d in net_dict.items()
                           if d.get("is_output_layer") or d.get("loss") or name == "output"]
     while stack:
         name = stack.pop()
+        while name not in net_dict and "/" in name:  # a sub-layer ("loop/y") -> its layer
+            name = name.rsplit("/", 1)[0]
         if name in keep or name not in net_dict:
             continue
         keep.add(name)
-        d = net_dict[name]
-        deps = list(d.get("from", []))
-        f = (d.get("loss_opts") or {}).get("custom_inv_norm_factor")
-        if isinstance(f, str):
-            deps.append(f)
-        if d.get("op") == "loop":
-            deps.extend(_base_refs(d["opts"]["sub_net_dict"]))
-        stack.extend(deps)
+        stack.extend(outer_refs(net_dict[name]))
     return {name: d for name, d in net_dict.items() if name in keep}
 
 

@@ -176,8 +176,7 @@ class SelfAttentionLayer(ConcatInputLayer):
         weights = tf.nn.softmax(energy)
         if attention_dropout:
             seed = self.network.random_seed_for(self, "attention_dropout")
-            weights = self.network.cond_on_train(
-                lambda: tf.nn.dropout(weights, rate=attention_dropout, seed=seed), lambda: weights)
+            weights = self.network.dropout_on_train(weights, attention_dropout, seed=seed)
         out = tf.matmul(weights, v)  # (B,H,T|1,value_dim)
         out = tf.transpose(out, [0, 2, 1, 3])  # (B,T|1,H,value_dim)
         if in_loop:
@@ -205,6 +204,15 @@ class SelfAttentionLayer(ConcatInputLayer):
         if len(dims) == 3 and src.have_batch_axis():
             out.time_dim_axis = 1
         return out
+
+    @classmethod
+    def rec_move_out_ok(cls, attention_left_only=False, key_shift=None, initial_state=None, **kwargs):
+        """
+        In a rec unit: built over the whole sequence (causal mask), frame t attends to the frames <= t, the same keys
+        and values as at step t in the loop (an empty initial history). Dropout on the weights draws other random
+        numbers than per step (the same distribution). With key_shift (positions per step) it stays in the loop.
+        """
+        return bool(attention_left_only) and key_shift is None and initial_state in (None, "zeros", 0)
 
     @classmethod
     def _state_dims(cls, num_heads, total_key_dim, n_out, sources):
@@ -302,6 +310,11 @@ class PositionalEncodingLayer(ConcatInputLayer):
                     source.get_dim(source.get_axis_by_tag(d)) for d in out.dims]
             signal = tf.broadcast_to(signal, full)
         self.output.placeholder = signal
+
+    @classmethod
+    def rec_move_out_ok(cls, axis=NotSpecified, offset=None, **kwargs):
+        """In a rec unit: over the whole sequence, the position of frame t is t, the step index in the loop."""
+        return (axis is NotSpecified or axis is None) and offset is None
 
     @classmethod
     def get_out_data_from_opts(cls, name, sources=(), add_to_input=False, n_out=NotSpecified, out_type=None,
@@ -613,6 +626,21 @@ class GenericAttentionLayer(AttentionBaseLayer):
     layer_options = ("base", "weights")
     required_options = ("base", "weights")
     default_from = ()
+
+    @classmethod
+    def rec_move_out_ok(cls, base=None, network=None, **kwargs):
+        """
+        In a rec unit: over the whole sequence, the loop's time axis is one more kept axis of the weights, where base
+        is an outer layer (``base:``) without the loop's time axis whose other axes are static (they are matched to
+        weights axes by size, which a dynamic loop time axis could match too).
+        """
+        if base is None or network is None or base.network is network:
+            return False
+        b = base.output
+        if network.get_inside_rec_time_dim() in b.dims:
+            return False
+        return all(d.dimension is not None for i, d in enumerate(b.dims)
+                   if i not in (b.batch_dim_axis, b.time_dim_axis, b.feature_dim_axis))
 
     def __init__(self, weights, auto_squeeze=True, **kwargs):
         super().__init__(**kwargs)

@@ -11,6 +11,7 @@ import tensorflow as tf
 
 from ..data import Data, Dim
 from ..initializers import get_initializer
+from ..layer_ref import LayerOption, as_layer_option, is_layer_target, resolve_layer_option, target_ref
 from ..registry import Registry
 from ..util import NotSpecified, as_list, get_valid_scope_name_from_str
 
@@ -74,13 +75,22 @@ class LayerBase:
     :param register_as_extern_data: register the output as extern data under this key
     :param control_dependencies_on_output: function(layer) -> ops that run before the output is used
     :param debug_print_layer_output: print the output (and sequence lengths) whenever it is computed
+    :param out_shape: the expected output dims (a set of Dims, as the original): the output template must have
+        exactly these (inside a rec loop also the loop's time dim), else an error naming the layer; an
+        :class:`OutShape` also checks dtype and sparse dim and names where the dims were decided (e.g. the rf call)
     """
 
     layer_class = None
     recurrent = False  # True if the layer depends on the order of frames (matters for rec loops)
-    layer_options = ()  # options that name another layer (a str is resolved to it; constants stay as they are)
-    default_from = "data"  # the sources without a "from" (() for layers that need none)
-    required_options = ()  # options that must be given (beyond the __init__ arguments without default)
+    # Options that name layers: a name, or a LayerOption(name, form, keywords, dependency) for the other forms
+    # (dict of layers, (layer, x) pairs, loss targets; see layer_ref.resolve_layer_option). Merged along the MRO
+    # (subclass first); transform_config_dict resolves them, get_dep_layers lists their layers.
+    layer_options = (LayerOption("initial_output", keywords=("zeros", "ones", "var", "keep_over_epoch",
+                                                            "keep_over_epoch_no_init", "apply(0)"), dependency=False),)
+    default_from = "data"  # the sources without a "from" (() for none; or a function(layer dict) -> sources)
+    from_form = "layers"  # form of "from" (see layer_ref.resolve_layer_option): "layers", or "pairs" ((layer, x))
+    required_options = ()  # options that must be given, not as None (beyond the __init__ args without default)
+    dep_attributes = ()  # attributes with layers this layer depends on that are no option (e.g. a subnetwork's output)
     option_types = {"batch_norm": (bool, dict)}  # accepted types where the default's type is not the only one
     # options refused (an error naming them) unless they have one of these values
     unsupported_options = {"only_on_search": (False, None), "copy_output_loss_from_source_idx": (None,),
@@ -104,7 +114,7 @@ class LayerBase:
                  param_dropout=None, updater_opts=None, initial_output=None, state=None, need_last=False,
                  rec_previous_layer=None, encapsulate=False, collocate_with=None, trainable=None,
                  custom_param_importer=None, register_as_extern_data=None, control_dependencies_on_output=None,
-                 debug_print_layer_output=None, **kwargs):
+                 debug_print_layer_output=None, out_shape=None, **kwargs):
         if kwargs:
             bad = sorted(kwargs)
             raise TypeError("%s layer %r: unknown option%s %s" % (
@@ -138,6 +148,8 @@ class LayerBase:
         self.param_dropout = param_dropout
         self.control_dependencies_on_output = control_dependencies_on_output
         self.debug_print_layer_output = debug_print_layer_output
+        if out_shape is not None:
+            verify_out_shape(self, output, out_shape)
         self.params = {}
         self.saveable_param_replace = {}
         self.stats = {}
@@ -152,8 +164,8 @@ class LayerBase:
         """
         src_names = d.pop("from", NotSpecified)
         if src_names is NotSpecified:
-            src_names = cls.default_from
-        d["sources"] = [get_layer(n) for n in as_list(src_names) if n not in (None, "none")]
+            src_names = cls.default_from(d) if callable(cls.default_from) else cls.default_from
+        d["sources"] = resolve_layer_option(LayerOption("from", cls.from_form), src_names, get_layer)
         if d.get("reuse_params"):
             d["reuse_params"] = _ReuseParams.from_config(d["reuse_params"], network, get_layer)
         loss_name = d.get("loss")
@@ -170,11 +182,14 @@ class LayerBase:
                 d["target"] = default_target
         target = d.get("target")
         target_layers = None
-        if target and isinstance(target, str) and target.startswith("layer:"):
-            target_layers = {target: get_layer(target[len("layer:"):])}  # built before this layer (its loss needs it)
-        elif target and loss_name:
+        if is_layer_target(target):
+            target_layers = {target: get_layer(target_ref(target))}  # built before this layer (its loss needs it)
+        elif target:  # an unknown data key is an error also without a loss (only a loss marks the key as used)
             for t in as_list(target):
-                network.get_extern_data(t, mark_data_key_as_used=True)
+                try:
+                    network.get_extern_data(t, mark_data_key_as_used=bool(loss_name))
+                except KeyError as exc:  # (DataNotFound)
+                    raise type(exc)("option 'target': %s" % exc) from None
         if loss_name:
             from ..losses import get_loss_class
 
@@ -188,24 +203,35 @@ class LayerBase:
                 tdata = cls._static_get_target_data(target, network, target_layers)
                 if tdata is not None and tdata.dim is not None:
                     d["n_out"] = loss_class.get_auto_output_layer_dim(tdata.feature_dim).dimension
-        elif (target and isinstance(target, str) and not target.startswith("layer:")
+        elif (target and isinstance(target, str) and not is_layer_target(target)
               and d.get("n_out", NotSpecified) is NotSpecified and "out_type" not in d
               and target in network.extern_data.data):
             # as the original: n_out is guessed from the target also without a loss (e.g. a softmax in a rec unit)
             tdata = network.get_extern_data(target)
             if tdata.dim is not None:
                 d["n_out"] = tdata.dim
-        for key in cls.layer_options:
-            v = d.get(key)
-            if isinstance(v, str):
-                d[key] = get_layer(v)
-            elif isinstance(v, (list, tuple)) and v and all(isinstance(x, str) for x in v):
-                d[key] = [get_layer(x) for x in v]
-        for key in ("initial_output",):
-            v = d.get(key)
-            if isinstance(v, str) and v not in ("zeros", "ones", "var", "keep_over_epoch",
-                                                 "keep_over_epoch_no_init", "apply(0)"):
-                d[key] = get_layer(v)
+        for opt in cls.get_layer_option_decls():
+            v = d.get(opt.name)
+            if v is not None:
+                d[opt.name] = resolve_layer_option(opt, v, get_layer, network)
+
+    @classmethod
+    def get_layer_option_decls(cls):
+        """
+        The options of this class that name layers (``layer_options`` along the MRO, subclass first), as LayerOption.
+        :rtype: tuple[LayerOption]
+        """
+        res = _layer_option_decls.get(cls)
+        if res is None:
+            seen, res = set(), []
+            for klass in cls.__mro__:
+                for decl in klass.__dict__.get("layer_options", ()):
+                    opt = as_layer_option(decl)
+                    if opt.name not in seen:
+                        seen.add(opt.name)
+                        res.append(opt)
+            res = _layer_option_decls[cls] = tuple(res)
+        return res
 
     @classmethod
     def construct_children(cls, d, name, network, get_layer):
@@ -218,15 +244,15 @@ class LayerBase:
 
     @staticmethod
     def _static_get_target_data(target, network, target_layers=None):
-        if target.startswith("layer:"):
+        if is_layer_target(target):
             return target_layers[target].output if target_layers else None
         return network.get_extern_data(target)
 
     def _get_target_value(self, target=None):
         """The target Data for a loss (extern data key or ``layer:NAME``)."""
         target = target or self.target
-        if target.startswith("layer:"):
-            return self.network.get_layer(target[len("layer:"):]).output
+        if is_layer_target(target):
+            return self.network.get_layer(target_ref(target)).output
         return self.network.get_extern_data(target)
 
     # ---- output template ----
@@ -422,12 +448,17 @@ class LayerBase:
         return bool(self.is_output_layer_flag) or self.name == "output" or self.loss is not None
 
     def get_dep_layers(self):
+        """
+        The sources (in order, as given), then the layers of the declared layer options (``layer_options``, in any
+        form) and of ``dep_attributes``, each once.
+        """
         deps = [s for s in self.sources if s is not None]
-        for key in self.layer_options:
-            v = (self.kwargs or {}).get(key)
-            for x in (v if isinstance(v, (list, tuple)) else [v]):
-                if isinstance(x, LayerBase) and x not in deps:
-                    deps.append(x)
+        kwargs = self.kwargs or {}
+        values = [kwargs.get(opt.name) for opt in self.get_layer_option_decls() if opt.dependency]
+        values += [getattr(self, attr, None) for attr in self.dep_attributes]
+        for x in _layers_in(values):
+            if x not in deps:
+                deps.append(x)
         return deps
 
     def get_sub_layer(self, layer_name):
@@ -468,6 +499,73 @@ class LayerBase:
     def __repr__(self):
         return "<%s %r out_type=%s>" % (self.__class__.__name__, self.get_absolute_name(),
                                         self.output.short_repr() if self.output is not None else None)
+
+
+def last_hidden_state(state, key="*"):
+    """
+    A cell state dict (state name -> [B, n]) as ``get_last_hidden_state`` gives it: the concatenation of the parts
+    (sorted by name, i.e. c before h), or the part ``key``.
+    """
+    if key not in (None, "*") and key in state:
+        return state[key]
+    parts = [state[k] for k in sorted(state)]
+    return parts[0] if len(parts) == 1 else tf.concat(parts, axis=-1)
+
+
+_layer_option_decls = {}  # layer class -> its LayerOption declarations (LayerBase.get_layer_option_decls)
+
+
+def _layers_in(value):
+    """The layers in an option value (a layer, or lists / tuples / dict values of them), in order."""
+    if isinstance(value, LayerBase):
+        yield value
+    elif isinstance(value, (list, tuple)):
+        for x in value:
+            yield from _layers_in(x)
+    elif isinstance(value, dict):
+        for x in value.values():
+            yield from _layers_in(x)
+
+
+class OutShape(frozenset):
+    """
+    ``out_shape`` value: the set of expected output dims, plus (optional) the expected dtype and sparse dim and
+    ``origin``, where they were decided (e.g. the rf call site ``model.py:12``), named in the error.
+    """
+
+    def __new__(cls, dims, dtype=None, sparse_dim=None, origin=None):
+        self = super().__new__(cls, dims)
+        self.dtype, self.sparse_dim, self.origin = dtype, sparse_dim, origin
+        return self
+
+    def __repr__(self):
+        return "{%s}" % ", ".join(repr(d) for d in self)
+
+    def __reduce__(self):
+        return OutShape, (list(self), self.dtype, self.sparse_dim, self.origin)
+
+
+def verify_out_shape(layer, output, out_shape):
+    """The option ``out_shape``: the template's dims must be exactly these (see :class:`OutShape`)."""
+    dims = list(output.dims)
+    expected = set(out_shape)
+    problem = None
+    if len(set(dims)) != len(dims) or set(dims) != expected:
+        extra = set(dims) - expected
+        loop_dims = {layer.network.get_inside_rec_time_dim(inside_loop=False)} - {None}
+        if len(set(dims)) != len(dims) or not expected <= set(dims) or not extra <= loop_dims:
+            problem = "output dims %s, expected %s" % (
+                "[%s]" % ", ".join(d.short_repr() for d in dims),
+                "{%s}" % ", ".join(d.short_repr() for d in sorted(expected, key=lambda d: d.description)))
+    if problem is None and getattr(out_shape, "dtype", None) and output.dtype != out_shape.dtype:
+        problem = "output dtype %s, expected %s" % (output.dtype, out_shape.dtype)
+    if problem is None and isinstance(out_shape, OutShape) and output.sparse_dim != out_shape.sparse_dim:
+        got, exp = output.sparse_dim, out_shape.sparse_dim
+        problem = "output sparse dim %s, expected %s" % (got and got.short_repr(), exp and exp.short_repr())
+    if problem:
+        origin = getattr(out_shape, "origin", None)
+        raise ValueError("%s layer %r%s: %s (option out_shape)" % (
+            layer.layer_class, layer.name, " (from %s)" % origin if origin else "", problem))
 
 
 class InternalLayer(LayerBase):

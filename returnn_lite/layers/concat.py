@@ -16,9 +16,11 @@ class ConcatLayer(LayerBase):
     """
 
     layer_class = "concat"
+    default_from = ()
+    from_form = "pairs"  # "from": [(layer name, axis), ...] -> sources [(layer, axis), ...]
 
     def __init__(self, sources, out_dim=None, **kwargs):
-        layers, axes = sources
+        layers, axes = [layer for layer, _ in sources], [axis for _, axis in sources]
         super().__init__(sources=layers, **kwargs)
         axis = layers[0].output.get_axis_from_description(axes[0])
         xs, sizes = [], []
@@ -41,17 +43,8 @@ class ConcatLayer(LayerBase):
             tag.dyn_size = tf.add_n(sizes) if len(sizes) > 1 else sizes[0]
 
     @classmethod
-    def transform_config_dict(cls, d, network, get_layer):
-        pairs = d.pop("from", None)
-        if not pairs or not all(isinstance(p, (tuple, list)) and len(p) == 2 for p in pairs):
-            raise ValueError("concat: 'from' must be a list of (layer name, axis) pairs, got %r" % (pairs,))
-        d["from"] = []
-        super().transform_config_dict(d, network=network, get_layer=get_layer)
-        d["sources"] = ([get_layer(name) for name, _ in pairs], [axis for _, axis in pairs])
-
-    @classmethod
     def get_out_data_from_opts(cls, name, sources, out_dim=None, **kwargs):
-        layers, axes = sources
+        layers, axes = [layer for layer, _ in sources], [axis for _, axis in sources]
         first = layers[0].output
         axis = first.get_axis_from_description(axes[0])
         dims = []
@@ -65,6 +58,3 @@ class ConcatLayer(LayerBase):
             out_dim = Dim(sum(static) if None not in static else None, kind=dims[0].kind,
                           description="%s:concat" % name)
         return first.copy_template_replace_dim_tag(axis, out_dim, name="%s_output" % name)
-
-    def get_dep_layers(self):
-        return list(self.sources)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from ..data import Data
+from ..layer_ref import LayerOption
 from .base import InternalLayer, LayerBase
 
 def _identity(x):
@@ -27,6 +28,7 @@ class LossLayer(LayerBase):
 
     layer_class = "loss"
     recurrent = True
+    layer_options = (LayerOption("target_", "target"),)  # an extern data key or "layer:NAME"
 
     def __init__(self, loss_, target_=None, use_error=False, **kwargs):
         super().__init__(**kwargs)
@@ -86,15 +88,8 @@ class LossLayer(LayerBase):
             return None
         return cls.get_out_data_from_opts(**parent_layer_kwargs), parent_layer_kwargs["network"], InternalLayer
 
-    def get_dep_layers(self):
-        deps = super().get_dep_layers()
-        if self.target_ is not None:
-            deps.append(self.target_)
-        return deps
-
     @classmethod
     def transform_config_dict(cls, d, network, get_layer):
-        super().transform_config_dict(d, network=network, get_layer=get_layer)
         from ..losses import get_loss_class
 
         loss_name = d.pop("loss_", None)
@@ -102,19 +97,9 @@ class LossLayer(LayerBase):
             raise ValueError("loss layer: option 'loss_' (the loss class name, e.g. 'ce') is required")
         loss_class = get_loss_class(loss_name)
         if "target_" not in d:
-            target = loss_class.get_default_target(network.extern_data)
-            if target:
-                d["target_"] = target
-        target = d.get("target_")
-        if target:
-            if isinstance(target, str):
-                if target.startswith("layer:"):
-                    d["target_"] = get_layer(target[len("layer:"):])
-                else:
-                    network.get_extern_data(target, mark_data_key_as_used=True)
-                    d["target_"] = get_layer("data:%s" % target)
-        else:
-            d["target_"] = None
+            d["target_"] = loss_class.get_default_target(network.extern_data)
+        d["target_"] = d["target_"] or None
+        super().transform_config_dict(d, network=network, get_layer=get_layer)  # target_ -> its layer
         opts = dict(d.pop("loss_opts_", None) or {})
         loss_class.transform_config_dict(opts, network=network, get_layer=get_layer)
         d["loss_"] = loss_class(base_network=network, **opts)

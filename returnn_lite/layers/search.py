@@ -14,8 +14,9 @@ from __future__ import annotations
 import tensorflow as tf
 
 from ..data import Data, Dim, SearchBeam, batch_dim, flat_beam_indices
+from ..layer_ref import LayerOption, is_layer_target, target_ref
 from ..util import NotSpecified
-from .base import InternalLayer, LayerBase
+from .base import InternalLayer, LayerBase, last_hidden_state
 
 
 # ---- beams of sources (used by the network, once for all layers) ----
@@ -58,8 +59,6 @@ class _BeamAdaptedLayer(InternalLayer):
         self.params = {}
 
     def get_last_hidden_state(self, key):
-        from .rec.state import last_hidden_state
-
         if self.rec_vars_outputs:
             return last_hidden_state(self.rec_vars_outputs, key)
         h = self.base_layer.get_last_hidden_state(key)
@@ -125,6 +124,7 @@ class ChoiceLayer(LayerBase):
 
     layer_class = "choice"
     option_types = {"cheating": (bool, str), "scheduled_sampling": (bool, dict)}  # cheating="exclusive"
+    layer_options = (LayerOption("explicit_search_sources", "layers"),)  # a layer name or a list of them
 
     def __init__(self, beam_size=NotSpecified, keep_beams=False, search=NotSpecified, input_type="prob",
                  prob_scale=1.0, base_beam_score_scale=1.0, random_sample_scale=0.0, length_normalization=True,
@@ -252,11 +252,7 @@ class ChoiceLayer(LayerBase):
             if d.get("explicit_search_sources") is not None:
                 raise ValueError("give explicit_search_source or explicit_search_sources, not both")
             d["explicit_search_sources"] = [d.pop("explicit_search_source")]
-        explicit = d.get("explicit_search_sources")
         super().transform_config_dict(d, network=network, get_layer=get_layer)
-        if explicit is not None:
-            d["explicit_search_sources"] = [get_layer(x) for x in (explicit if isinstance(explicit, (list, tuple))
-                                                                   else [explicit])]
         input_type = d.get("input_type", "prob")
         search = cls.use_search(network, d.get("search", NotSpecified), input_type)
         if search and not d.get("beam_size"):
@@ -270,8 +266,7 @@ class ChoiceLayer(LayerBase):
         if not target and input_type != "regression" and (not search or d.get("cheating")):
             raise ValueError("option 'target' is required")
         if target and (not search or d.get("cheating")) and input_type != "regression":
-            d["_target_layer"] = get_layer(target[len("layer:"):] if target.startswith("layer:") else
-                                           "data:%s" % target)
+            d["_target_layer"] = get_layer(target_ref(target))
 
     @classmethod
     def get_out_data_from_opts(cls, name, network, sources=(), target=None, beam_size=NotSpecified,
@@ -283,10 +278,13 @@ class ChoiceLayer(LayerBase):
         src = sources[0].output
         if _target_layer is not None:
             dim = _target_layer.output.dim
-        elif target and not str(target).startswith("layer:"):
+        elif target and not is_layer_target(target):
             dim = network.get_extern_data(target[0] if isinstance(target, (list, tuple)) else target).dim
         else:
             dim = src.dim
+        if dim is not None and src.dim is not None and dim != src.dim:
+            raise ValueError("option 'target' %r has %i classes, but the scores of the source (option 'from') %r have "
+                             "dim %i" % (target, dim, sources[0].name, src.dim))
         out = Data(name="%s_output" % name, dims=tuple(d for i, d in enumerate(src.dims) if i != src.feature_dim_axis),
                    sparse_dim=Dim(dim, kind=Dim.Types.Feature, description="%s:choice" % name), dtype="int32")
         template_beams = getattr(network, "template_beams", None)

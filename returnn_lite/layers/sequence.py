@@ -245,6 +245,9 @@ class CumsumLayer(ConcatInputLayer):
         if in_loop:
             data = _batch_major(data)
         x = data.placeholder
+        if isinstance(additional_left_summand_per_element, str) and x.dtype != tf.string:
+            raise TypeError("option 'additional_left_summand_per_element' %r: a str only for string inputs (the "
+                            "input is %s)" % (additional_left_summand_per_element, x.dtype.name))
         if additional_left_summand_per_element is not None:
             x = tf.constant(np.asarray(additional_left_summand_per_element).astype(x.dtype.as_numpy_dtype)) + x
         if in_loop:

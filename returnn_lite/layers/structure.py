@@ -14,6 +14,7 @@ import tensorflow as tf
 from ..data import Data, Dim
 from ..util import NotSpecified, as_list
 from ..errors import LayerNotFound
+from ..layer_ref import LayerOption, parse_layer_ref
 from .base import LayerBase, concat_sources
 
 tf1 = tf.compat.v1
@@ -41,19 +42,28 @@ def flatten_subnetworks_in_unit(unit):
         if not desc.get("concat_sources", True):
             raise NotImplementedError("subnetwork layer %r inside a rec unit: concat_sources=False" % name)
         sources = desc.get("from", "data")
+        for src in sources if isinstance(sources, (list, tuple)) else [sources]:  # S/data may be never built
+            if src == name:
+                raise ValueError("subnetwork layer %r: option 'from': a dependency loop (the layer itself; use "
+                                 "'prev:%s' for its previous frame)" % (name, name))
+            if isinstance(src, str) and src.split("/")[0] not in unit and src not in ("data", "none", ":i") and \
+                    not src.startswith(("data:", "base:", "prev:")):
+                raise ValueError("subnetwork layer %r: option 'from': %r is not a layer of the rec unit (layers: %s)"
+                                 % (name, src, sorted(unit)))
 
         def rename(ref, _name=name, _sub=sub):
-            if not isinstance(ref, str) or ref in ("none", ":i"):
+            if not isinstance(ref, str) or ref in ("", "none"):
                 return ref
-            if ref.startswith("base:"):
-                return ref[len("base:"):]
-            if ref.startswith("prev:"):
-                return "prev:" + rename(ref[len("prev:"):])
-            if ref in ("data", "data:data"):
+            r = parse_layer_ref(ref)
+            if r.kind == "base":
+                return r.name
+            if r.kind == "prev":
+                return "prev:" + rename(r.name)
+            if r.kind == "data" and r.name in (None, "data"):
                 return "%s/data" % _name
-            if ref.startswith("data:"):
-                return ref
-            return "%s/%s" % (_name, ref)
+            if r.kind == "layer":
+                return "%s/%s" % (_name, r.name)
+            return ref  # :i, data:KEY, extra.NET:...
 
         for sub_name, sub_desc in sub.items():
             sub_desc = dict(sub_desc)
@@ -85,6 +95,7 @@ class SubnetworkLayer(LayerBase):
 
     layer_class = "subnetwork"
     recurrent = True
+    dep_attributes = ("output_layer",)
 
     def __init__(self, subnetwork, concat_sources=True, load_on_init=None, dropout=0, dropout_noise_shape=None,
                  dropout_on_forward=False, **kwargs):
@@ -155,9 +166,6 @@ class SubnetworkLayer(LayerBase):
     def get_sub_layers(self):
         return self.subnetwork.get_all_layers_shallow()
 
-    def get_dep_layers(self):
-        return super().get_dep_layers() + [self.output_layer]
-
     def post_initialize_params(self, session):
         """load_on_init: after the random init, load the sub params from a checkpoint (names without our prefix)."""
         if not self.load_on_init:
@@ -188,6 +196,10 @@ class CondLayer(LayerBase):
     layer_class = "cond"
     default_from = ()
     recurrent = True
+    # each a layer name, or a layer dict (built as a child by construct_children)
+    layer_options = ("condition", "true_layer", "false_layer")
+    required_options = layer_options
+    option_types = {key: (str, dict, LayerBase) for key in layer_options}
 
     def __init__(self, condition, true_layer, false_layer, **kwargs):
         super().__init__(**kwargs)
@@ -196,13 +208,8 @@ class CondLayer(LayerBase):
         if c.batch_ndim != 0 or c.dtype != "bool":
             raise ValueError("condition %r must be a scalar bool, got %s" % (condition.name, c.short_repr()))
         t = true_layer.output
-        f = false_layer.output
-        try:
-            f = f.copy_compatible_to(t)
-            f_ph = f.placeholder
-        except ValueError:
-            f_ph = f.placeholder
-        self.output.placeholder = tf.cond(c.placeholder, lambda: tf.identity(t.placeholder), lambda: tf.identity(f_ph))
+        self.output.placeholder = tf.cond(c.placeholder, self._branch_fn(true_layer, t),
+                                          self._branch_fn(false_layer, t))
         for i, d in enumerate(self.output.dims):
             if d is t.dims[i] or d.dimension is not None or d.is_batch_dim():
                 continue
@@ -211,6 +218,31 @@ class CondLayer(LayerBase):
                 d.dyn_size = tf.cond(c.placeholder, lambda: td.dyn_size, lambda: fd.dyn_size)
             else:
                 d.dyn_size = td.dyn_size
+
+    def _branch_fn(self, layer, like):
+        """
+        The branch function of tf.cond. A branch given as a layer dict without params and losses is built again
+        inside it, so that only the taken branch runs (the layer built by construct_children gave the template).
+        """
+        def as_out(data):
+            try:
+                return data.copy_compatible_to(like).placeholder
+            except ValueError:
+                return data.placeholder
+
+        rebuild = getattr(layer, "_cond_rebuild", None)
+        if rebuild is None or not _self_contained(layer):
+            x = as_out(layer.output)
+            return lambda: tf.identity(x)
+        from ..subnetwork import Subnetwork
+
+        key, desc, get_layer = rebuild
+
+        def fn():
+            net = Subnetwork(self.network, self.name, fallback_to_parent=True, parent_get_layer=get_layer)
+            return tf.identity(as_out(net.construct_layer({key: desc}, key).output))
+
+        return fn
 
     def _false_tag(self, axis):
         t, f = self.true_layer.output, self.false_layer.output
@@ -225,19 +257,6 @@ class CondLayer(LayerBase):
         return None
 
     @classmethod
-    def transform_config_dict(cls, d, network, get_layer):
-        super().transform_config_dict(d, network=network, get_layer=get_layer)
-        # (not layer_options: each may also be a layer dict, built as a child by construct_children)
-        for key in ("condition", "true_layer", "false_layer"):
-            v = d.get(key)
-            if v is None:
-                raise ValueError("option %r must be given" % key)
-            if isinstance(v, str):
-                d[key] = get_layer(v)
-            elif not isinstance(v, (dict, LayerBase)):
-                raise TypeError("option %r must be a layer name or dict, got %r" % (key, v))
-
-    @classmethod
     def construct_children(cls, d, name, network, get_layer):
         """Layer dicts given as condition/true_layer/false_layer: sub layers <name>/<option> of one Subnetwork."""
         from ..subnetwork import Subnetwork
@@ -247,7 +266,10 @@ class CondLayer(LayerBase):
             if isinstance(d[key], dict):
                 if extra is None:
                     extra = Subnetwork(network, name, fallback_to_parent=True, parent_get_layer=get_layer)
-                d[key] = extra.construct_layer({key: d[key]}, key)
+                desc = d[key]
+                d[key] = extra.construct_layer({key: desc}, key)
+                if key != "condition":  # built again inside tf.cond (see _branch_fn)
+                    d[key]._cond_rebuild = (key, desc, get_layer)
 
     @property
     def _extra_net(self):
@@ -287,8 +309,12 @@ class CondLayer(LayerBase):
             return self._extra_net.layers[layer_name]
         return None
 
-    def get_dep_layers(self):
-        return super().get_dep_layers() + [self.condition_layer, self.true_layer, self.false_layer]
+
+def _self_contained(layer):
+    """Whether layer (and its sub-networks) has no params and no losses: building it again creates nothing shared."""
+    layers = [layer] + [x for net in getattr(layer, "get_sub_networks", lambda: [])() if net is not None
+                        for x in net.get_all_layers_deep()]
+    return not any(x.params or x.loss is not None for x in layers)
 
 
 class HDFDumpLayer(LayerBase):
@@ -306,6 +332,8 @@ class HDFDumpLayer(LayerBase):
 
     layer_class = "hdf_dump"
     unsupported_options = {"dump_per_run": (False,)}
+    layer_options = (LayerOption("extra", "dict"),)  # {key: layer name}
+    option_types = {"extra": (dict,)}
 
     def __init__(self, filename, extra=None, dump_whole_batches=False, labels=None, extend_existing_file=False,
                  dump_per_run=False, **kwargs):
@@ -411,8 +439,6 @@ class HDFDumpLayer(LayerBase):
     @classmethod
     def transform_config_dict(cls, d, network, get_layer):
         super().transform_config_dict(d, network=network, get_layer=get_layer)
-        if d.get("extra"):
-            d["extra"] = {k: get_layer(v) for k, v in d["extra"].items()}
         if callable(d.get("filename")):
             d["filename"] = d["filename"]()
 
@@ -421,9 +447,6 @@ class HDFDumpLayer(LayerBase):
         if len(sources) != 1:
             raise ValueError("hdf_dump needs exactly one source, got %i" % len(sources))
         return sources[0].output.copy_template(name="%s_output" % name)
-
-    def get_dep_layers(self):
-        return super().get_dep_layers() + list(self.extra.values())
 
 
 class ImageSummaryLayer(LayerBase):

@@ -36,6 +36,11 @@ def _seq_lens(data):
     return lens
 
 
+# losses on scores / regression values: a sparse or integer output is a mistake (e.g. the loss on a choice/argmax)
+FLOAT_OUTPUT_LOSSES = ("ce", "bin_ce", "sse_sigmoid", "generic_ce", "ctc", "mse", "l1", "mean_l1", "deep_clustering",
+                       "triplet_loss")
+
+
 class Loss:
     """A loss on a layer's output against a target. Subclasses set class_name and implement get_value."""
 
@@ -82,9 +87,17 @@ class Loss:
 
     def check_dims(self, layer, target):
         """Template-level check of output against target, so that mismatches fail at construction."""
+        out = layer.output
+        if self.class_name in FLOAT_OUTPUT_LOSSES and (out.sparse or not str(out.dtype).startswith(("float", "bfloat"))):
+            raise ValueError("loss %r needs dense float scores, but the output of layer %r is %s%s" % (
+                self.class_name, layer.name, "sparse " if out.sparse else "", out.short_repr()))
+        if self.class_name == "ctc" and (not out.have_time_axis() or out.feature_dim_axis is None):
+            raise ValueError("loss 'ctc' needs an output with a time and a feature axis, got %s (layer %r)" % (
+                out.short_repr(), layer.name))
+        if self.class_name == "ctc" and target is not None and not target.sparse:
+            raise ValueError("loss 'ctc' needs sparse target labels, got the dense target %s" % target.short_repr())
         if target is None or not self.need_target:
             return
-        out = layer.output
         if target.sparse and not out.sparse and out.dim is not None and target.dim is not None:
             if self.get_auto_output_layer_dim(target.sparse_dim).dimension != out.dim:
                 raise ValueError("loss %r: the output dim %r of layer %r does not match the %i classes of the "

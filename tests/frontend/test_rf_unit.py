@@ -262,7 +262,7 @@ def test_scan_cumsum_and_lstm_cell_loop():
     np.testing.assert_allclose(res["last"], [x[0].sum(0), x[1, :2].sum(0)], rtol=1e-5)
     np.testing.assert_allclose(res["ys"][0], res["y_ref"][0], rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(res["ys"][1, :2], res["y_ref"][1, :2], rtol=1e-5, atol=1e-6)
-    assert net_dict["loop"]["op"] == "loop" and "x0" in net_dict["loop"]["opts"]["sub_net_dict"]
+    assert net_dict["loop"]["class"] == "rec" and net_dict["loop"]["unit"]["unstack"]["from"] == ["base:data:data"]
 
 
 def test_loop_state_unstack_stack():

@@ -195,6 +195,7 @@ def test_loss_inside_loop_with_gradients():
             net.initialize_params(session)  # gradients built after the graph ran once (as the conformance checker)
             grads = tf.gradients(obj, net.get_params_list())
             assert all(g is not None for g in grads)
+            grads = [tf.convert_to_tensor(g) for g in grads]  # emb (moved out, sparse input): IndexedSlices
             res = session.run([obj] + grads, _feed(net))
         assert np.isfinite(res[0]) and all(np.all(np.isfinite(g)) for g in res[1:])
 

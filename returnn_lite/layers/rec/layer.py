@@ -8,10 +8,10 @@ from __future__ import annotations
 import tensorflow as tf
 
 from ...data import Data, Dim, batch_dim
+from ...layer_ref import LayerOption, is_layer_target
 from ...util import NotSpecified
-from ..base import ConcatInputLayer, LayerBase, concat_sources_template
+from ..base import ConcatInputLayer, LayerBase, concat_sources_template, last_hidden_state
 from . import cells as _cells
-from .state import last_hidden_state
 from .subnet import RecSubnetLoop
 
 tf1 = tf.compat.v1
@@ -94,16 +94,11 @@ def _register_keep_state_updates(layer, final_state):
     layer.network.register_post_control_dependencies(ops)
 
 
-def _resolve_initial_state(v, get_layer):
-    if isinstance(v, str) and v not in _INITIAL_STATE_KEYWORDS:
-        return get_layer(v)
-    if isinstance(v, dict):
-        return {k: _resolve_initial_state(x, get_layer) for k, x in v.items()}
-    return v
-
-
 class _CellMixin:
     """Runs a cell unit over the time axis of self.input_data, or one step inside a rec loop."""
+
+    # initial_state: a layer name, a keyword, or {state name: either} (read before the first frame: no dependency)
+    layer_options = (LayerOption("initial_state", "dict", keywords=_INITIAL_STATE_KEYWORDS, dependency=False),)
 
     initial_output_from_state = "h"  # inside a rec loop, prev:layer at the first step is the initial h
     n_out_is_output_dim = False  # n_out is the number of units (the output dim differs e.g. with num_proj)
@@ -204,7 +199,11 @@ class RnnCellLayer(_CellMixin, ConcatInputLayer):
     layer_class = "rnn_cell"
     unsupported_options = {"weights_init": (None,)}
     recurrent = True
-    state_moves_out_of_loop = True  # in a rec unit without per-step deps it runs over time (as the original)
+
+    @classmethod
+    def rec_move_out_ok(cls, **kwargs):
+        """In a rec unit without per-step deps it runs over the time axis (as the original), the same states."""
+        return True
 
     def __init__(self, unit, unit_opts=None, initial_state=None, initial_output=None, weights_init=None,
                  **kwargs):
@@ -218,8 +217,8 @@ class RnnCellLayer(_CellMixin, ConcatInputLayer):
         if not d.get("unit"):
             raise ValueError("rnn_cell needs the option 'unit' (a cell name, e.g. 'LSTMBlock', 'GRU')")
         super().transform_config_dict(d, network=network, get_layer=get_layer)
-        if d.get("initial_state") is not None:
-            d["initial_state"] = _resolve_initial_state(d["initial_state"], get_layer)
+        if d.get("n_out", NotSpecified) in (NotSpecified, None):  # (after a loss's target gave its dim)
+            raise ValueError("rnn_cell needs the option 'n_out' (the number of units)")
 
     @classmethod
     def get_out_data_from_opts(cls, name, sources=(), n_out=NotSpecified, network=None, **kwargs):
@@ -265,6 +264,11 @@ class GetLastHiddenStateLayer(LayerBase):
 
 
 
+def _rec_default_from(d):
+    """The sources of a rec layer without "from": none for a subnetwork unit (it reads data:source), else "data"."""
+    return () if isinstance(d.get("unit", "lstm"), dict) else "data"
+
+
 class RecLayer(_CellMixin, ConcatInputLayer):
     """
     Recurrent layer: ``unit`` is a cell name (e.g. "lstm", "gru", "standardlstm") run over the time axis of the
@@ -285,12 +289,14 @@ class RecLayer(_CellMixin, ConcatInputLayer):
     :param use_global_rec_step_offset: add the global rec step offset to the step counter
     :param include_eos: with a target, include the end-of-sequence frame
     :param debug: debug output of the loop
-    :param axis: the time axis (Dim) to loop over (default: the input's time axis)
+    :param axis: the time axis (Dim) to loop over (default: the input's time axis); with an 'end' sub-layer and
+        no input: the Dim of the new time axis (subnetwork unit only)
     :param in_dim: the input feature Dim (default: the input's feature dim)
     :param out_dim: the output feature Dim (alternative to n_out)
     """
 
     layer_class = "rec"
+    default_from = staticmethod(_rec_default_from)
     options_read_elsewhere = dict(LayerBase.options_read_elsewhere, include_eos="the rec loop (layers/rec/subnet.py)")
     recurrent = True
 
@@ -309,8 +315,10 @@ class RecLayer(_CellMixin, ConcatInputLayer):
         if unroll and not (isinstance(unit, str) and isinstance(max_seq_len, int) and max_seq_len > 0):
             raise NotImplementedError("rec layer %r: option unroll=True needs a cell unit and an int max_seq_len "
                                       "(got unit=%r, max_seq_len=%r)" % (self.name, unit, max_seq_len))
-        for opt, value in (("debug", debug), ("axis", axis), ("in_dim", in_dim),
-                           ("out_dim", out_dim)):
+        if axis is not None and not (isinstance(axis, Dim) and not isinstance(unit, str)):
+            raise NotImplementedError("rec layer %r: option axis=%r is only supported as a Dim with a subnetwork unit"
+                                      % (self.name, axis))
+        for opt, value in (("debug", debug), ("in_dim", in_dim), ("out_dim", out_dim)):
             if value not in (None, False):
                 raise NotImplementedError("rec layer %r: option %s=%r is not supported" % (self.name, opt, value))
         if not isinstance(unit, str) and any(v is not None for v in self._param_inits.values()):
@@ -359,15 +367,11 @@ class RecLayer(_CellMixin, ConcatInputLayer):
     @classmethod
     def transform_config_dict(cls, d, network, get_layer):
         unit = d.get("unit", "lstm")
-        if isinstance(unit, dict):
-            d.setdefault("from", [])
         super().transform_config_dict(d, network=network, get_layer=get_layer)
-        if d.get("initial_state") is not None:
-            d["initial_state"] = _resolve_initial_state(d["initial_state"], get_layer)
         if not isinstance(unit, dict):
             _cells.get_cell_class(unit)
             for t in ([d["target"]] if isinstance(d.get("target"), str) else []):
-                if not t.startswith("layer:"):
+                if not is_layer_target(t):
                     network.get_extern_data(t)
 
     @classmethod
@@ -455,20 +459,14 @@ class RecLastOutputLayer(LayerBase):
     """
 
     layer_class = "rec_last_output"
+    default_from = ()
+    layer_options = ("rec_layer",)
+    required_options = ("rec_layer", "sub_layer_name")
 
     def __init__(self, rec_layer, sub_layer_name, **kwargs):
         kwargs.pop("sources", None)
         super().__init__(**kwargs)
         self.output.placeholder = rec_layer.subnet.get_last_frame(sub_layer_name)
-
-    @classmethod
-    def transform_config_dict(cls, d, network, get_layer):
-        d.setdefault("from", [])
-        super().transform_config_dict(d, network=network, get_layer=get_layer)
-        for key in ("rec_layer", "sub_layer_name"):
-            if not d.get(key):
-                raise ValueError("rec_last_output needs the option %r" % key)
-        d["rec_layer"] = get_layer(d["rec_layer"])
 
     @classmethod
     def get_out_data_from_opts(cls, name, rec_layer, sub_layer_name, **kwargs):
@@ -532,6 +530,9 @@ class MaskedComputationLayer(LayerBase):
 
     layer_class = "masked_computation"
     recurrent = True
+    layer_options = ("mask",)
+    required_options = ("mask", "unit")
+    unsupported_options = {"masked_from": (None,)}
 
     def __init__(self, mask, unit, masked_from=None, **kwargs):
         super().__init__(**kwargs)
@@ -541,15 +542,9 @@ class MaskedComputationLayer(LayerBase):
 
     @classmethod
     def transform_config_dict(cls, d, network, get_layer):
-        for key in ("unit", "mask"):
-            if not d.get(key):
-                raise ValueError("option %r must be given" % key)
-        super().transform_config_dict(d, network=network, get_layer=get_layer)
-        if d.get("masked_from"):
-            raise NotImplementedError("option masked_from is not supported")
         if network.is_inside_rec_layer():
             raise NotImplementedError("inside a rec loop, masked_computation must be a sub-layer of the unit")
-        d["mask"] = get_layer(d["mask"])
+        super().transform_config_dict(d, network=network, get_layer=get_layer)
 
     @classmethod
     def construct_children(cls, d, name, network, get_layer):
@@ -567,9 +562,7 @@ class MaskedComputationLayer(LayerBase):
         net = Subnetwork(network, name, own_data={"data": masked, "source": masked}, fallback_to_parent=True,
                          parent_get_layer=get_layer, absolute_name_prefix=network.get_absolute_name_prefix(),
                          eval_flag=False)
-        unit_desc = dict(d["unit"])
-        unit_desc.setdefault("from", "data")
-        d["unit"] = net.construct_layer({name: unit_desc}, name)
+        d["unit"] = net.construct_layer({name: d["unit"]}, name)  # (without "from": its class's default, "data")
 
     @classmethod
     def get_out_data_from_opts(cls, name, unit, **kwargs):
@@ -600,6 +593,8 @@ class MaskedSelectLayer(LayerBase):
 
     layer_class = "_masked_select"
     recurrent = True
+    layer_options = ("mask",)
+    required_options = ("mask",)
     needs_prev_output = True
 
     def __init__(self, mask, **kwargs):
@@ -613,13 +608,6 @@ class MaskedSelectLayer(LayerBase):
         self.output.placeholder = y
 
     @classmethod
-    def transform_config_dict(cls, d, network, get_layer):
-        super().transform_config_dict(d, network=network, get_layer=get_layer)
-        if not d.get("mask"):
-            raise ValueError("%s needs the option 'mask'" % cls.layer_class)
-        d["mask"] = get_layer(d["mask"])
-
-    @classmethod
     def get_out_data_from_opts(cls, name, sources=(), **kwargs):
         return sources[0].output.copy_template(name="%s_output" % name)
 
@@ -631,6 +619,8 @@ class UnmaskLayer(LayerBase):
     """
 
     layer_class = "unmask"
+    layer_options = ("mask",)
+    required_options = ("mask",)
 
     def __init__(self, mask, skip_initial=False, **kwargs):
         super().__init__(**kwargs)
@@ -651,13 +641,6 @@ class UnmaskLayer(LayerBase):
         out = x.copy_template_replace_dim_tag(1, self.output.get_time_dim_tag())
         out.placeholder = y
         self.output.placeholder = out.copy_compatible_to(self.output).placeholder
-
-    @classmethod
-    def transform_config_dict(cls, d, network, get_layer):
-        super().transform_config_dict(d, network=network, get_layer=get_layer)
-        if not d.get("mask"):
-            raise ValueError("%s needs the option 'mask'" % cls.layer_class)
-        d["mask"] = get_layer(d["mask"])
 
     @classmethod
     def get_out_data_from_opts(cls, name, sources=(), mask=None, network=None, **kwargs):

@@ -5,8 +5,9 @@ The per-step subnetwork of a rec layer (``"unit": {...}``).
    ``get_out_data_from_opts`` in a template network. ``prev:X`` resolves to X's template; where X is still being
    built (a recurrence), the referring layer is first built without that source (a guess), and after all
    templates exist those layers are derived once more with the full information.
-2. Layers that do not depend on ``prev:`` / ``:i`` / recurrent layers (directly or indirectly) are built once over
-   the whole sequence ("moved out"), by the same construct_layer code path (``optimize_move_layers_out``).
+2. Layers whose output over the whole sequence is, frame by frame, what the loop computes (``_classify``; e.g.
+   in training a choice is its target and ``prev:`` of it the target shifted by one frame) are built once over the
+   whole sequence ("moved out"), by the same construct_layer code path (``optimize_move_layers_out``).
 3. The rest is built inside one tf.while_loop body; outputs are accumulated in TensorArrays and are reachable
    from outside as ``rec_layer/sub_layer``; losses of sub-layers are registered on the accumulated outputs.
 """
@@ -19,13 +20,13 @@ import tensorflow as tf
 
 from ...data import Data, Dim, SearchBeam, batch_dim
 from ...errors import LayerNotFound, NetworkConstructionDependencyLoopException
+from ...layer_ref import is_layer_target, parse_layer_ref, target_ref
 from ...network import assign_output_beam
 from ...subnetwork import Subnetwork
 from ...losses.holder import LossHolder
 from ...util import as_list
-from ..base import InternalLayer, LayerBase
+from ..base import InternalLayer, LayerBase, last_hidden_state
 from ..search import select_beam_tensor, tile_batch
-from .state import last_hidden_state
 
 tf1 = tf.compat.v1
 
@@ -84,6 +85,12 @@ class _PrevLayer(InternalLayer):
         return last_hidden_state(self.rec_vars_outputs, key) if self.rec_vars_outputs else None
 
 
+def _in_outer_net(ref):
+    """A reference of the unit to the rec layer's network, as the name there ("base:x" -> "x")."""
+    r = parse_layer_ref(ref)
+    return r.name if r.kind == "base" else ref
+
+
 def _frame_template(data, time_dim):
     """data without the loop's time axis (if it has it), else None."""
     for i, d in enumerate(data.dims):
@@ -122,11 +129,11 @@ def _outside_refs(network, rec_name, unit):
 
     def visit(v):
         if isinstance(v, str):
-            for prefix in ("layer:", "base:"):
-                if v.startswith(prefix):
-                    v = v[len(prefix):]
-            if v.startswith(rec_name + "/") and v[len(rec_name) + 1:] in unit:
-                res.add(v[len(rec_name) + 1:])
+            r = parse_layer_ref(v) if v.startswith(rec_name) or ":" in v else None  # (cheap pre-check: any string)
+            if r is not None and r.kind == "base":
+                r = parse_layer_ref(r.name)
+            if r is not None and r.kind == "layer" and r.base_name == rec_name and r.sub_name in unit:
+                res.add(r.sub_name)
         elif isinstance(v, (list, tuple)):
             for x in v:
                 visit(x)
@@ -246,12 +253,18 @@ class RecTemplateBuilder:
             input_data = concat_sources_template(sources, name="%s_input" % name)
             if input_data.have_time_axis():
                 time_dim = input_data.get_time_dim_tag()
+        axis = d.get("axis")
+        if axis is not None:  # the loop's time axis given as a Dim (with 'end' and no input: the new axis)
+            if input_data is not None and axis not in input_data.dims:
+                raise ValueError("rec layer %r: axis %s is not an axis of the input %s" % (
+                    name, axis, input_data.short_repr()))
+            time_dim = axis if input_data is not None or "end" not in unit else None
         target = d.get("size_target") or d.get("target")
         target = as_list(target)[0] if target else None
         cheating = any(unit[c].get("cheating") for c in self.searching)
         if time_dim is None and target and (not self.searching or cheating):
-            tdata = network.get_extern_data(target) if not target.startswith("layer:") else self.get_layer(
-                target[len("layer:"):]).output
+            tdata = network.get_extern_data(target) if not is_layer_target(target) else self.get_layer(
+                target_ref(target)).output
             time_dim = tdata.get_time_dim_tag()
         dynamic_end = False
         out_time_dim = None
@@ -261,7 +274,8 @@ class RecTemplateBuilder:
                                  "layer" % name)
             if d.get("max_seq_len") is None:
                 raise ValueError("rec layer %r: a loop ended by its 'end' layer needs max_seq_len" % name)
-            time_dim = out_time_dim = Dim(None, kind=Dim.Types.Spatial, description="%s:rec-time" % name)
+            time_dim = out_time_dim = axis if axis is not None else Dim(None, kind=Dim.Types.Spatial,
+                                                                         description="%s:rec-time" % name)
             dynamic_end = True
         elif self.searching and "end" in unit and not cheating:
             dynamic_end = True  # a search over input frames still ends each hypothesis by its 'end' layer
@@ -381,31 +395,35 @@ class RecTemplateBuilder:
         if ref in self.cache:
             return self.cache[ref]
         tpl, net, unit, name = self.tpl, self.net, self.unit, self.name
+        r = parse_layer_ref(ref)
+        if r.canonical != ref:  # e.g. "layer:x": resolved (and recorded as a dependency) as "x"
+            return self.resolve(r.canonical)
         cur = self.building[-1] if self.building else None
         if cur is not None:
             tpl.deps.setdefault(cur, set()).add(ref)
-        if ref.startswith("prev:"):
-            return self._resolve_prev(ref[len("prev:"):], cur)
-        if ref == ":i":
+        if r.kind == "prev":
+            return self._resolve_prev(r.name, cur)
+        if r.kind == "step":
             return InternalLayer(name=":i", network=net, output=Data(name=":i", dims=(), dtype="int32"))
-        if ref in ("data", "data:source"):
+        if r.kind == "data" and r.name in (None, "source"):  # the loop's input frame
             if tpl.input_data is None:
                 raise LayerNotFound("rec layer %r has no input ('from'), so 'data:source' is undefined" % name,
                                     ref, net)
             res = InternalLayer(name="data:source", network=net, output=_frame_template(tpl.input_data, tpl.time_dim)
                                 or tpl.input_data.copy_template())
-        elif ref.startswith("data:"):
+        elif r.kind == "data":
             res = self._outer_frame_layer(ref)
-        elif ref.startswith("base:"):  # the outer layer as a whole (e.g. the encoder, with its time axis)
-            res = self.get_layer(ref[len("base:"):])
-        elif ref in unit:
+        elif r.kind == "base":  # the outer layer as a whole (e.g. the encoder, with its time axis)
+            res = self.get_layer(r.name)
+        elif r.kind == "layer" and ref in unit:
             return self.build(ref)
-        elif "/" in ref and ref.split("/", 1)[0] in unit:  # a sub-layer of a layer of the unit, e.g. split/0
-            base_name, sub_name = ref.split("/", 1)
-            parent = self.resolve(base_name)
-            sub = parent.cls.get_sub_layer_out_data_from_opts(sub_name, dict(parent.kwargs, name=base_name, network=net))
+        elif r.kind == "layer" and r.sub_name is not None and r.base_name in unit:  # a sub-layer, e.g. split/0
+            parent = self.resolve(r.base_name)
+            sub = parent.cls.get_sub_layer_out_data_from_opts(r.sub_name, dict(parent.kwargs, name=r.base_name,
+                                                                               network=net))
             if sub is None:
-                raise LayerNotFound("rec layer %r: layer %r has no sub-layer %r" % (name, base_name, sub_name), ref, net)
+                raise LayerNotFound("rec layer %r: layer %r has no sub-layer %r" % (name, r.base_name, r.sub_name),
+                                    ref, net)
             return InternalLayer(name=ref, network=net, output=sub[0].copy_template(name="%s_output" % ref))
         else:
             raise LayerNotFound("rec layer %r: sub-layer %r not found in its unit (sub-layers: %s)" % (
@@ -423,6 +441,11 @@ class RecTemplateBuilder:
         if x in self.prev_fallback:  # later passes: the template of the previous pass
             return self.prev_fallback[x]
         if x in self.building or x in self.guess_only:  # a guess, derived again once all templates exist
+            init = unit[x].get("initial_output")
+            if isinstance(init, str) and init.startswith("base:"):  # the initial output's template
+                self.guessed.add(cur)
+                return InternalLayer(name="prev:" + x, network=self.net, output=self.get_layer(
+                    init[len("base:"):]).output.copy_template(name="%s_guess" % x))
             n_out = unit[x].get("n_out")
             if not isinstance(n_out, int) and x not in self.subst:
                 raise _NeedPrev(x, cur)
@@ -440,7 +463,7 @@ class RecTemplateBuilder:
     def _outer_frame_layer(self, ref):
         layer = self.get_layer(ref)
         time_dim = self.tpl.time_dim
-        if ref.startswith("data:"):
+        if parse_layer_ref(ref).kind == "data":
             layer = _extern_data_on_loop_time(layer, time_dim, self.net)
         frame = _frame_template(layer.output, time_dim)
         if frame is None:
@@ -485,33 +508,114 @@ class RecSubnetLoop:
         return [n for n in (self.outside_net, self.loop_net) if n is not None]
 
     def _classify(self):
-        """Names of the sub-layers that must be computed inside the loop."""
+        """
+        (names computed inside the loop, names moved out). A sub-layer moves out only where its output over the
+        whole sequence is, frame by frame, what the loop computes (docs/design.md, "move out"):
+
+        - its class is frame-wise (not ``recurrent``, no per-step state), or says for these options that it computes
+          the same over the whole sequence (``rec_move_out_ok``, e.g. causal self_attention, positional_encoding);
+        - it does not use ``:i``, and every ``prev:X`` it uses is of a moved-out X (the shifted sequence of X, the
+          initial output at frame 0) that no masked_computation gates (there prev: is the last unmasked frame);
+        - everything it depends on moves out; a choice without search depends only on its target (its value);
+        - it is not on a search beam and is not the ``end`` of a loop that ends by it (dynamic length or search);
+        - in a loop of unknown length (ended by ``end``), it neither uses ``prev:`` nor is used via ``prev:``.
+        """
         tpl = self.tpl
         names = list(tpl.templates)
-        prev_referenced = {r[len("prev:"):] for n in names for r in tpl.deps.get(n, ()) if r.startswith("prev:")}
+        if not self.move_out:
+            return names, []
+        deps = {x: sorted(self._value_deps(x)) for x in names}  # (sorted: the same order in every process)
+        gated = {x for x in names if any(x == p or x.startswith(p + "/") for p in tpl.gates)}
+        loop_ends = tpl.dynamic_end or tpl.beam is not None
+        # a loop of unknown length (ended by 'end'): no sequence to shift for prev:, those stay in the loop
+        prev_referenced = {r[len("prev:"):] for x in names for r in deps[x] if r.startswith("prev:")} \
+            if tpl.dynamic_end else set()
+        varies = {}
         in_loop = {}
+
+        def frame_varying(x):  # its full output has the loop's time axis (else a stateful class can not move out)
+            if x not in varies:
+                varies[x] = False  # (cycles only via prev:)
+                varies[x] = any(r.startswith("prev:") or r == ":i" or (r in tpl.templates and frame_varying(r))
+                                or (r.startswith("data") and self._outer_has_loop_time(r)) for r in deps[x])
+            return varies[x]
+
+        def frame_wise(x):
+            t = tpl.templates[x]
+            ok = getattr(t.cls, "rec_move_out_ok", None)
+            if ok is not None:
+                return ok(network=t.network, **{k: v for k, v in t.kwargs.items() if k not in ("name", "network")}) \
+                    and frame_varying(x)
+            return not t.cls.recurrent and t.cls.get_rec_initial_extra_outputs.__func__ is _BASE_EXTRA_OUTPUTS
 
         def dep(x):
             if x in in_loop:
                 return in_loop[x]
             in_loop[x] = True  # (cycles only via prev:, which are in the loop anyway)
-            t = tpl.templates[x]
-            refs = tpl.deps.get(x, set())
-            # e.g. rnn_cell: moved out, it runs over the time axis of its input (only if that has the loop's axis:
-            # an input from base: layers only would give a cell state that no longer advances per frame)
-            state_moves_out = getattr(t.cls, "state_moves_out_of_loop", False) and any(
-                r.startswith("data") or r in tpl.templates for r in refs)
-            res = (not self.move_out or x in prev_referenced or x == "end" or (t.cls.recurrent and not state_moves_out)
-                   or any(r.startswith("prev:") or r == ":i" for r in refs)
-                   or any(dep(r) for r in refs if r in tpl.templates)
-                   or (t.cls.get_rec_initial_extra_outputs.__func__ is not _BASE_EXTRA_OUTPUTS and not state_moves_out)
-                   or t.output.beam is not None)
+            refs = deps[x]
+            res = ((x == "end" and loop_ends) or tpl.templates[x].output.beam is not None or not frame_wise(x)
+                   or ":i" in refs or x in prev_referenced
+                   or any(dep(r[len("prev:"):]) or r[len("prev:"):] in gated or tpl.dynamic_end
+                          for r in refs if r.startswith("prev:"))
+                   or any(dep(r) for r in refs if r in tpl.templates))
             in_loop[x] = res
             return res
 
         for x in names:
             dep(x)
         return [x for x in names if in_loop[x]], [x for x in names if not in_loop[x]]
+
+    def _value_deps(self, x):
+        """The references x's value depends on: all it uses, except for a choice without search (its target)."""
+        refs = self.tpl.deps.get(x, set())
+        target = self._teacher_forced_target_ref(x)
+        if target is None:
+            return refs
+        return {r for r in refs if r == target}
+
+    def _teacher_forced_target_ref(self, x):
+        """For a choice that does not search (training): the reference of its target, whose labels it outputs."""
+        from ..search import ChoiceLayer
+
+        t = self.tpl.templates[x]
+        if t.cls is not ChoiceLayer or t.kwargs.get("input_type", "prob") == "regression":
+            return None
+        if ChoiceLayer.use_search(self.tpl.net, t.kwargs.get("search"), "prob"):
+            return None
+        target = as_list(self.unit[x].get("target"))
+        if len(target) != 1 or not isinstance(target[0], str):
+            return None
+        target = target[0]
+        return target[len("layer:"):] if target.startswith("layer:") else "data:%s" % target
+
+    def _outer_has_loop_time(self, ref):
+        if ref in ("data", "data:source"):
+            data = self.tpl.input_data
+        else:
+            data = self.tpl.network.get_extern_data(ref[len("data:"):])
+        return data is not None and data.have_time_axis()
+
+    def _outside_unit(self, moved_out):
+        """The unit for the construction over the whole sequence: a moved-out choice without search is its target,
+        its sources (which may use prev: of it) are not built for it."""
+        unit = dict(self.unit)
+        for x in moved_out:
+            if self._teacher_forced_target_ref(x) is not None:
+                unit[x] = dict(unit[x], **{"from": []})
+                unit[x].pop("explicit_search_sources", None)
+                unit[x].pop("explicit_search_source", None)
+        return unit
+
+    def _shifted_prev(self, x, layer, net, batch_dim):
+        """prev:x over the whole sequence, x moved out: x shifted by one frame, its initial output at frame 0."""
+        data = layer.output
+        if _frame_template(data, self.time_dim) is None:  # the same in every frame
+            data = data.copy_add_dim_by_tag(self.time_dim, unbroadcast=True, axis=0)
+        tm = _time_major(data, self.time_dim)
+        init = self._initial_output(x, batch_dim, tm.copy_template_excluding_axis(0))
+        out = tm.copy_template(name="prev:%s" % x)
+        out.placeholder = tf.concat([tf.expand_dims(tf.cast(init, tm.placeholder.dtype), 0), tm.placeholder[:-1]], 0)
+        return InternalLayer(name="prev:" + x, network=net, output=out)
 
     def build(self):
         if self.tpl.beam is not None and self.rec_layer.network.train_flag is False:
@@ -532,7 +636,9 @@ class RecSubnetLoop:
         in_loop, moved_out = self._classify()
         self.in_loop, self.moved_out = in_loop, moved_out
         batch_dim = net.get_data_batch_dim()
-        seq_len = time_dim.dyn_size
+        seq_len = time_dim.dyn_size if time_dim.dyn_size is not None else time_dim.complete_dyn_size()
+        if seq_len is None and time_dim.dimension is not None:  # a loop over a static axis (option axis)
+            seq_len = tf.fill([batch_dim], time_dim.dimension)
         input_full = None
         if tpl.input_data is not None:
             input_full = rec.input_data if rec.input_data is not None else None
@@ -541,32 +647,45 @@ class RecSubnetLoop:
         extern_cache = {}
 
         def outer(ref):
-            if ref in ("data", "data:source"):
+            r = parse_layer_ref(ref)
+            if r.kind == "data" and r.name in (None, "source"):
                 return InternalLayer(name="data:source", network=net, output=input_full)
-            if ref.startswith("data:"):
+            if r.kind == "data":
                 if ref not in extern_cache:
                     extern_cache[ref] = _extern_data_on_loop_time(net.get_layer(ref), time_dim, net)
                 return extern_cache[ref]
-            if ref.startswith("base:"):
-                return net.get_layer(ref[len("base:"):])
-            return net.get_layer(ref)
+            return net.get_layer(_in_outer_net(ref))
 
         # moved out: over the whole sequence
         outside = _SubNet(net, rec.name, scope, over_rec_time_dim=time_dim)
         outside.parent_layer = rec
         self.outside_net = outside
 
+        outside_unit = self._outside_unit(moved_out)
+        prev_full = {}  # "prev:X" -> X (moved out) shifted by one frame
+
         def get_outside(ref):
-            if ref in tpl.templates or (ref in self.unit and "/" in ref):  # "/": a flattened subnetwork sub-layer
-                return outside.construct_layer(self.unit, ref, get_layer=get_outside)
-            if "/" in ref and ref.split("/", 1)[0] in tpl.templates:  # e.g. split/0
-                return self._get_sub_layer(get_outside, ref)
+            r = parse_layer_ref(ref)
+            if r.kind == "prev":  # (only of moved-out layers, see _classify)
+                if ref not in prev_full:
+                    prev_full[ref] = self._shifted_prev(r.name, get_outside(r.name), outside, batch_dim)
+                return prev_full[ref]
+            if r.kind == "layer":
+                if r.name in tpl.templates or (r.name in self.unit and r.sub_name is not None):  # (S/X: a flattened
+                    return outside.construct_layer(outside_unit, r.name, get_layer=get_outside)  # subnetwork layer)
+                if r.sub_name is not None and r.base_name in tpl.templates:  # e.g. split/0
+                    return self._get_sub_layer(get_outside, r.name)
             return outer(ref)
 
         full = {}  # name -> time-major full Data of moved-out layers (and accumulated in-loop ones)
         for x in moved_out:
             layer = get_outside(x)
             full[x] = layer
+        in_loop_set = set(in_loop)
+        for x in in_loop:  # prev: of moved-out layers used in the loop: their frames of the shifted sequence
+            for r in sorted(tpl.deps.get(x, ())):
+                if r.startswith("prev:") and r[len("prev:"):] not in in_loop_set:
+                    get_outside(r)
 
         # the loop
         dynamic = tpl.dynamic_end
@@ -586,7 +705,8 @@ class RecSubnetLoop:
                         infer_shape=True).unstack(tm.placeholder))
             return frame_tas[key]
 
-        prev_names = sorted({r[len("prev:"):] for x in in_loop for r in tpl.deps.get(x, ()) if r.startswith("prev:")}
+        prev_names = sorted({r[len("prev:"):] for x in in_loop for r in tpl.deps.get(x, ())
+                             if r.startswith("prev:") and r[len("prev:"):] in in_loop_set}
                             | {x for x in in_loop if getattr(tpl.templates[x].cls, "needs_prev_output", False)})
         extra_init = {}
         for x in in_loop:
@@ -669,21 +789,27 @@ class RecSubnetLoop:
             def get_loop(ref):
                 if ref in cache:
                     return cache[ref]
-                if ref.startswith("prev:"):
-                    return get_prev(ref[len("prev:"):])
-                if ref == ":i":
+                r = parse_layer_ref(ref)
+                if r.canonical != ref:  # e.g. "layer:x" -> "x"
+                    return get_loop(r.canonical)
+                # a sub-layer "B/S" of a layer B (flattened subnetwork layers "S/X" are unit layers themselves)
+                sub_of = r.base_name if r.kind == "layer" and r.sub_name is not None and ref not in self.unit else None
+                if ref in prev_full:  # prev: of a moved-out layer
+                    res = self._frame_layer(ref, prev_full[ref].output, frame_source, i, loop)
+                elif r.kind == "prev":
+                    return get_prev(r.name)
+                elif r.kind == "step":
                     res = InternalLayer(name=":i", network=loop, output=Data(name=":i", dims=(), dtype="int32",
                                                                               placeholder=i))
-                elif ref in unit:
+                elif r.kind == "layer" and ref in unit:
                     return loop.construct_layer(unit, ref, get_layer=get_loop)
-                elif "/" in ref and ref not in self.unit and ref.split("/", 1)[0] in full:  # sub-layer of a
-                    # moved-out layer: its frame (flattened subnetwork layers "S/X" are unit layers themselves)
-                    sub = self._get_sub_layer(lambda r: full[r], ref)
+                elif sub_of in full:  # sub-layer of a moved-out layer: its frame
+                    sub = self._get_sub_layer(lambda x: full[x], ref)
                     res = self._frame_layer(ref, sub.output, frame_source, i, loop) if _frame_template(
                         sub.output, time_dim) is not None else sub
-                elif "/" in ref and ref not in self.unit and ref.split("/", 1)[0] in unit:  # e.g. split/0
+                elif sub_of in unit:  # e.g. split/0
                     res = self._get_sub_layer(get_loop, ref)
-                elif ref in full:  # moved out: its frame (or itself, if it does not have the loop's time axis)
+                elif r.kind == "layer" and ref in full:  # moved out: its frame (or itself, without the loop's time)
                     res = self._frame_layer(ref, full[ref].output, frame_source, i, loop) if _frame_template(
                         full[ref].output, time_dim) is not None else full[ref]
                 elif ref in pretiled:
@@ -691,7 +817,7 @@ class RecSubnetLoop:
                 else:
                     layer = outer(ref)
                     res = self._frame_layer(ref, layer.output, frame_source, i, loop) if _frame_template(
-                        layer.output, time_dim) is not None and not ref.startswith("base:") else layer
+                        layer.output, time_dim) is not None and r.kind != "base" else layer
                 cache[ref] = res
                 return res
 
@@ -734,7 +860,7 @@ class RecSubnetLoop:
                     end = loop.layers["end"].output
                     if beam is not None and (end.beam is not None or end.have_batch_axis()):
                         end = end.copy_select_beam(beam_out)
-                    end = end.copy_as_batch_major().placeholder
+                    end = end.copy_as_batch_major().placeholder if end.have_batch_axis() else end.placeholder
                     end = tf.reshape(end, [-1]) if end.shape.rank != 1 else end
                 else:
                     end = tf.zeros_like(ended)
@@ -869,7 +995,7 @@ class RecSubnetLoop:
         v = self.max_seq_len
         if isinstance(v, str):
             def max_len_from(src):
-                layer = net.get_layer(src[len("base:"):] if src.startswith("base:") else src)
+                layer = net.get_layer(_in_outer_net(src))
                 return tf.reduce_max(layer.output.get_time_dim_tag().dyn_size)
 
             v = eval(v, {"max_len_from": max_len_from, "tf": tf})  # noqa: S307 (config expression)
@@ -889,9 +1015,10 @@ class RecSubnetLoop:
         res.set_shape(new.shape)
         return res
 
-    def _initial_output(self, x, batch_dim):
-        t = self.tpl.templates[x]
-        out = t.output
+    def _initial_output(self, x, batch_dim, out=None):
+        """x's output before the first frame, in the layout of out (default: x's per-step template)."""
+        if out is None:
+            out = self.tpl.templates[x].output
         init = self.unit[x].get("initial_output", 0)
         if isinstance(init, LayerBase):
             init = init.name
@@ -911,7 +1038,7 @@ class RecSubnetLoop:
             if init in ("apply(0)", "keep_over_epoch", "keep_over_epoch_no_init"):
                 raise NotImplementedError("rec layer %r: option initial_output=%r of %r is not supported" % (
                     self.rec_layer.name, init, x))
-            layer = self.rec_layer.network.get_layer(init[len("base:"):] if init.startswith("base:") else init)
+            layer = self.rec_layer.network.get_layer(_in_outer_net(init))
             return self._as_template_layout(layer.output, out)
         value = {"zeros": 0, "ones": 1, None: 0}.get(init, init)
         shape = [batch_dim if d.is_batch_dim() else (d.dimension if d.dimension is not None or d.dyn_size is None
@@ -951,8 +1078,15 @@ class RecSubnetLoop:
     def get_last_frame(self, name):
         acc = self.accumulated[name].output
         seq_len = self.tpl.out_time_dim.dyn_size
-        x = acc.copy_as_batch_major().placeholder  # [B, T, ...]
-        return tf.gather(x, tf.maximum(seq_len - 1, 0), axis=1, batch_dims=1)
+        if seq_len is None or not acc.have_batch_axis():  # static axis, or a state without batch: the last step
+            t_axis = acc.get_axis_by_tag(self.tpl.out_time_dim)
+            return tf.gather(acc.placeholder, tf.shape(acc.placeholder)[t_axis] - 1, axis=t_axis)
+        x = acc.copy_as_batch_major()
+        x = x.copy_move_axis(x.get_axis_by_tag(self.tpl.out_time_dim), 1)  # [B, T, ...]
+        res = x.copy_template_excluding_axis(1)
+        res.placeholder = tf.gather(x.placeholder, tf.maximum(seq_len - 1, 0), axis=1, batch_dims=1)
+        return res.copy_compatible_to(self.get_step_template(name)).placeholder if res.dims != \
+            self.get_step_template(name).dims else res.placeholder
 
 
 def _check_loss_dims(layer, key):

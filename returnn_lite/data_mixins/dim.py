@@ -56,7 +56,12 @@ def _is_stale_graph(graph):
         return False
     if tf.executing_eagerly() and not tf.compat.v1.get_default_graph().get_operations():
         return False
-    return graph is not tf.compat.v1.get_default_graph()
+    current = tf.compat.v1.get_default_graph()
+    while current is not None:  # a loop body / cond branch (function graph) sees the tensors of its outer graphs
+        if graph is current:
+            return False
+        current = getattr(current, "outer_graph", None)
+    return True
 
 
 class DimFrontendMixin:
