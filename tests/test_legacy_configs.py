@@ -298,3 +298,11 @@ def test_net_dict_config_batching_reaches_the_engine(tmp_path, capsys):
     assert seqs == {1: [2, 2, 2, 2], 2: [4, 4]}, out[-3000:]  # "#config": {"max_seqs": 2} only in epoch 1
     # the constant learning-rate control continues with the rate of the last epoch (as the original's)
     assert re.findall(r"start epoch \d+ with learning rate ([\d.e+-]+)", out) == ["0.005", "0.005"], out[-3000:]
+
+
+def test_python2_config_function_fails_clearly_when_it_runs():
+    config = Config()
+    config.load_string("#!rnn.py\nnum_inputs = 3\nnum_outputs = 2\n\ndef get_network(epoch):\n"
+                       "    net = {}\n    for i in xrange(2):\n        pass\n    return net\n", filename="py2f.config")
+    with pytest.raises(Exception, match=r"py2f.config:7: Python 2 syntax in config: 'xrange'"):
+        get_net_dict_for_epoch(config, 1)
