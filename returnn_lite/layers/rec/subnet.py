@@ -1014,6 +1014,9 @@ class RecSubnetLoop:
         mask = loop.layers[mask_name].output if mask_name in loop.layers else None
         if mask is None:
             return new
+        if not mask.have_batch_axis():
+            raise ValueError("masked_computation %r: option 'mask' %r is %s, without a batch axis" % (
+                x.split("/")[0], mask_name, mask.short_repr()))
         m = mask.copy_as_batch_major().placeholder
         m = tf.reshape(m, tf.concat([tf.shape(m), tf.ones([new.shape.rank - m.shape.rank], tf.int32)], 0))
         res = tf.where(tf.broadcast_to(m, tf.shape(new)), new, old)
