@@ -591,7 +591,7 @@ class RecSubnetLoop:
         if len(target) != 1 or not isinstance(target[0], str):
             return None
         target = target[0]
-        return target[len("layer:"):] if target.startswith("layer:") else "data:%s" % target
+        return target_ref(target)
 
     def _outer_has_loop_time(self, ref):
         if ref in ("data", "data:source"):
@@ -1014,6 +1014,9 @@ class RecSubnetLoop:
         mask = loop.layers[mask_name].output if mask_name in loop.layers else None
         if mask is None:
             return new
+        if not mask.have_batch_axis():
+            raise ValueError("masked_computation %r: option 'mask' %r is %s, without a batch axis" % (
+                x.split("/")[0], mask_name, mask.short_repr()))
         m = mask.copy_as_batch_major().placeholder
         m = tf.reshape(m, tf.concat([tf.shape(m), tf.ones([new.shape.rank - m.shape.rank], tf.int32)], 0))
         res = tf.where(tf.broadcast_to(m, tf.shape(new)), new, old)
