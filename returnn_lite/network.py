@@ -17,6 +17,7 @@ import numpy as np
 import tensorflow as tf
 
 from .data import Data, Dim, graph_cached
+from .data import batch_dim as _batch_dim
 from .error_hints import check_unreached_layers, describe_build_error, precheck_layer_desc
 from .errors import (  # noqa: F401 (re-exported: part of this module's API, as in the original)
     LayerNotFound,
@@ -27,7 +28,7 @@ from .errors import (  # noqa: F401 (re-exported: part of this module's API, as 
 )
 from .extern_data import DataNotFound, ExternData
 from .layer_options import check_explicit_output, iter_nested_layer_descs, validate_layer_desc
-from .layer_ref import data_key, parse_layer_ref
+from .layer_ref import data_key, is_layer_target, parse_layer_ref
 from .layers.base import InternalLayer, LayerBase, get_layer_class
 from .losses.holder import LossHolder  # noqa: F401 (part of this module's API, as in the original)
 from .network_api import NetworkAPIMixin, strip_net_dict_meta
@@ -438,7 +439,10 @@ class TFNetwork(NetworkAPIMixin):
                 shape = []
                 for i in range(data.batch_ndim):
                     v = dims[i] if dims[i] is not None else (default if default is not NotGiven else None)
-                    shape.append(1 if v == 1 else data.get_dim(i))
+                    if v != 1 and i == data.batch_dim_axis and data.beam is None and data.dims[i] is _batch_dim:
+                        shape.append(self.get_data_batch_dim())  # cached: no shape op per dropout
+                    else:
+                        shape.append(1 if v == 1 else data.get_dim(i))
             else:
                 shape = list(noise_shape)
 
@@ -719,7 +723,7 @@ class TFNetwork(NetworkAPIMixin):
 
     def get_used_targets(self):
         return sorted({t for layer in self.get_all_layers_deep() if layer.loss is not None for t in layer.targets
-                       if t and not t.startswith("layer:")})
+                       if t and not is_layer_target(t)})
 
     def get_default_target(self):
         targets = self.get_used_targets()

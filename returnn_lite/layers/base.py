@@ -165,7 +165,7 @@ class LayerBase:
         src_names = d.pop("from", NotSpecified)
         if src_names is NotSpecified:
             src_names = cls.default_from(d) if callable(cls.default_from) else cls.default_from
-        d["sources"] = resolve_layer_option(LayerOption("from", cls.from_form), src_names, get_layer)
+        d["sources"] = resolve_layer_option(_FROM_OPTIONS[cls.from_form], src_names, get_layer)
         if d.get("reuse_params"):
             d["reuse_params"] = _ReuseParams.from_config(d["reuse_params"], network, get_layer)
         loss_name = d.get("loss")
@@ -513,6 +513,7 @@ def last_hidden_state(state, key="*"):
 
 
 _layer_option_decls = {}  # layer class -> its LayerOption declarations (LayerBase.get_layer_option_decls)
+_FROM_OPTIONS = {form: LayerOption("from", form) for form in ("layers", "pairs")}  # "from" by LayerBase.from_form
 
 
 def _layers_in(value):
