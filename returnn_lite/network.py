@@ -218,7 +218,9 @@ class TFNetwork(NetworkAPIMixin):
         if name in self._constructing:
             raise NetworkConstructionDependencyLoopException(self, name, self._constructing)
         if get_layer is None:
-            if not self._constructing and not self._building_sources_first:
+            if self._building_sources_first:  # called by _construct_sources_first: the sources are built
+                self._building_sources_first = False  # (layers named in options of this one: theirs first again)
+            else:
                 self._construct_sources_first(net_dict, name)
                 if name in self.layers:
                     return self.layers[name]
@@ -293,7 +295,8 @@ class TFNetwork(NetworkAPIMixin):
             if expanded:
                 order.append(layer_name)
                 continue
-            if layer_name in seen or layer_name in self.layers or not isinstance(net_dict.get(layer_name), dict):
+            if layer_name in seen or layer_name in self.layers or not isinstance(net_dict.get(layer_name), dict) \
+                    or layer_name in self._constructing:  # (a dependency loop: construct_layer names it)
                 continue
             seen.add(layer_name)
             stack.append((layer_name, True))
@@ -301,13 +304,13 @@ class TFNetwork(NetworkAPIMixin):
             for src in reversed(sources if isinstance(sources, (list, tuple)) else [sources]):
                 if isinstance(src, str):
                     stack.append((src, False))
-        self._building_sources_first = True
-        try:
-            for layer_name in order[:-1]:
-                if layer_name not in self.layers:
+        for layer_name in order[:-1]:
+            if layer_name not in self.layers:
+                self._building_sources_first = True
+                try:
                     self.construct_layer(net_dict, layer_name)
-        finally:
-            self._building_sources_first = False
+                finally:
+                    self._building_sources_first = False
 
     def add_layer(self, name, layer_class, **layer_desc):
         """Template via get_out_data_from_opts, then the layer itself; registers losses."""
