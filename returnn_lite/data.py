@@ -180,8 +180,10 @@ def graph_cached(key, create):
 
 def tensor_dim(x, axis):
     """Size of axis of the tensor x: the static int if TF knows it, else a scalar tensor."""
-    if isinstance(x, (tf.Tensor, tf.Variable)) and x.shape.rank is not None and x.shape[axis] is not None:
-        return x.shape[axis]
+    if isinstance(x, (tf.Tensor, tf.Variable)) and x.shape.rank is not None:
+        if x.shape[axis] is not None:
+            return x.shape[axis]
+        return tf.unstack(tf.shape(x), num=x.shape.rank)[axis]  # 2 ops (a strided slice: 5 with its indices)
     return tf.shape(x)[axis]
 
 
