@@ -526,7 +526,7 @@ class Data(TensorFrontendMixin):
         return tensor_dim(self.placeholder, axis)
 
     def get_batch_dim(self):
-        return tensor_dim(self.placeholder, self.batch_dim_axis)
+        return tf.shape(self.placeholder)[self.batch_dim_axis]  # a tensor (callers use its dtype)
 
     def get_sequence_lengths(self):
         return self.dims[self.time_dim_axis].dyn_size

@@ -17,6 +17,7 @@ import numpy as np
 import tensorflow as tf
 
 from .data import Data, Dim, graph_cached
+from .data import batch_dim as _batch_dim
 from .error_hints import check_unreached_layers, describe_build_error, precheck_layer_desc
 from .errors import (  # noqa: F401 (re-exported: part of this module's API, as in the original)
     LayerNotFound,
@@ -438,7 +439,10 @@ class TFNetwork(NetworkAPIMixin):
                 shape = []
                 for i in range(data.batch_ndim):
                     v = dims[i] if dims[i] is not None else (default if default is not NotGiven else None)
-                    shape.append(1 if v == 1 else data.get_dim(i))
+                    if v != 1 and i == data.batch_dim_axis and data.beam is None and data.dims[i] is _batch_dim:
+                        shape.append(self.get_data_batch_dim())  # cached: no shape op per dropout
+                    else:
+                        shape.append(1 if v == 1 else data.get_dim(i))
             else:
                 shape = list(noise_shape)
 

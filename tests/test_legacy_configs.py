@@ -283,3 +283,26 @@ def test_net_dict_config_learning_rate_reaches_the_engine(tmp_path, capsys):
         text = f.read()
     assert re.search(r"3: EpochData\(learningRate=0\.002\b", text) and re.search(r"5: EpochData\(learningRate=0\.01\b",
                                                                                   text), text
+
+
+def test_net_dict_config_batching_reaches_the_engine(tmp_path, capsys):
+    from returnn_lite.__main__ import main
+
+    rc = main([os.path.join(LEGACY, "net_dict_config_batching.config"), "++model", str(tmp_path / "model"),
+               "++log_verbosity", "5"])
+    out = capsys.readouterr().out
+    assert rc in (0, None), out[-2000:]
+    seqs = {int(e): [] for e in (1, 2)}
+    for epoch, n in re.findall(r"train epoch (\d+), step \d+, .*?num_seqs (\d+),", out):
+        seqs[int(epoch)].append(int(n))
+    assert seqs == {1: [2, 2, 2, 2], 2: [4, 4]}, out[-3000:]  # "#config": {"max_seqs": 2} only in epoch 1
+    # the constant learning-rate control continues with the rate of the last epoch (as the original's)
+    assert re.findall(r"start epoch \d+ with learning rate ([\d.e+-]+)", out) == ["0.005", "0.005"], out[-3000:]
+
+
+def test_python2_config_function_fails_clearly_when_it_runs():
+    config = Config()
+    config.load_string("#!rnn.py\nnum_inputs = 3\nnum_outputs = 2\n\ndef get_network(epoch):\n"
+                       "    net = {}\n    for i in xrange(2):\n        pass\n    return net\n", filename="py2f.config")
+    with pytest.raises(Exception, match=r"py2f.config:7: Python 2 syntax in config: 'xrange'"):
+        get_net_dict_for_epoch(config, 1)

@@ -1,10 +1,39 @@
 """
 ReturnnLayersBackend: the rf backend whose raw tensors are layers (seed 000).
 
-Every method emits one layer dict into the net dict under construction (:class:`NetDictBuilder`) and returns a
-Tensor whose raw tensor is that :class:`Layer`. Params are ``variable`` layers named by the rf param name
-(``lstm.ff_weight`` -> layer ``lstm/ff_weight`` with the TF variable ``lstm/ff_weight/param``); the other ops are
-``frontend_op`` layers (:mod:`._layer`) whose output template is the frontend's.
+Every method emits layer dicts of the ordinary layer classes into the net dict under construction
+(:class:`NetDictBuilder`) and returns a Tensor whose raw tensor is that :class:`Layer`, so that the net dict reads
+like a hand-written one: ``dot`` (rf.matmul; rf.Linear = ``dot`` + ``combine`` add), ``combine``, ``compare``,
+``activation``, ``cast``, ``copy``, ``scaled_grad`` (stop_gradient), ``switch`` (where), ``reduce``,
+``softmax_over_spatial`` (softmax/log_softmax over a Dim), ``norm`` (rf.LayerNorm with its params as layers),
+``constant``, ``range_in_axis``, ``length``, ``concat``, ``pad``, ``gather``, ``slice`` (also rf.split),
+``split_dims``, ``merge_dims``, ``expand_dims``, ``squeeze``, ``reinterpret_data`` (replace_dim), ``dropout``,
+``conv``, ``pool``, ``sparse_softmax_cross_entropy_with_logits``, ``transpose`` (outputs: the rf dim order), ``copy``
+with ``loss`` (mark_as_loss). The frontend's Dims go into the options (``out_dim``, ``axis``/``axes``, ``reduce``,
+``dims``, ``out_dims``, ...), and every op layer gets ``out_shape`` (:class:`returnn_lite.layers.base.OutShape`: the
+rf Tensor's dims, dtype, sparse dim and the rf call site), so construction fails with an error naming the rf call if
+a layer's output does not have exactly the frontend's dims. The dim order of a layer's output is the layer class'
+choice; rf Tensors address dims by Dim, and the output layers (make_output_tensor) transpose to the asked order.
+
+Params are ``variable`` layers named by the rf param name (``lstm.ff_weight`` -> layer ``lstm/ff_weight`` with the TF
+variable ``lstm/ff_weight/param``). Scalar operands are shared ``constant`` layers (``const``, ``const_1``, ...).
+
+``frontend_op`` (:mod:`._layer`, the frontend computes the output template) remains only where no layer class fits:
+
+- rf.LSTM (``lstm``): the rec layer's LSTM units create their own params in their own layout; rf's
+  ff_weight/rec_weight/bias (gate order i, f, g, o) cannot be handed to them.
+- rf.BatchNorm (``batch_norm``): the running mean/variance are rf params updated by the op itself; the batch_norm
+  layer creates and updates its own variables.
+- rf.random (``random``): no layer class draws random floats (rand_int only draws ints).
+- rf.ctc_loss (``ctc_loss``): the ctc_loss layer takes its time axes from the time_dim_axis and needs targets with one
+  class less than the logits; rf names the dims and the blank index.
+- cross entropy against dense (soft) targets: the CE layer class is for sparse targets only.
+- concat along dynamic dims: the concat layer concatenates padded tensors, rf concatenates per sequence.
+- ops whose operands the layer classes do not take: Tensor-valued pad paddings/values, slice bounds or dropout
+  rates, constants/fills over dynamic dims, mixed-dtype combine/compare (and int truediv), casting a sparse non-int,
+  where with a true/false dtype or sparse dim other than the result's, reduce prod (or any/all on non-bool),
+  gather with float indices or clip_to_valid on an int index, grouped conv or conv/pool with extra batch-like dims,
+  expand_dim by a dynamic dim, range_over_dim / dim sizes of a dim no layer of this net dict has yet.
 """
 
 from __future__ import annotations
@@ -70,6 +99,12 @@ class ReturnnLayersBackend(Backend):
     def dim_value_tensor(dim):
         if dim.dimension is not None:
             return ReturnnLayersBackend.convert_to_tensor(dim.dimension, dims=[], dtype="int32")
+        src = _dim_source(dim)
+        if src is not None and dim.is_batch_dim():
+            return _emit("length", [src], [], "int32", axis="B", name="dim_value")
+        if src is not None:
+            size = _emit("length", [src], [batch_dim], "int32", axis=dim, name="dim_size")
+            return _emit("reduce", [size], [], "int32", mode="max", axes=[batch_dim], name="dim_value")
         return _make("dim_value", [], [], "int32", opts={"dim": dim}, name="dim_value")
 
     @staticmethod
@@ -78,6 +113,9 @@ class ReturnnLayersBackend(Backend):
             return ReturnnLayersBackend.convert_to_tensor(dim.dimension, dims=[], dtype="int32")
         if dim.is_batch_dim():
             return ReturnnLayersBackend.dim_value_tensor(dim)
+        src = _dim_source(dim)
+        if src is not None:
+            return _emit("length", [src], [batch_dim], "int32", axis=dim, name="dim_size")
         return _make("dim_size", [], [batch_dim], "int32", opts={"dim": dim}, name="dim_size")
 
     # ---- params ----
@@ -386,8 +424,9 @@ class ReturnnLayersBackend(Backend):
     # ---- random ----
     @staticmethod
     def dropout(source, drop_prob, *, axis=None, on_forward=False):
-        if not isinstance(drop_prob, float) and not isinstance(drop_prob, int):
-            raise FrontendError("rf.dropout at %s: drop_prob must be a number, got %r" % (call_site(), drop_prob))
+        if not isinstance(drop_prob, (float, int)):  # e.g. a Tensor
+            return _make("dropout", [source], source.dims, source.dtype,
+                         opts={"rate": drop_prob, "axes": axis, "on_forward": on_forward})
         axes = [axis] if isinstance(axis, Dim) else list(axis or ())
         opts = {}
         if axes and any(d not in axes and not d.is_batch_dim() for d in source.dims):
@@ -395,8 +434,6 @@ class ReturnnLayersBackend(Backend):
                                                           if d not in axes and not d.is_batch_dim()}}
         return _emit("dropout", [source], source.dims, source.dtype, sparse_dim=source.sparse_dim,
                      dropout=drop_prob, dropout_on_forward=on_forward, **opts)
-        return _make("dropout", [source], source.dims, source.dtype,
-                     opts={"rate": drop_prob, "axes": axis, "on_forward": on_forward})
 
     @staticmethod
     def random(*, dims, dtype, distribution, mean=None, stddev=None, bound=None, minval=None, maxval=None,
@@ -424,8 +461,7 @@ class ReturnnLayersBackend(Backend):
         dilation_rate = tuple(dilation_rate) if isinstance(dilation_rate, (list, tuple)) else (dilation_rate,) * n
         dims = [out_spatial_dims[in_spatial_dims.index(d)] if d in in_spatial_dims else
                 (out_dim if d == in_dim else d) for d in source.dims]
-        if set(source.dims) == {batch_dim, in_dim, *in_spatial_dims} and source.feature_dim == in_dim and \
-                (not groups or groups == 1):
+        if _conv_layer_fits(source, in_dim, in_spatial_dims) and (not groups or groups == 1):
             perm = {i: d for i, d in enumerate(list(filter_size) + [in_dim, out_dim])}
             opts = {"filter": _raw_name(filter), "filter_perm": perm, "filter_size": [d.dimension for d in filter_size],
                     "padding": padding.lower(), "strides": list(strides), "dilation_rate": list(dilation_rate),
@@ -447,7 +483,7 @@ class ReturnnLayersBackend(Backend):
         if feat is None:
             raise FrontendError("rf.pool at %s: the input %s needs a feature dim" % (call_site(), dims_str(source.dims)))
         dims = [out_spatial_dims[in_spatial_dims.index(d)] if d in in_spatial_dims else d for d in source.dims]
-        if set(source.dims) == {batch_dim, feat, *in_spatial_dims} and source.feature_dim == feat:
+        if _conv_layer_fits(source, feat, in_spatial_dims):
             return _emit("pool", [source], dims, source.dtype, mode=mode, pool_size=list(pool_size),
                          padding=padding.lower(), dilation_rate=list(dilation_rate), strides=list(strides),
                          in_spatial_dims=list(in_spatial_dims), out_spatial_dims=list(out_spatial_dims),
@@ -584,6 +620,16 @@ def _transposed(tensor, dims, name_, name=None, **kwargs):
     dims = list(dims)
     return _emit("transpose", [tensor], dims, tensor.dtype, sparse_dim=tensor.sparse_dim,
                  perm={i: d for i, d in enumerate(dims)}, name=name or name_, **kwargs)
+
+
+def _conv_layer_fits(source, in_dim, in_spatial_dims):
+    """
+    Whether the conv/pool layer sees in_dim as the input's feature axis: the input is [batch, spatial..., in_dim]
+    and in_dim is its only static axis (the layer takes the last static axis as the feature axis; its ``in_dim``
+    option is refused).
+    """
+    return set(source.dims) == {batch_dim, in_dim, *in_spatial_dims} and len(source.dims) == len(in_spatial_dims) + 2 \
+        and all(d.dimension is None for d in in_spatial_dims)
 
 
 def _dim_source(dim):

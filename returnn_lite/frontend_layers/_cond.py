@@ -35,10 +35,7 @@ def cond(pred, true_fn, false_fn):
             res = fn()
         recorded.append((builder, res))
     (t_builder, t_res), (f_builder, f_res) = recorded
-    try:
-        t_flat, f_flat = _flatten(t_res), _flatten(f_res)
-    except TypeError as exc:
-        raise FrontendError("rf.cond at %s: %s" % (site, exc)) from None
+    t_flat, f_flat = _flatten(t_res), _flatten(f_res)
     if len(t_flat) != len(f_flat) or _pack(t_res, [None] * len(t_flat)) != _pack(f_res, [None] * len(f_flat)):
         raise FrontendError("rf.cond at %s: the branches return different structures: %r vs %r" % (
             site, t_res, f_res))

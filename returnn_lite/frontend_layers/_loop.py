@@ -18,6 +18,8 @@ Sub-layers are not moved out of the loop: the layers of the frontend carry their
 
 from __future__ import annotations
 
+import contextlib
+
 from ..data import Data, Dim
 from ..frontend._utils import FrontendError, call_site, dims_str, is_tensor
 from ._emit import _raw_name
@@ -41,7 +43,8 @@ def _named(struct, prefix):
         return [x for i, v in enumerate(struct) for x in _named(v, _join(prefix, i))]
     if struct is None or isinstance(struct, Dim):
         return []
-    raise TypeError("rf loop: unsupported structure element %r (Tensors, Dims, dicts, lists, tuples)" % (struct,))
+    raise FrontendError("rf at %s: unsupported element %r in a loop state / cond result (Tensors, Dims, dicts, lists, "
+                        "tuples)" % (call_site(), struct))
 
 
 def _join(prefix, key):
@@ -103,6 +106,11 @@ class _LoopRecorder:
         self.states = []  # [unit name, initial Tensor, prev Tensor, new Tensor]
         self.cum_concat = {}  # cum_concat unit layer name -> (state name, source unit layer name, accum axis)
         self.end_set = False
+
+    def abort(self):
+        """The body raised: the reserved layer name is freed (the error propagates)."""
+        if not self.outer.net_dict.get(self.name):
+            self.outer.net_dict.pop(self.name, None)
 
     def error(self, msg):
         return FrontendError("rf.%s at %s: %s" % (self.func, self.site, msg))
@@ -183,6 +191,10 @@ class _LoopRecorder:
     # ---- after the body ----
     def emit(self, stacked):
         """stacked: [(unit layer name, frame Tensor)]. -> (stacked Tensors, final state Tensors, {Dim: final Dim})"""
+        with _abort_on_error(self):
+            return self._emit(stacked)
+
+    def _emit(self, stacked):
         unit, name = self.sub.net_dict, self.name
         cum_states = {}
         for st_name, init, _prev, new in self.states:
@@ -263,9 +275,18 @@ def outer_refs(layer_dict):
     return res
 
 
+@contextlib.contextmanager
+def _abort_on_error(rec):
+    try:
+        yield
+    except BaseException:
+        rec.abort()
+        raise
+
+
 def scan(*, spatial_dim, initial, xs, ys, body):
     rec = _LoopRecorder("scan", spatial_dim)
-    with rec.sub:
+    with rec.sub, _abort_on_error(rec):
         x_frames = [rec.unstack(x) for x in _flatten(xs)]
         s_prev = [rec.prev_state(path, s) for path, s in _named(initial, "")]
         y_t, s_new = body(_pack(xs, x_frames), _pack(initial, s_prev))
@@ -294,7 +315,7 @@ def while_loop(cond, body, initial):
         raise FrontendError("rf.while_loop at %s: cond must return a scalar bool Tensor, got %r" % (site, c0))
     axis = Dim(None, kind=Dim.Types.Spatial, description="while_loop")
     rec = _LoopRecorder("while_loop", axis, dynamic_end=True, site=site)
-    with rec.sub:
+    with rec.sub, _abort_on_error(rec):
         s_prev = [rec.prev_state(path, s) for path, s in _named(initial, "")]
         s_new = body(_pack(initial, s_prev))
         rec.set_new_states(_flatten(s_new))
@@ -362,6 +383,7 @@ class Loop:
         finally:
             rec.sub.__exit__(exc_type, exc, tb)
         if exc_type is not None:
+            rec.abort()
             return False
         ys, finals, dims = rec.emit(stacked)
         for (_t, result, _n), y in zip(self._stacked, ys):

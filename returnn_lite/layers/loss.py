@@ -200,6 +200,9 @@ class CtcLossLayer(_LogitsTargetsLayer):
     def get_out_data_from_opts(cls, name, logits, targets, **kwargs):
         if not targets.output.sparse:
             raise ValueError("ctc_loss layer %r: targets %r must be sparse" % (name, targets.name))
+        if targets.output.dim is None or logits.output.dim is None:
+            raise ValueError("ctc_loss layer %r: options 'logits' (dim %r) and 'targets' (%r classes) need known dims" % (
+                name, logits.output.dim, targets.output.dim))
         if targets.output.dim + 1 != logits.output.dim:
             raise ValueError("ctc_loss layer %r: logits dim %r must be the targets' %r classes + 1 (blank)" % (
                 name, logits.output.dim, targets.output.dim))

@@ -77,6 +77,10 @@ def flatten_subnetworks_in_unit(unit):
         outer = {k: v for k, v in desc.items() if k not in ("class", "subnetwork", "from", "concat_sources",
                                                            "load_on_init")}
         res[name] = dict(outer, **{"class": "copy", "from": "%s/output" % name})
+        data_used = any("%s/data" % name in (d["from"] if isinstance(d.get("from"), (list, tuple)) else [d.get("from")])
+                        for k, d in res.items() if k.startswith(name + "/"))
+        if not data_used and sources not in ([], (), None, "none"):  # its sources are resolved (checked) anyway
+            res[name]["extra_deps"] = ["%s/data" % name]
     return res
 
 

@@ -98,6 +98,14 @@ class Loss:
             raise ValueError("loss 'ctc' needs sparse target labels, got the dense target %s" % target.short_repr())
         if target is None or not self.need_target:
             return
+        if self.class_name in FLOAT_OUTPUT_LOSSES and self.class_name not in ("ctc", "triplet_loss"):
+            if target.dim is not None and out.dim is None:
+                raise ValueError("loss %r: the output %s of layer %r has no feature axis, the target %s has %s %i" % (
+                    self.class_name, out.short_repr(), layer.name, target.short_repr(),
+                    "classes" if target.sparse else "dim", target.dim))
+            if target.have_batch_axis() and not out.have_batch_axis():
+                raise ValueError("loss %r: the output %s of layer %r has no batch axis (the target %s has)" % (
+                    self.class_name, out.short_repr(), layer.name, target.short_repr()))
         if target.sparse and not out.sparse and out.dim is not None and target.dim is not None:
             if self.get_auto_output_layer_dim(target.sparse_dim).dimension != out.dim:
                 raise ValueError("loss %r: the output dim %r of layer %r does not match the %i classes of the "

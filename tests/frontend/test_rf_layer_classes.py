@@ -21,7 +21,7 @@ tf1 = tf.compat.v1
 ORDINARY = {"variable", "dot", "combine", "compare", "activation", "cast", "copy", "reduce", "softmax_over_spatial",
             "norm", "concat", "pad", "gather", "slice", "split_dims", "merge_dims", "expand_dims", "squeeze",
             "reinterpret_data", "dropout", "switch", "constant", "range_in_axis", "transpose",
-            "sparse_softmax_cross_entropy_with_logits", "scaled_grad"}
+            "sparse_softmax_cross_entropy_with_logits", "scaled_grad", "length"}
 
 
 def _model_and_step():
@@ -46,6 +46,9 @@ def _model_and_step():
         c, cat_dim = rf.concat((m, out_dim), (rf.cast(rf.reduce_argmax(m, axis=out_dim), "float32") +
                                               rf.zeros([batch_dim, two]), two))
         pos = rf.range_over_dim(time_dim)
+        sizes = time_dim.get_size_tensor() + time_dim.get_dim_value_tensor() * 10 + \
+            batch_dim.get_dim_value_tensor() * 100
+        sizes.mark_as_output("sizes", shape=(batch_dim,))
         m.mark_as_output("mean", shape=(batch_dim, out_dim))
         sm.mark_as_output("sm", shape=(batch_dim, out_dim, time_dim))
         c.mark_as_output("cat", shape=(batch_dim, cat_dim))
@@ -93,6 +96,7 @@ def test_net_dict_uses_ordinary_layer_classes():
     assert res["sm"].shape == (2, 4, 5) and np.all(res["sm"][1, :, 3:] == 0)
     np.testing.assert_allclose(res["cat"][:, 4:], np.argmax(res["mean"], -1)[:, None] * np.ones((2, 2)))
     np.testing.assert_array_equal(res["pos"], np.arange(5))
+    np.testing.assert_array_equal(res["sizes"], [5 + 50 + 200, 3 + 50 + 200])
 
 
 def test_out_shape_mismatch_names_origin():

@@ -215,3 +215,16 @@ def _feed_data(t):
     """data's frame t [B, 5] of _feed (seed 0)."""
     rng = np.random.RandomState(0)
     return rng.randn(len(DATA_LENS), DATA_LENS.max(), 5).astype("float32")[:, t]
+
+
+def test_prev_of_a_layer_with_state_stays_in_the_loop():
+    """prev:s of a cell also carries its state (get_last_hidden_state of it): s stays in the loop."""
+    unit = {"s": {"class": "rnn_cell", "unit": "LSTMBlock", "n_out": 3, "from": "data:source"},
+            "c": {"class": "get_last_hidden_state", "from": "prev:s", "key": "c", "n_out": 3},
+            "output": {"class": "combine", "kind": "add", "from": ["s", "c"]}}
+    res = [_run_small({"output": {"class": "rec", "from": "data", "unit": dict(unit)}}, move_out)
+           for move_out in (True, False)]
+    (sub, y, lens), (_, y_ref, _) = res
+    assert "s" in sub.in_loop
+    mask = np.arange(y.shape[0])[:, None] < lens[None, :]
+    np.testing.assert_allclose(y[mask], y_ref[mask], rtol=1e-5)

@@ -518,7 +518,8 @@ class RecSubnetLoop:
           initial output at frame 0) that no masked_computation gates (there prev: is the last unmasked frame);
         - everything it depends on moves out; a choice without search depends only on its target (its value);
         - it is not on a search beam and is not the ``end`` of a loop that ends by it (dynamic length or search);
-        - in a loop of unknown length (ended by ``end``), it neither uses ``prev:`` nor is used via ``prev:``.
+        - in a loop of unknown length (ended by ``end``), it neither uses ``prev:`` nor is used via ``prev:``;
+        - used via ``prev:``, it has no per-step state (``prev:X`` carries X's state too).
         """
         tpl = self.tpl
         names = list(tpl.templates)
@@ -528,8 +529,12 @@ class RecSubnetLoop:
         gated = {x for x in names if any(x == p or x.startswith(p + "/") for p in tpl.gates)}
         loop_ends = tpl.dynamic_end or tpl.beam is not None
         # a loop of unknown length (ended by 'end'): no sequence to shift for prev:, those stay in the loop
-        prev_referenced = {r[len("prev:"):] for x in names for r in deps[x] if r.startswith("prev:")} \
-            if tpl.dynamic_end else set()
+        used_via_prev = {r[len("prev:"):] for x in names for r in deps[x] if r.startswith("prev:")}
+        # a layer with per-step state used via prev: stays in the loop (prev:X also carries X's state, e.g. for
+        # get_last_hidden_state; the shifted sequence does not)
+        prev_referenced = used_via_prev if tpl.dynamic_end else {
+            x for x in used_via_prev
+            if tpl.templates[x].cls.get_rec_initial_extra_outputs.__func__ is not _BASE_EXTRA_OUTPUTS}
         varies = {}
         in_loop = {}
 
@@ -1009,6 +1014,9 @@ class RecSubnetLoop:
         mask = loop.layers[mask_name].output if mask_name in loop.layers else None
         if mask is None:
             return new
+        if not mask.have_batch_axis():
+            raise ValueError("masked_computation %r: option 'mask' %r is %s, without a batch axis" % (
+                x.split("/")[0], mask_name, mask.short_repr()))
         m = mask.copy_as_batch_major().placeholder
         m = tf.reshape(m, tf.concat([tf.shape(m), tf.ones([new.shape.rank - m.shape.rank], tf.int32)], 0))
         res = tf.where(tf.broadcast_to(m, tf.shape(new)), new, old)
