@@ -467,6 +467,8 @@ class TFNetwork(NetworkAPIMixin):
         x = tf.convert_to_tensor(x)
         with tf.name_scope("dropout"):
             rate_t, scale_t = self._dropout_rate_and_scale(float(rate), x.dtype)
+            if isinstance(noise_shape, (list, tuple)):  # None: x's size (as tf.nn.dropout)
+                noise_shape = [tf.shape(x)[i] if n is None else n for i, n in enumerate(noise_shape)]
             shape = tf.shape(x) if noise_shape is None else tf.convert_to_tensor(noise_shape, dtype=tf.int32)
             ones = [1] * shape.shape[0] if shape.shape.rank == 1 and shape.shape[0] is not None else tf.ones_like(shape)
             shape = tf.where(self.train_flag, shape, ones)

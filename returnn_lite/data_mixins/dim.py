@@ -91,15 +91,13 @@ class DimFrontendMixin:
         base.__dict__["_dyn_size_ext"] = value
         if not base.is_batch_dim():
             base._dyn_size = None if value is None else value.placeholder
-            base._mask_cache = {}
 
     def reset_eager(self):
-        """Forget the sequence lengths (and the cached masks) of this dim, e.g. before a new step or graph."""
+        """Forget the sequence lengths of this dim, e.g. before a new step or graph (masks are cached per lengths)."""
         base = self.get_same_base()
         base.__dict__.pop("_dyn_size_ext", None)
         if base.dimension is None and not base.is_batch_dim():
             base._dyn_size = None
-        base._mask_cache = {}
 
     reset_raw = reset_eager
 
@@ -113,7 +111,6 @@ class DimFrontendMixin:
             if graph is None or not _is_stale_graph(graph):
                 return base._dyn_size
             base._dyn_size = None  # lengths of a previous graph (e.g. the net was rebuilt)
-            base._mask_cache = {}
         derived = base.__dict__.get("_derived_from")
         if derived is None:
             return None
