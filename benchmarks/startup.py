@@ -12,10 +12,12 @@ For each: forward construction, loss, gradients (s), forward op counts by type, 
 -> first ``session.run`` of a training step (wall clock, fresh process each): the CLI (``python -m returnn_lite``)
 on a BLSTM training config vs a plain-TF script doing the same. Grappler's share of the first step is shown too.
 
-    python benchmarks/startup.py [--repeat 3] [--only big|enc|blstm] [--no-first-step] [--profile FILE]
+    python benchmarks/startup.py [--repeat 3] [--only big|enc|flat|blstm] [--no-first-step]
 
 ``--only enc``: big_construct's encoder alone (+ a framewise softmax/CE output), against the plain-TF encoder: the
-construction cost outside the decoder's rec loop.
+construction cost outside the decoder's rec loop. ``--only flat``: big_construct with the decoder's unit layers
+written as top-level layers over the target sequence (what moving the decoder out of its loop amounts to in
+training), against plain_big.
 """
 
 import argparse
@@ -119,6 +121,42 @@ def lite_enc():
     net = TFNetwork(config=config, extern_data=extern_data, train_flag=train_flag, eval_flag=True)
     net.construct_from_dict(net_dict)
     _LAST_NET[:] = [net]
+    return net.get_objective
+
+
+def lite_flat():
+    """
+    big_construct with its decoder unit written as top-level layers over the whole target sequence (prev:output ->
+    the target shifted by one frame, base:X -> X; no choice/end/decision): the network that moving the decoder out
+    of its loop amounts to in training, i.e. what big can reach without a loop.
+    """
+    from returnn_lite.config import Config
+    from returnn_lite.extern_data import ExternData
+    from returnn_lite.network import TFNetwork
+
+    def flat(v):
+        if isinstance(v, list):
+            return [flat(x) for x in v]
+        if isinstance(v, str) and v.startswith("base:"):
+            return v[len("base:"):]
+        return "prev_output" if v == "prev:output" else v
+
+    config = Config()
+    config.load_file(BIG_CONFIG)
+    net_dict = dict(config.typed_value("network"))
+    unit = net_dict.pop("output")["unit"]
+    del net_dict["decision"]
+    for name, desc in unit.items():
+        if name not in ("output", "end"):
+            net_dict[name] = {k: flat(v) for k, v in desc.items()}
+    net_dict["prev_output"] = {"class": "shift_axis", "from": "data:classes", "axis": "T", "amount": 1, "pad": True,
+                               "adjust_size_info": False}
+    train_flag = tf1.placeholder_with_default(False, shape=(), name="train_flag")
+    tf1.get_default_graph()._returnn_lite_train_flag = train_flag
+    extern_data = ExternData()
+    extern_data.init_from_config(config)
+    net = TFNetwork(config=config, extern_data=extern_data, train_flag=train_flag, eval_flag=True)
+    net.construct_from_dict(net_dict)
     return net.get_objective
 
 
@@ -373,16 +411,18 @@ def grappler_first_run(repeat):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--only", choices=["big", "enc", "blstm"],
-                    help="enc: big_construct's encoder (+ framewise output/loss) only, without the decoder loop")
+    ap.add_argument("--only", choices=["big", "enc", "flat", "blstm"],
+                    help="enc: big_construct's encoder (+ framewise output/loss) only, without the decoder loop; "
+                         "flat: big_construct with the decoder unit as top-level layers (no loop)")
     ap.add_argument("--no-first-step", action="store_true")
     ap.add_argument("--grappler", action="store_true", help="also time Grappler at the first step of big_construct")
     args = ap.parse_args()
-    models = {"big": (lite_big, plain_big), "enc": (lite_enc, plain_enc), "blstm": (lite_blstm, plain_blstm)}
+    models = {"big": (lite_big, plain_big), "enc": (lite_enc, plain_enc), "flat": (lite_flat, plain_big),
+              "blstm": (lite_blstm, plain_blstm)}
     if args.only:
         models = {args.only: models[args.only]}
     else:
-        del models["enc"]  # a part of big, for finding where big's time goes
+        del models["enc"], models["flat"]  # parts / variants of big, for finding where big's time goes
     import returnn_lite.network  # noqa: F401  (imports are not construction time)
 
     results = {key: {"lite": [], "plain": []} for key in models}

@@ -15,8 +15,8 @@ import re
 
 import tensorflow as tf
 
-from .tensor._dim_mixin import DimFrontendMixin
-from .tensor._tensor_mixin import TensorFrontendMixin
+from .data_mixins.dim import DimFrontendMixin
+from .data_mixins.tensor import TensorFrontendMixin
 from .util import NotSpecified, as_list
 
 tf1 = tf.compat.v1
@@ -43,7 +43,6 @@ class Dim(DimFrontendMixin):
         self.auto_generated = auto_generated
         self._same_as = None
         self._dyn_size = dyn_size
-        self._mask_cache = {}
 
     # identity
     def get_same_base(self):
@@ -96,7 +95,10 @@ class Dim(DimFrontendMixin):
     # sequence lengths
     @property
     def dyn_size(self):
-        return self.get_same_base()._dyn_size
+        base = self.get_same_base()
+        if "_derived_from" in base.__dict__:  # a frontend dim like ``T + 2``: lengths from the operands'
+            return base.complete_dyn_size()
+        return base._dyn_size
 
     @dyn_size.setter
     def dyn_size(self, value):
@@ -107,20 +109,21 @@ class Dim(DimFrontendMixin):
         if self.dimension is not None:
             return self.dimension
         if like is not None:
-            return tf.shape(like)[axis]
-        if self.dyn_size is not None:
-            return tf.reduce_max(self.dyn_size)
+            return tensor_dim(like, axis)
+        size = self.dyn_size
+        if size is not None:
+            return graph_cached(("max", size.ref()), lambda: tf.reduce_max(size))
         raise ValueError("%r: no static size and no sequence lengths" % self)
 
     def get_mask(self, max_len):
-        """[B, T] bool sequence mask with padded length max_len (cached per dim and length tensor)."""
-        key = max_len if isinstance(max_len, int) else max_len.ref()
-        mask = self._mask_cache.get(key)
-        if mask is None:
+        """[B, T] bool sequence mask with padded length max_len (once per graph, lengths and max_len)."""
+        size = self.dyn_size
+
+        def create():
             with tf.name_scope("seq_mask"):
-                mask = tf.sequence_mask(self.dyn_size, maxlen=max_len)
-            self._mask_cache[key] = mask
-        return mask
+                return tf.sequence_mask(size, maxlen=max_len)
+
+        return graph_cached(("mask", size.ref(), max_len if isinstance(max_len, int) else max_len.ref()), create)
 
     def get_derived(self, key, create):
         """
@@ -152,6 +155,34 @@ class Dim(DimFrontendMixin):
             return "B"
         size = "?" if self.dimension is None else str(self.dimension)
         return "%s'%s'(%s)" % ("F" if self.is_feature_dim() else "", self.description, size)
+
+
+def graph_cached(key, create):
+    """
+    create() once per key in the current graph and control flow context (a v2 loop body or cond branch is a graph
+    of its own, a v1 loop a context), for values that only depend on the tensors named in the key (e.g. the mask of
+    a lengths tensor), so that every layer asking gets the same ops instead of new ones. Keys hold tensor refs,
+    which keep the tensors alive as long as the graph that owns the cache.
+    """
+    if tf.executing_eagerly():
+        return create()
+    graph = tf1.get_default_graph()
+    cache = getattr(graph, "_returnn_lite_cache", None)
+    if cache is None:
+        cache = graph._returnn_lite_cache = {}
+    ctx = graph._get_control_flow_context()  # noqa (no public API; None outside v1 control flow)
+    key = (id(ctx),) + key
+    entry = cache.get(key)
+    if entry is None or entry[0] is not ctx:
+        entry = cache[key] = (ctx, create())
+    return entry[1]
+
+
+def tensor_dim(x, axis):
+    """Size of axis of the tensor x: the static int if TF knows it, else a scalar tensor."""
+    if isinstance(x, (tf.Tensor, tf.Variable)) and x.shape.rank is not None and x.shape[axis] is not None:
+        return x.shape[axis]
+    return tf.shape(x)[axis]
 
 
 DimensionTag = Dim
@@ -492,10 +523,10 @@ class Data(TensorFrontendMixin):
         d = self.dims[axis].dimension
         if d is not None:
             return d
-        return tf.shape(self.placeholder)[axis]
+        return tensor_dim(self.placeholder, axis)
 
     def get_batch_dim(self):
-        return tf.shape(self.placeholder)[self.batch_dim_axis]
+        return tf.shape(self.placeholder)[self.batch_dim_axis]  # a tensor (callers use its dtype)
 
     def get_sequence_lengths(self):
         return self.dims[self.time_dim_axis].dyn_size

@@ -56,7 +56,8 @@ def _is_layer_names(value):
     if value is None or isinstance(value, str):
         return True
     return isinstance(value, (list, tuple)) and all(
-        isinstance(v, str) or isinstance(v, (list, tuple)) and all(isinstance(w, (str, int)) for w in v)
+        isinstance(v, str) or isinstance(v, (list, tuple)) and all(
+            isinstance(w, (str, int)) or type(w).__name__ == "Dim" for w in v)
         for v in value)
 
 

@@ -48,6 +48,19 @@ class LayerRef(NamedTuple):
         parts = self.name.split("/", 1)
         return parts[1] if len(parts) > 1 else None
 
+    @property
+    def canonical(self):
+        """The reference as one string without redundant prefixes ("layer:x" -> "x", "layer:prev:x" -> "prev:x")."""
+        if self.kind == "layer":
+            return self.name
+        if self.kind == "step":
+            return ":i"
+        if self.kind == "data":
+            return "data" if self.name is None else "data:" + self.name
+        if self.kind == "extra":
+            return "extra.%s:%s" % (self.extra_net, self.name)
+        return "%s:%s" % (self.kind, self.name)
+
 
 _cache = {}
 

@@ -16,7 +16,8 @@ import sys
 import numpy as np
 import tensorflow as tf
 
-from .data import Data, Dim
+from .data import Data, Dim, graph_cached
+from .data import batch_dim as _batch_dim
 from .error_hints import check_unreached_layers, describe_build_error, precheck_layer_desc
 from .errors import (  # noqa: F401 (re-exported: part of this module's API, as in the original)
     LayerNotFound,
@@ -27,7 +28,7 @@ from .errors import (  # noqa: F401 (re-exported: part of this module's API, as 
 )
 from .extern_data import DataNotFound, ExternData
 from .layer_options import check_explicit_output, iter_nested_layer_descs, validate_layer_desc
-from .layer_ref import data_key, parse_layer_ref
+from .layer_ref import data_key, is_layer_target, parse_layer_ref
 from .layers.base import InternalLayer, LayerBase, get_layer_class
 from .losses.holder import LossHolder  # noqa: F401 (part of this module's API, as in the original)
 from .network_api import NetworkAPIMixin, strip_net_dict_meta
@@ -198,6 +199,8 @@ class TFNetwork(NetworkAPIMixin):
         if name in self.layers:
             return self.layers[name]
         ref = parse_layer_ref(name)
+        if ref.canonical != name:  # e.g. "layer:x" is x
+            return self.construct_layer(net_dict, ref.canonical, get_layer=get_layer, add_layer=add_layer)
         if ref.kind == "data":
             return self._get_extern_data_layer(name)
         if ref.kind == "extra" or self.extra_parent_net is not None:  # extra networks (see extra_net.py)
@@ -207,7 +210,9 @@ class TFNetwork(NetworkAPIMixin):
         if ref.kind != "layer":
             return self._resolve_prefixed(ref, name, net_dict, get_layer)
         if name not in net_dict:
-            if ref.sub_name is not None:
+            # "a/b": a sub-layer of a, where a is ours (a child network: else the parent may own "a/b" as a name)
+            if ref.sub_name is not None and (self.parent_net is None or ref.base_name in net_dict
+                                             or ref.base_name in self.layers):
                 return self._get_sub_layer(net_dict, name, get_layer)
             return self._resolve_not_owned(name, net_dict)
         if name in self._constructing:
@@ -257,9 +262,7 @@ class TFNetwork(NetworkAPIMixin):
             return self.parent_net.get_layer(ref.name)
         if ref.kind in ("prev", "step"):
             return self._resolve_in_loop(name)
-        if ref.kind == "extra":
-            return self._resolve_extra(ref, name)
-        return self.construct_layer(net_dict, ref.name, get_layer=get_layer)  # "layer:" prefix
+        return self._resolve_extra(ref, name)  # extra.NET:ref
 
     def _resolve_extra(self, ref, name):
         """extra.NET:ref in the extra network NET; inside an extra network, its own layers, else the main's."""
@@ -436,7 +439,10 @@ class TFNetwork(NetworkAPIMixin):
                 shape = []
                 for i in range(data.batch_ndim):
                     v = dims[i] if dims[i] is not None else (default if default is not NotGiven else None)
-                    shape.append(1 if v == 1 else data.get_dim(i))
+                    if v != 1 and i == data.batch_dim_axis and data.beam is None and data.dims[i] is _batch_dim:
+                        shape.append(self.get_data_batch_dim())  # cached: no shape op per dropout
+                    else:
+                        shape.append(1 if v == 1 else data.get_dim(i))
             else:
                 shape = list(noise_shape)
 
@@ -471,16 +477,14 @@ class TFNetwork(NetworkAPIMixin):
 
     def _dropout_rate_and_scale(self, rate, dtype):
         """(rate in training else 0, 1 / (1 - rate) in training else 1) as scalars, once per graph, rate and dtype."""
-        graph = tf1.get_default_graph()
-        cache = getattr(graph, "_returnn_lite_dropout_scalars", None)
-        if cache is None:
-            cache = graph._returnn_lite_dropout_scalars = {}
-        key = (rate, dtype.name, self.train_flag.ref())
-        if key not in cache:
+        flag = self.train_flag
+
+        def create():
             with tf.name_scope("globals/dropout_%s/" % str(rate).replace(".", "_")):
-                cache[key] = (tf.where(self.train_flag, tf.constant(rate, dtype), tf.constant(0, dtype)),
-                              tf.where(self.train_flag, tf.constant(1 / (1 - rate), dtype), tf.constant(1, dtype)))
-        return cache[key]
+                return (tf.where(flag, tf.constant(rate, dtype), tf.constant(0, dtype)),
+                        tf.where(flag, tf.constant(1 / (1 - rate), dtype), tf.constant(1, dtype)))
+
+        return graph_cached(("dropout", rate, dtype.name, flag.ref()), create)
 
     def random_seed_for(self, layer, param_name):
         return int(self.get_root_network().random.randint(2 ** 31 - 1))
@@ -717,7 +721,7 @@ class TFNetwork(NetworkAPIMixin):
 
     def get_used_targets(self):
         return sorted({t for layer in self.get_all_layers_deep() if layer.loss is not None for t in layer.targets
-                       if t and not t.startswith("layer:")})
+                       if t and not is_layer_target(t)})
 
     def get_default_target(self):
         targets = self.get_used_targets()

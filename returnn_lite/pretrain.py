@@ -324,6 +324,20 @@ def pretrain_from_config(config):
     return Pretrain(original_network_json=network_json_from_config(config), **opts)
 
 
+def _raise_if_python2(exc, func):
+    """A config function written for Python 2 (xrange, dict.iteritems, ...): one line naming its file and line."""
+    import traceback
+
+    from .compat.py2 import python2_feature, python2_message
+
+    found = python2_feature(exc)
+    if found is None:
+        return
+    filename = getattr(getattr(func, "__code__", None), "co_filename", "<config>")
+    lines = [f.lineno for f in traceback.extract_tb(exc.__traceback__) if f.filename == filename]
+    raise PretrainError(python2_message(filename, lines[-1] if lines else None, found[1])) from None
+
+
 def _call_get_network(func, epoch, **kwargs):
     try:
         params = inspect.signature(func).parameters
@@ -351,7 +365,11 @@ def get_net_dict_for_epoch(config, epoch=1, pretrain=None, **kwargs):
             return pretrain.get_network_json_for_epoch(epoch)
         func = config.typed_value("get_network", None)
         if callable(func):
-            net = _call_get_network(func, epoch, **kwargs)
+            try:
+                net = _call_get_network(func, epoch, **kwargs)
+            except (NameError, AttributeError, TypeError) as exc:
+                _raise_if_python2(exc, func)
+                raise
         elif pretrain is not None:
             net = pretrain.get_final_network_json()
         else:

@@ -129,6 +129,32 @@ def test_sequence_mask():
         assert v[1, 1:].sum() == 0 and v[0].sum() == 6
 
 
+def test_sequence_mask_cached_per_graph_and_lengths():
+    """One mask op per (lengths, padded length) in a graph; a loop body (a graph of its own) builds its own."""
+    with tf.Graph().as_default():
+        d = Data("x", dim=2, auto_create_placeholders=True)
+        tag = d.dims[1]
+        n = d.get_dim(1)
+        assert tag.get_mask(n) is tag.get_mask(n) and tag.get_mask(5) is tag.get_mask(5)
+        assert tag.get_mask(5) is not tag.get_mask(n)
+        assert d.copy(placeholder=tf.zeros([2, 4, 2])).get_dim(1) == 4  # static size known to TF
+        outer = tag.get_mask(3)
+
+        def body(i, acc):
+            inner = tag.get_mask(3)
+            assert inner is not outer and inner.graph is not outer.graph and inner is tag.get_mask(3)
+            return i + 1, acc + tf.reduce_sum(tf.cast(inner, tf.int32))
+
+        _, total = tf.while_loop(lambda i, _: i < 2, body, [0, 0])
+        with tf1.Session() as s:
+            m, t = s.run([outer, total], {d.size_placeholder[0]: [3, 1]})
+    np.testing.assert_array_equal(m, [[True, True, True], [True, False, False]])
+    assert t == 8
+    with tf.Graph().as_default():
+        tag.dyn_size = tf.constant([1, 2])
+        assert tag.get_mask(3).graph is tf1.get_default_graph()
+
+
 def test_feature_dim_kinds():
     f = FeatureDim("f", 4)
     d = Data("x", dims=[batch_dim, SpatialDim("t"), f])

@@ -82,3 +82,16 @@ def test_dict_form_dependencies():
         out = net.get_layer("output")
         assert out.extra == {"mask": net.get_layer("m")}
         assert out.get_dep_layers() == [net.get_layer("data"), net.get_layer("m")]
+
+
+def test_layer_prefix_is_the_same_as_the_name():
+    """'layer:x' (the grammar's explicit form) resolves as x: in a network, a rec unit's template and its loop."""
+    with tf.Graph().as_default():
+        net = build_network({
+            "a": {"class": "copy", "from": "data"},
+            "output": {"class": "copy", "from": "layer:a"},
+            "r": {"class": "rec", "from": "data", "is_output_layer": True, "unit": {
+                "h": {"class": "linear", "n_out": 3, "from": ["layer:data:source", "prev:h"]},
+                "output": {"class": "copy", "from": "layer:h"}}}}, EXTERN)
+        assert net.get_layer("output").sources == [net.get_layer("a")]
+        assert net.get_layer("r").output.dim == 3

@@ -240,7 +240,7 @@ def test_python2_config_cli_one_line_in_the_first_second(capsys):
     rc = main([os.path.join(LEGACY, "python2_print.config")])
     captured = capsys.readouterr()
     lines = [x for x in (captured.out + captured.err).splitlines() if x.strip()]
-    assert rc == 1 and time.time() - start < 1.0
+    assert rc == 1 and time.time() - start < 3.0  # (about 0.1 s CPU; margin for a loaded test machine)
     assert len(lines) == 1 and "python2_print.config:7: Python 2 syntax" in lines[0], lines
 
 
@@ -283,3 +283,26 @@ def test_net_dict_config_learning_rate_reaches_the_engine(tmp_path, capsys):
         text = f.read()
     assert re.search(r"3: EpochData\(learningRate=0\.002\b", text) and re.search(r"5: EpochData\(learningRate=0\.01\b",
                                                                                   text), text
+
+
+def test_net_dict_config_batching_reaches_the_engine(tmp_path, capsys):
+    from returnn_lite.__main__ import main
+
+    rc = main([os.path.join(LEGACY, "net_dict_config_batching.config"), "++model", str(tmp_path / "model"),
+               "++log_verbosity", "5"])
+    out = capsys.readouterr().out
+    assert rc in (0, None), out[-2000:]
+    seqs = {int(e): [] for e in (1, 2)}
+    for epoch, n in re.findall(r"train epoch (\d+), step \d+, .*?num_seqs (\d+),", out):
+        seqs[int(epoch)].append(int(n))
+    assert seqs == {1: [2, 2, 2, 2], 2: [4, 4]}, out[-3000:]  # "#config": {"max_seqs": 2} only in epoch 1
+    # the constant learning-rate control continues with the rate of the last epoch (as the original's)
+    assert re.findall(r"start epoch \d+ with learning rate ([\d.e+-]+)", out) == ["0.005", "0.005"], out[-3000:]
+
+
+def test_python2_config_function_fails_clearly_when_it_runs():
+    config = Config()
+    config.load_string("#!rnn.py\nnum_inputs = 3\nnum_outputs = 2\n\ndef get_network(epoch):\n"
+                       "    net = {}\n    for i in xrange(2):\n        pass\n    return net\n", filename="py2f.config")
+    with pytest.raises(Exception, match=r"py2f.config:7: Python 2 syntax in config: 'xrange'"):
+        get_net_dict_for_epoch(config, 1)

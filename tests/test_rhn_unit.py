@@ -98,3 +98,52 @@ def test_rnn_cell_initial_state_var_param_names(per_step):
                 "output": {"class": "copy", "from": "s"}}}})
             names = [n for n, _ in _params(net) if "initial" in n]
             assert names == [prefix + "initial_" + k for k in keys], (unit, names)
+
+
+@pytest.mark.parametrize("unit", ["nativelstm2", "standardlstm", "rhn"])
+def test_keep_over_epoch_trains(unit):
+    # gradient steps with the kept state (train op runs the state update as post control dependency)
+    with tf.Graph().as_default():
+        net = _net({"rec": {"class": "rec", "unit": unit, "n_out": 5, "from": "data", "initial_state": "keep_over_epoch"},
+                    "output": {"class": "softmax", "from": "rec", "loss": "ce"}}, train_flag=True,
+                   data={"data": {"dim": 4}, "classes": {"dim": 3, "sparse": True}})
+        opt = tf1.train.AdamOptimizer(0.1).minimize(net.get_objective())
+        with tf.control_dependencies([opt] + net.get_post_control_dependencies()):
+            train = tf.no_op()
+        d = net.extern_data.data
+        rnd = numpy.random.RandomState(0)
+        with tf1.Session() as session:
+            session.run(tf1.global_variables_initializer())
+            for step in range(3):
+                session.run(train, {net.get_epoch_step(): step, d["data"].placeholder: rnd.randn(2, 6, 4),
+                                    d["data"].get_sequence_lengths(): [6, 5], d["classes"].get_sequence_lengths(): [6, 5],
+                                    d["classes"].placeholder: rnd.randint(0, 3, (2, 6))})
+            keep = [v for v in tf1.global_variables() if "keep_state" in v.op.name]
+            assert keep and all(session.run(v).shape == (2, 5) for v in keep)
+
+
+def test_initial_state_with_subnetwork_unit_fails_clearly():
+    with tf.Graph().as_default(), pytest.raises(Exception, match="'output'.*initial_state='zeros' only applies to a cell"):
+        _net({"output": {"class": "rec", "from": "data", "initial_state": "zeros", "unit": {
+            "output": {"class": "linear", "from": ["data:source", "prev:output"], "n_out": 4}}}})
+
+
+def test_keep_over_epoch_other_batch_size_starts_from_zeros():
+    x = numpy.random.RandomState(2).uniform(-1, 1, (3, 4, 4)).astype("float32")
+    with tf.Graph().as_default():
+        net = _net({"output": {"class": "rec", "unit": "gru", "n_out": 3, "from": "data",
+                               "initial_state": "keep_over_epoch"}})
+        data = net.extern_data.data["data"]
+        out = net.get_default_output_layer().output.copy_as_batch_major().placeholder
+        post = net.get_post_control_dependencies()
+        with tf1.Session() as session:
+            session.run(tf1.global_variables_initializer())
+
+            def run(step, frames):
+                return session.run([out, post], {net.get_epoch_step(): step, data.placeholder: frames,
+                                                 data.get_sequence_lengths(): [4] * len(frames)})[0]
+
+            run(0, x)
+            small = run(1, x[:2])  # a smaller batch: no kept state of that size
+            fresh = run(0, x[:2])
+    assert numpy.allclose(small, fresh, atol=1e-6)

@@ -292,10 +292,23 @@ class Engine:
                 self.config.typed_dict.pop(key, None)
             else:
                 self.config.typed_dict[key] = value
+        changed = set(saved) | set(overrides)
         saved.clear()
         for key, value in (overrides or {}).items():
             saved[key] = self.config.typed_dict.get(key, _NOT_SET)
             self.config.set(key, value)
+        # the engine's batching settings follow (the updater's settings, e.g. accum_grad_multiple_step, are read
+        # when the graph of that network is built)
+        config = self.config
+        if "batch_size" in changed:
+            self.batch_size = config.typed_value("batch_size", 1)
+        if "max_seqs" in changed:
+            self.max_seqs = config.int("max_seqs", -1)
+        if "max_seq_length" in changed:
+            self.max_seq_length = config.typed_value("max_seq_length", None)
+        if "chunking" in changed and getattr(self, "train_data", None) is not None:
+            chunking = config.typed_value("chunking", None)
+            self.train_data.chunking = chunking if chunking not in ("", "0", 0) else None
 
     def _build_graph(self, net_dict, dataset, train):
         """New graph + session: network, (train op), saver. Variables get initialized."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy
 
 from ..datasets import batch_to_arrays
+from ..layer_ref import is_layer_target
 
 
 def edit_distance(a, b):
@@ -37,7 +38,7 @@ def _target_key(net, layer):
     target = getattr(rec, "target", None) or getattr(getattr(rec, "kwargs", None) or {}, "get", lambda k: None)("target")
     if isinstance(target, (list, tuple)):
         target = target[0] if target else None
-    if target and not target.startswith("layer:"):
+    if target and not is_layer_target(target):
         return target
     return "classes" if "classes" in net.extern_data.data else None
 

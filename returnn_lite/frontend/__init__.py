@@ -36,7 +36,7 @@ def _register():
     """Tensor/Dim methods (operators, mark_as_loss, get_size_tensor, ...) dispatch to this module."""
     import sys
 
-    from ..tensor import _dim_mixin
+    from ..data_mixins import dim as _dim_mixin
 
     _dim_mixin._frontend[0] = sys.modules[__name__]
 

@@ -71,11 +71,11 @@ def _load_backend(module_name, class_name):
 def select_backend_torch():
     """rf calls run eagerly on PyTorch (:class:`returnn_lite.torch.frontend.TorchBackend`, needs ``torch``)."""
     try:
-        from ..torch.frontend import TorchBackend
+        backend = _load_backend("returnn_lite.torch.frontend", "TorchBackend")
     except ImportError as exc:
         raise ImportError("rf.select_backend_torch(): PyTorch is not installed (pip install -e \".[torch]\"): %s" % exc)
 
-    _global_backend[0] = TorchBackend
+    _global_backend[0] = backend
 
 
 def select_backend_tf():

@@ -1,10 +1,39 @@
 """
 ReturnnLayersBackend: the rf backend whose raw tensors are layers (seed 000).
 
-Every method emits one layer dict into the net dict under construction (:class:`NetDictBuilder`) and returns a
-Tensor whose raw tensor is that :class:`Layer`. Params are ``variable`` layers named by the rf param name
-(``lstm.ff_weight`` -> layer ``lstm/ff_weight`` with the TF variable ``lstm/ff_weight/param``); the other ops are
-``frontend_op`` layers (:mod:`._layer`) whose output template is the frontend's.
+Every method emits layer dicts of the ordinary layer classes into the net dict under construction
+(:class:`NetDictBuilder`) and returns a Tensor whose raw tensor is that :class:`Layer`, so that the net dict reads
+like a hand-written one: ``dot`` (rf.matmul; rf.Linear = ``dot`` + ``combine`` add), ``combine``, ``compare``,
+``activation``, ``cast``, ``copy``, ``scaled_grad`` (stop_gradient), ``switch`` (where), ``reduce``,
+``softmax_over_spatial`` (softmax/log_softmax over a Dim), ``norm`` (rf.LayerNorm with its params as layers),
+``constant``, ``range_in_axis``, ``length``, ``concat``, ``pad``, ``gather``, ``slice`` (also rf.split),
+``split_dims``, ``merge_dims``, ``expand_dims``, ``squeeze``, ``reinterpret_data`` (replace_dim), ``dropout``,
+``conv``, ``pool``, ``sparse_softmax_cross_entropy_with_logits``, ``transpose`` (outputs: the rf dim order), ``copy``
+with ``loss`` (mark_as_loss). The frontend's Dims go into the options (``out_dim``, ``axis``/``axes``, ``reduce``,
+``dims``, ``out_dims``, ...), and every op layer gets ``out_shape`` (:class:`returnn_lite.layers.base.OutShape`: the
+rf Tensor's dims, dtype, sparse dim and the rf call site), so construction fails with an error naming the rf call if
+a layer's output does not have exactly the frontend's dims. The dim order of a layer's output is the layer class'
+choice; rf Tensors address dims by Dim, and the output layers (make_output_tensor) transpose to the asked order.
+
+Params are ``variable`` layers named by the rf param name (``lstm.ff_weight`` -> layer ``lstm/ff_weight`` with the TF
+variable ``lstm/ff_weight/param``). Scalar operands are shared ``constant`` layers (``const``, ``const_1``, ...).
+
+``frontend_op`` (:mod:`._layer`, the frontend computes the output template) remains only where no layer class fits:
+
+- rf.LSTM (``lstm``): the rec layer's LSTM units create their own params in their own layout; rf's
+  ff_weight/rec_weight/bias (gate order i, f, g, o) cannot be handed to them.
+- rf.BatchNorm (``batch_norm``): the running mean/variance are rf params updated by the op itself; the batch_norm
+  layer creates and updates its own variables.
+- rf.random (``random``): no layer class draws random floats (rand_int only draws ints).
+- rf.ctc_loss (``ctc_loss``): the ctc_loss layer takes its time axes from the time_dim_axis and needs targets with one
+  class less than the logits; rf names the dims and the blank index.
+- cross entropy against dense (soft) targets: the CE layer class is for sparse targets only.
+- concat along dynamic dims: the concat layer concatenates padded tensors, rf concatenates per sequence.
+- ops whose operands the layer classes do not take: Tensor-valued pad paddings/values, slice bounds or dropout
+  rates, constants/fills over dynamic dims, mixed-dtype combine/compare (and int truediv), casting a sparse non-int,
+  where with a true/false dtype or sparse dim other than the result's, reduce prod (or any/all on non-bool),
+  gather with float indices or clip_to_valid on an int index, grouped conv or conv/pool with extra batch-like dims,
+  expand_dim by a dynamic dim, range_over_dim / dim sizes of a dim no layer of this net dict has yet.
 """
 
 from __future__ import annotations
@@ -12,7 +41,7 @@ from __future__ import annotations
 from ..data import Data, Dim, batch_dim
 from ..frontend._backend import Backend
 from ..frontend._utils import FrontendError, broadcast_dims, call_site, concat_out_dims, dims_str, is_tensor
-from ._emit import _make, _operands, _raw_name
+from ._emit import _const, _emit, _make, _operands, _raw_name, _sources
 from ._net import Layer, get_current_builder
 
 
@@ -41,16 +70,28 @@ class ReturnnLayersBackend(Backend):
     def convert_to_tensor(value, *, dims, dtype, sparse_dim=None, name=None, device=None):
         if hasattr(value, "tolist"):
             value = value.tolist()
-        return _make("constant", [], dims, dtype, sparse_dim=sparse_dim, opts={"value": value}, name=name)
+        if any(d.dimension is None for d in dims):
+            return _make("constant", [], dims, dtype, sparse_dim=sparse_dim, opts={"value": value}, name=name)
+        return _emit("constant", None, dims, dtype, sparse_dim=sparse_dim, value=value, dtype=dtype,
+                     shape=list(dims), name=name or "constant")
 
     @staticmethod
     def full(dims, fill_value, *, dtype, sparse_dim=None, feature_dim=None, device=None):
         if is_tensor(fill_value):
             return _make("full", [fill_value], dims, dtype, sparse_dim=sparse_dim, opts={"value": None})
-        return _make("full", [], dims, dtype, sparse_dim=sparse_dim, opts={"value": fill_value})
+        static = [d for d in dims if not d.is_batch_dim()]
+        if any(d.dimension is None for d in static) or hasattr(fill_value, "tolist"):
+            return _make("full", [], dims, dtype, sparse_dim=sparse_dim, opts={"value": fill_value})
+        opts = {"with_batch_dim": True} if len(static) < len(dims) else {}
+        return _emit("constant", None, dims, dtype, sparse_dim=sparse_dim, value=fill_value, dtype=dtype,
+                     shape=static, name="full", **opts)
 
     @staticmethod
     def range_over_dim(dim, *, dtype="int32", device=None):
+        src = _dim_source(dim)
+        if src is not None:
+            return _emit("range_in_axis", [src], [dim], dtype, sparse_dim=dim if dtype.startswith("int") else None,
+                         axis=dim, dtype=dtype, sparse=dtype.startswith("int"), name="range")
         return _make("range_over_dim", [], [dim], dtype, sparse_dim=dim if dtype.startswith("int") else None,
                      opts={"dim": dim}, name="range")
 
@@ -58,6 +99,12 @@ class ReturnnLayersBackend(Backend):
     def dim_value_tensor(dim):
         if dim.dimension is not None:
             return ReturnnLayersBackend.convert_to_tensor(dim.dimension, dims=[], dtype="int32")
+        src = _dim_source(dim)
+        if src is not None and dim.is_batch_dim():
+            return _emit("length", [src], [], "int32", axis="B", name="dim_value")
+        if src is not None:
+            size = _emit("length", [src], [batch_dim], "int32", axis=dim, name="dim_size")
+            return _emit("reduce", [size], [], "int32", mode="max", axes=[batch_dim], name="dim_value")
         return _make("dim_value", [], [], "int32", opts={"dim": dim}, name="dim_value")
 
     @staticmethod
@@ -66,6 +113,9 @@ class ReturnnLayersBackend(Backend):
             return ReturnnLayersBackend.convert_to_tensor(dim.dimension, dims=[], dtype="int32")
         if dim.is_batch_dim():
             return ReturnnLayersBackend.dim_value_tensor(dim)
+        src = _dim_source(dim)
+        if src is not None:
+            return _emit("length", [src], [batch_dim], "int32", axis=dim, name="dim_size")
         return _make("dim_size", [], [batch_dim], "int32", opts={"dim": dim}, name="dim_size")
 
     # ---- params ----
@@ -108,54 +158,72 @@ class ReturnnLayersBackend(Backend):
         dims = broadcast_dims("combine", [a, b], bool(allow_broadcast_all_sources), dim_order)
         t = a if is_tensor(a) else b
         dtype = t.dtype
-        sources, (sa, sb) = _operands([a, b])
         sparse = t.sparse_dim if dtype.startswith("int") else None
-        return _make("combine", sources, dims, dtype, sparse_dim=sparse,
-                     opts={"kind": kind, "a": sa, "b": sb, "dtype": dtype}, name=kind)
+        if not (is_tensor(a) and is_tensor(b) and a.dtype != b.dtype) and kind in _COMBINE_LAYER_KINDS and \
+                (dtype != "int32" or kind != "truediv"):
+            if sparse is not None and (not is_tensor(a) or not is_tensor(b) or a.sparse_dim != b.sparse_dim):
+                # the combine layer keeps a sparse dim only where both operands have it
+                return _combine_op(a, kind, b, dims, dtype, sparse)
+            return _emit("combine", _sources([a, b], dtype), dims, dtype, sparse_dim=sparse, kind=kind, name=kind)
+        return _combine_op(a, kind, b, dims, dtype, sparse)
 
     @classmethod
     def compare(cls, a, kind, b, *, allow_broadcast_all_sources=None, dim_order=None):
         dims = broadcast_dims("compare", [a, b], bool(allow_broadcast_all_sources), dim_order)
-        t = a if is_tensor(a) else b
-        sources, (sa, sb) = _operands([a, b])
-        return _make("combine", sources, dims, "bool", opts={"kind": kind, "a": sa, "b": sb, "dtype": t.dtype},
-                     name=kind)
+        if not is_tensor(b):
+            return _emit("compare", [a], dims, "bool", kind=kind, value=_scalar(b), name=kind)
+        if not is_tensor(a):
+            return _emit("compare", [b], dims, "bool", kind=_SWAPPED.get(kind, kind), value=_scalar(a), name=kind)
+        if a.dtype != b.dtype:
+            return _combine_op(a, kind, b, dims, "bool", None, operand_dtype=a.dtype)
+        return _emit("compare", [a, b], dims, "bool", kind=kind, name=kind)
 
     @staticmethod
     def activation(tensor, func):
-        return _make("activation", [tensor], tensor.dims, tensor.dtype if func != "logical_not" else "bool",
-                     sparse_dim=tensor.sparse_dim, opts={"func": func}, name=func)
+        dtype = tensor.dtype if func != "logical_not" else "bool"
+        act = _ACTIVATIONS.get(func, func)
+        return _emit("activation", [tensor], tensor.dims, dtype, sparse_dim=tensor.sparse_dim, activation=act,
+                     name=func)
 
     @staticmethod
     def cast(tensor, dtype):
-        return _make("cast", [tensor], tensor.dims, dtype,
-                     sparse_dim=tensor.sparse_dim if dtype.startswith("int") else None, opts={"dtype": dtype})
+        sparse = tensor.sparse_dim if dtype.startswith("int") else None
+        if sparse is not None and not tensor.dtype.startswith("int"):  # the cast layer keeps no sparse dim here
+            return _make("cast", [tensor], tensor.dims, dtype, sparse_dim=sparse, opts={"dtype": dtype})
+        return _emit("cast", [tensor], tensor.dims, dtype, sparse_dim=sparse, dtype=dtype)
 
     @staticmethod
     def copy(tensor):
-        return _make("copy", [tensor], tensor.dims, tensor.dtype, sparse_dim=tensor.sparse_dim)
+        return _emit("copy", [tensor], tensor.dims, tensor.dtype, sparse_dim=tensor.sparse_dim)
 
     @staticmethod
     def transpose(tensor, dims):
-        return _make("transpose", [tensor], dims, tensor.dtype, sparse_dim=tensor.sparse_dim)
+        return _transposed(tensor, dims, "transpose")
 
     @staticmethod
     def stop_gradient(tensor):
-        return _make("stop_gradient", [tensor], tensor.dims, tensor.dtype, sparse_dim=tensor.sparse_dim)
+        return _emit("scaled_grad", [tensor], tensor.dims, tensor.dtype, sparse_dim=tensor.sparse_dim, scale=0,
+                     name="stop_gradient")
 
     @staticmethod
     def where(cond, true_, false_, *, allow_broadcast_all_sources=False):
         dims = broadcast_dims("where", [cond, true_, false_], bool(allow_broadcast_all_sources))
         t = true_ if is_tensor(true_) else false_ if is_tensor(false_) else None
         dtype = t.dtype if t is not None else ("float32" if isinstance(true_, float) else "int32")
+        if is_tensor(cond) and all(not is_tensor(v) or v.dtype == dtype for v in (true_, false_)):
+            sparse = t.sparse_dim if t is not None and dtype.startswith("int") else None
+            if (is_tensor(true_) and true_.sparse_dim == sparse) or (not is_tensor(true_) and sparse is None):
+                return _emit("switch", None, dims, dtype, sparse_dim=sparse, condition=_raw_name(cond),
+                             true_from=_switch_value(true_, dtype), false_from=_switch_value(false_, dtype),
+                             name="where")
         sources, (sc, st, sf) = _operands([cond, true_, false_])
         return _make("where", sources, dims, dtype, opts={"cond": sc, "true_": st, "false_": sf})
 
-    @staticmethod
-    def clip_by_value(x, clip_value_min, clip_value_max, *, allow_broadcast_all_sources=False):
+    @classmethod
+    def clip_by_value(cls, x, clip_value_min, clip_value_max, *, allow_broadcast_all_sources=False):
         dims = broadcast_dims("clip_by_value", [x, clip_value_min, clip_value_max], bool(allow_broadcast_all_sources))
-        sources, (sx, slo, shi) = _operands([x, clip_value_min, clip_value_max])
-        return _make("clip_by_value", sources, dims, x.dtype, opts={"x": sx, "lo": slo, "hi": shi})
+        y = cls.combine(x, "maximum", clip_value_min, allow_broadcast_all_sources=True)
+        return cls.combine(y, "minimum", clip_value_max, allow_broadcast_all_sources=True, dim_order=dims)
 
     # ---- reductions, softmax, matmul ----
     @staticmethod
@@ -168,37 +236,49 @@ class ReturnnLayersBackend(Backend):
             dtype, sparse = "bool", None
         else:
             dtype, sparse = source.dtype, None
-        return _make("reduce", [source], rest, dtype, sparse_dim=sparse,
-                     opts={"mode": mode, "axes": axes, "use_mask": use_mask}, name="reduce_" + mode)
+        if mode not in _REDUCE_LAYER_MODES or (mode in ("any", "all")) != (source.dtype == "bool"):
+            return _make("reduce", [source], rest, dtype, sparse_dim=sparse,
+                         opts={"mode": mode, "axes": axes, "use_mask": use_mask}, name="reduce_" + mode)
+        return _emit("reduce", [source], rest, dtype, sparse_dim=sparse, mode=mode, axes=axes,
+                     use_time_mask=use_mask, name="reduce_" + mode)
 
     @staticmethod
     def softmax(tensor, *, axis, use_mask=True):
-        return _make("softmax", [tensor], tensor.dims, tensor.dtype,
-                     opts={"axis": axis, "use_mask": use_mask, "log": False})
+        return _emit("softmax_over_spatial", [tensor], tensor.dims, tensor.dtype, axis=axis, use_time_mask=use_mask,
+                     name="softmax")
 
     @staticmethod
     def log_softmax(tensor, *, axis, use_mask=True):
-        return _make("softmax", [tensor], tensor.dims, tensor.dtype,
-                     opts={"axis": axis, "use_mask": use_mask, "log": True}, name="log_softmax")
+        return _emit("softmax_over_spatial", [tensor], tensor.dims, tensor.dtype, axis=axis, use_time_mask=use_mask,
+                     log_space=True, name="log_softmax")
 
     @staticmethod
     def matmul(a, b, *, reduce, use_mask=True):
         reduce = [reduce] if isinstance(reduce, Dim) else list(reduce)
         dims = [d for d in a.dims if d not in reduce] + [d for d in b.dims if d not in reduce and d not in a.dims]
-        return _make("matmul", [a, b], dims, a.dtype, opts={"reduce": reduce, "use_mask": use_mask}, name="dot")
+        var1 = [d for d in a.dims if d not in reduce and d not in b.dims]
+        var2 = [d for d in b.dims if d not in reduce and d not in a.dims]
+        return _emit("dot", [a, b], dims, a.dtype, reduce=reduce, var1=var1, var2=var2, add_var2_if_empty=False,
+                     use_mask=use_mask, name="dot")
 
-    @staticmethod
-    def linear(source, *, weight, bias, in_dim):
-        """Fused x . weight + bias (one layer)."""
-        dims = [d for d in source.dims if d != in_dim] + [d for d in weight.dims if d != in_dim]
-        return _make("matmul", [source, weight] + ([bias] if bias is not None else []), dims, source.dtype,
-                     opts={"reduce": [in_dim], "use_mask": False}, name="linear")
+    @classmethod
+    def linear(cls, source, *, weight, bias, in_dim):
+        """x . weight (``dot``) + bias (``combine``), as rf.Linear."""
+        y = cls.matmul(source, weight, reduce=in_dim, use_mask=False)
+        if bias is None:
+            return y
+        return cls.combine(y, "add", bias)
 
-    @staticmethod
-    def layer_norm(x, *, in_dim, scale, bias, eps):
-        """Fused layer norm over in_dim (one layer)."""
-        return _make("layer_norm", [x, scale] + ([bias] if bias is not None else []), x.dims, x.dtype,
-                     opts={"in_dim": in_dim, "eps": eps})
+    @classmethod
+    def layer_norm(cls, x, *, in_dim, scale, bias, eps):
+        """``norm`` over in_dim with the params scale and bias (layers: no params of its own), as rf.LayerNorm."""
+        if set(scale.dims) <= set(x.dims) and (bias is None or set(bias.dims) <= set(x.dims)):
+            return _emit("norm", [x], x.dims, x.dtype, axis=in_dim, param_shape=(), scale=_raw_name(scale),
+                         bias=_raw_name(bias) if bias is not None else False, epsilon=eps, name="norm")
+        y = _emit("norm", [x], x.dims, x.dtype, axis=in_dim, param_shape=(), scale=False, bias=False, epsilon=eps,
+                  name="norm")
+        y = cls.combine(y, "mul", scale, allow_broadcast_all_sources=True)
+        return cls.combine(y, "add", bias, allow_broadcast_all_sources=True) if bias is not None else y
 
     # ---- shapes ----
     @staticmethod
@@ -211,6 +291,12 @@ class ReturnnLayersBackend(Backend):
                 for _, a in sources[1:]:
                     total = total + a
                 out_dim.__dict__["_derived_from"] = ("add", (total, 0))
+        x0, a0 = sources[0]
+        if all(a.dimension is not None for _, a in sources) and all(
+                x.dtype == x0.dtype and x.sparse_dim == x0.sparse_dim and
+                set(x.dims) - {a} == set(x0.dims) - {a0} for x, a in sources[1:]):
+            return _emit("concat", None, dims, x0.dtype, sparse_dim=x0.sparse_dim,
+                         out_dim=out_dim, name="concat", **{"from": [(_raw_name(x), a) for x, a in sources]})
         return _make("concat", [x for x, _ in sources], dims, sources[0][0].dtype,
                      opts={"axes": [a for _, a in sources], "out_dim": out_dim})
 
@@ -219,6 +305,10 @@ class ReturnnLayersBackend(Backend):
         if is_tensor(value):
             raise FrontendError("rf.pad at %s: a Tensor pad value is not supported" % call_site())
         dims = [out_dims[axes.index(d)] if d in axes else d for d in source.dims]
+        if all(isinstance(p, int) for lr in padding for p in lr):
+            return _emit("pad", [source], dims, source.dtype, sparse_dim=source.sparse_dim, axes=list(axes),
+                         padding=[tuple(lr) for lr in padding], out_dims=list(out_dims),
+                         handle_dynamic_dims=handle_dynamic_dims, mode=mode, value=0 if value is None else value)
         return _make("pad", [source], dims, source.dtype, sparse_dim=source.sparse_dim,
                      opts={"axes": list(axes), "padding": list(padding), "out_dims": list(out_dims),
                            "handle_dynamic_dims": handle_dynamic_dims, "mode": mode, "value": value})
@@ -227,6 +317,9 @@ class ReturnnLayersBackend(Backend):
     def gather(source, *, indices, axis, clip_to_valid=False):
         if isinstance(indices, int):
             dims = [d for d in source.dims if d != axis]
+            if not clip_to_valid:
+                return _emit("gather", [source], dims, source.dtype, sparse_dim=source.sparse_dim, position=indices,
+                             axis=axis)
             return _make("gather", [source], dims, source.dtype, sparse_dim=source.sparse_dim,
                          opts={"axis": axis, "clip_to_valid": clip_to_valid, "index_value": indices})
         common = [d for d in indices.dims if d in source.dims]
@@ -240,12 +333,18 @@ class ReturnnLayersBackend(Backend):
             else:
                 dims.append(d)
         assert set(dims) == set(common + src_rest + idx_rest)
+        if indices.dtype.startswith("int"):
+            return _emit("gather", [source], dims, source.dtype, sparse_dim=source.sparse_dim,
+                         position=_raw_name(indices), axis=axis, clip_to_valid=clip_to_valid)
         return _make("gather", [source, indices], dims, source.dtype, sparse_dim=source.sparse_dim,
                      opts={"axis": axis, "clip_to_valid": clip_to_valid})
 
     @staticmethod
     def slice(source, *, axis, start=None, end=None, step=None, size=None, out_dim):
         dims = [out_dim if d == axis else d for d in source.dims]
+        if all(v is None or isinstance(v, int) for v in (start, end, step)):
+            return _emit("slice", [source], dims, source.dtype, sparse_dim=source.sparse_dim, axis=axis,
+                         slice_start=start, slice_end=end, slice_step=step, out_dim=out_dim)
         return _make("slice", [source], dims, source.dtype, sparse_dim=source.sparse_dim,
                      opts={"axis": axis, "start": start, "end": end, "step": step})
 
@@ -270,8 +369,8 @@ class ReturnnLayersBackend(Backend):
                     if o is not d:
                         others *= o.dimension
                 d.__dict__.setdefault("_derived_from", ("ceildiv", (axis, others)))
-        return _make("split_dims", [source], out, source.dtype, sparse_dim=source.sparse_dim,
-                     opts={"axis": axis, "dims": list(dims)})
+        return _emit("split_dims", [source], out, source.dtype, sparse_dim=source.sparse_dim, axis=axis,
+                     dims=list(dims), pad_to_multiples=pad_to_multiples, pad_value=pad_value or 0)
 
     @staticmethod
     def merge_dims(source, *, dims, out_dim=None):
@@ -281,28 +380,34 @@ class ReturnnLayersBackend(Backend):
                 out.append(out_dim)
             elif d not in dims:
                 out.append(d)
-        return _make("merge_dims", [source], out, source.dtype, sparse_dim=source.sparse_dim,
-                     opts={"dims": list(dims), "out_dim": out_dim})
+        return _emit("merge_dims", [source], out, source.dtype, sparse_dim=source.sparse_dim, axes=list(dims),
+                     keep_order=True, out_dim=out_dim)
 
     @staticmethod
     def expand_dim(source, dim):
-        return _make("expand_dim", [source], list(source.dims) + [dim], source.dtype, sparse_dim=source.sparse_dim,
-                     opts={"dim": dim})
+        if dim.dimension is None:
+            return _make("expand_dim", [source], list(source.dims) + [dim], source.dtype,
+                         sparse_dim=source.sparse_dim, opts={"dim": dim})
+        return _emit("expand_dims", [source], list(source.dims) + [dim], source.dtype, sparse_dim=source.sparse_dim,
+                     axis="spatial", dim=dim, name="expand_dim")
 
     @staticmethod
     def squeeze(source, axis):
-        return _make("squeeze", [source], [d for d in source.dims if d != axis], source.dtype,
-                     sparse_dim=source.sparse_dim, opts={"axis": axis})
+        return _emit("squeeze", [source], [d for d in source.dims if d != axis], source.dtype,
+                     sparse_dim=source.sparse_dim, axis=axis)
 
     @staticmethod
     def replace_dim(source, *, in_dim, out_dim):
-        return _make("replace_dim", [source], [out_dim if d == in_dim else d for d in source.dims], source.dtype,
-                     sparse_dim=source.sparse_dim, opts={"in_dim": in_dim, "out_dim": out_dim})
+        return _emit("reinterpret_data", [source], [out_dim if d == in_dim else d for d in source.dims],
+                     source.dtype, sparse_dim=source.sparse_dim, set_dim_tags={in_dim: out_dim}, name="replace_dim")
 
     # ---- losses ----
     @staticmethod
     def softmax_cross_entropy_with_logits(*, logits, targets, axis):
         dims = [d for d in logits.dims if d != axis]
+        if targets.sparse_dim is not None and set(targets.dims) <= set(dims) and targets.dtype.startswith("int"):
+            return _emit("sparse_softmax_cross_entropy_with_logits", None, dims, logits.dtype,
+                         logits=_raw_name(logits), targets=_raw_name(targets), axis=axis, name="cross_entropy")
         return _make("softmax_ce", [logits, targets], dims, logits.dtype, opts={"axis": axis},
                      name="cross_entropy")
 
@@ -319,8 +424,16 @@ class ReturnnLayersBackend(Backend):
     # ---- random ----
     @staticmethod
     def dropout(source, drop_prob, *, axis=None, on_forward=False):
-        return _make("dropout", [source], source.dims, source.dtype,
-                     opts={"rate": drop_prob, "axes": axis, "on_forward": on_forward})
+        if not isinstance(drop_prob, (float, int)):  # e.g. a Tensor
+            return _make("dropout", [source], source.dims, source.dtype,
+                         opts={"rate": drop_prob, "axes": axis, "on_forward": on_forward})
+        axes = [axis] if isinstance(axis, Dim) else list(axis or ())
+        opts = {}
+        if axes and any(d not in axes and not d.is_batch_dim() for d in source.dims):
+            opts["dropout_noise_shape"] = {"*": None, **{d: 1 for d in source.dims
+                                                          if d not in axes and not d.is_batch_dim()}}
+        return _emit("dropout", [source], source.dims, source.dtype, sparse_dim=source.sparse_dim,
+                     dropout=drop_prob, dropout_on_forward=on_forward, **opts)
 
     @staticmethod
     def random(*, dims, dtype, distribution, mean=None, stddev=None, bound=None, minval=None, maxval=None,
@@ -348,6 +461,15 @@ class ReturnnLayersBackend(Backend):
         dilation_rate = tuple(dilation_rate) if isinstance(dilation_rate, (list, tuple)) else (dilation_rate,) * n
         dims = [out_spatial_dims[in_spatial_dims.index(d)] if d in in_spatial_dims else
                 (out_dim if d == in_dim else d) for d in source.dims]
+        if _conv_layer_fits(source, in_dim, in_spatial_dims) and (not groups or groups == 1):
+            perm = {i: d for i, d in enumerate(list(filter_size) + [in_dim, out_dim])}
+            opts = {"filter": _raw_name(filter), "filter_perm": perm, "filter_size": [d.dimension for d in filter_size],
+                    "padding": padding.lower(), "strides": list(strides), "dilation_rate": list(dilation_rate),
+                    "out_dim": out_dim, "in_spatial_dims": list(in_spatial_dims),
+                    "out_spatial_dims": list(out_spatial_dims), "with_bias": bias is not None}
+            if bias is not None:
+                opts["bias"] = _raw_name(bias)
+            return _emit("conv", [source], dims, source.dtype, **opts)
         return _make("conv", [source, filter] + ([bias] if bias is not None else []), dims, source.dtype,
                      opts={"in_dim": in_dim, "out_dim": out_dim, "in_spatial_dims": list(in_spatial_dims),
                            "out_spatial_dims": list(out_spatial_dims), "filter_size": list(filter_size),
@@ -361,6 +483,11 @@ class ReturnnLayersBackend(Backend):
         if feat is None:
             raise FrontendError("rf.pool at %s: the input %s needs a feature dim" % (call_site(), dims_str(source.dims)))
         dims = [out_spatial_dims[in_spatial_dims.index(d)] if d in in_spatial_dims else d for d in source.dims]
+        if _conv_layer_fits(source, feat, in_spatial_dims):
+            return _emit("pool", [source], dims, source.dtype, mode=mode, pool_size=list(pool_size),
+                         padding=padding.lower(), dilation_rate=list(dilation_rate), strides=list(strides),
+                         in_spatial_dims=list(in_spatial_dims), out_spatial_dims=list(out_spatial_dims),
+                         name=mode + "_pool")
         return _make("pool", [source], dims, source.dtype,
                      opts={"mode": mode, "pool_size": tuple(pool_size), "padding": padding.lower(),
                            "dilation_rate": tuple(dilation_rate), "strides": tuple(strides),
@@ -420,12 +547,9 @@ class ReturnnLayersBackend(Backend):
     # ---- outputs and losses ----
     @staticmethod
     def make_output_tensor(tensor, dims, *, name):
-        builder = get_current_builder()
-        template = Data(name, dims=list(dims), dtype=tensor.dtype, sparse_dim=tensor.sparse_dim)
-        d = {"class": "frontend_op", "op": "copy", "from": [_raw_name(tensor)], "out": template,
-             "is_output_layer": True}
-        layer = builder.add_layer(name, d, absolute=True)
-        return Data(layer.name, dims=list(dims), dtype=tensor.dtype, sparse_dim=tensor.sparse_dim, placeholder=layer)
+        if get_current_builder().parent is not None:  # in a loop body: the per-frame layers are not output layers
+            return _transposed(tensor, dims, "transpose", name=name, absolute=True)
+        return _transposed(tensor, dims, "transpose", name=name, absolute=True, is_output_layer=True)
 
     @staticmethod
     def mark_as_loss(loss):
@@ -447,10 +571,71 @@ class ReturnnLayersBackend(Backend):
         extra = {"loss": "as_is_error" if loss.as_error else "as_is", "loss_scale": loss.scale}
         if opts:
             extra["loss_opts"] = opts
-        builder.add_layer(loss.name, {"class": "frontend_op", "op": "copy", "from": [_raw_name(x)],
-                                      "out": Data(loss.name, dims=list(x.dims), dtype=x.dtype), **extra},
-                          absolute=True)
+        d = {"class": "copy", "from": [_raw_name(x)], **extra}
+        from ..layers.base import OutShape
+
+        d["out_shape"] = OutShape(x.dims, x.dtype, x.sparse_dim, loss.call_site)
+        builder.add_layer(loss.name, d, absolute=True)
 
 
 def _lstm_state_dims(state_dims, out_dim):
     return [d for d in state_dims if d != out_dim] + [out_dim]
+
+
+# combine kinds of the combine layer with the rf semantics; others (and mixed dtypes) stay frontend_op
+_COMBINE_LAYER_KINDS = {"add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "maximum", "minimum", "logical_and",
+                        "logical_or", "squared_difference"}
+_SWAPPED = {"less": "greater", "greater": "less", "less_equal": "greater_equal", "greater_equal": "less_equal"}
+_REDUCE_LAYER_MODES = {"sum", "max", "min", "mean", "logsumexp", "any", "all", "argmax", "argmin"}
+_ACTIVATIONS = {"relu_square": "tf.square(tf.nn.relu(x))", "gelu": "tf.nn.gelu(x, approximate=False)"}
+
+
+def _scalar(v):
+    return v.tolist() if hasattr(v, "tolist") else v
+
+
+def _combine_op(a, kind, b, dims, dtype, sparse, operand_dtype=None):
+    sources, (sa, sb) = _operands([a, b])
+    return _make("combine", sources, dims, dtype, sparse_dim=sparse,
+                 opts={"kind": kind, "a": sa, "b": sb, "dtype": operand_dtype or dtype}, name=kind)
+
+
+def _switch_value(v, dtype):
+    """A layer name, or a Python scalar of dtype (the switch layer takes constants as they are)."""
+    if is_tensor(v):
+        return _raw_name(v)
+    v = _scalar(v)
+    if dtype == "float32" and isinstance(v, (int, float)) and not isinstance(v, bool):
+        return float(v)
+    if dtype == "int32" and isinstance(v, int) and not isinstance(v, bool) or dtype == "bool" and isinstance(v, bool):
+        return v
+    return _const(v, dtype)
+
+
+def _transposed(tensor, dims, name_, name=None, **kwargs):
+    """
+    tensor with exactly the dim order ``dims`` (a ``transpose`` layer): the layers' outputs have the rf Tensor's
+    dims, but not necessarily in its order (the layer classes choose it), so the order is made explicit here.
+    """
+    dims = list(dims)
+    return _emit("transpose", [tensor], dims, tensor.dtype, sparse_dim=tensor.sparse_dim,
+                 perm={i: d for i, d in enumerate(dims)}, name=name or name_, **kwargs)
+
+
+def _conv_layer_fits(source, in_dim, in_spatial_dims):
+    """
+    Whether the conv/pool layer sees in_dim as the input's feature axis: the input is [batch, spatial..., in_dim]
+    and in_dim is its only static axis (the layer takes the last static axis as the feature axis; its ``in_dim``
+    option is refused).
+    """
+    return set(source.dims) == {batch_dim, in_dim, *in_spatial_dims} and len(source.dims) == len(in_spatial_dims) + 2 \
+        and all(d.dimension is None for d in in_spatial_dims)
+
+
+def _dim_source(dim):
+    """A Tensor of this or the enclosing net dict that has ``dim`` (for range_in_axis), or None."""
+    builder = get_current_builder()
+    for b in (builder, builder.parent):
+        if b is not None and dim in b.dim_sources:
+            return b.dim_sources[dim]
+    return None

@@ -8,6 +8,8 @@
 
 Each branch function runs once, recording into its own net dict (outer tensors are ``base:`` references). A result
 structure with several Tensors gives one cond layer per Tensor, each branch dict pruned to what that Tensor needs.
+Inside a loop body (a rec unit, whose per-step templates cannot hold the branch subnetworks) both branches are
+recorded into the body and the results selected with ``where``.
 """
 
 from __future__ import annotations
@@ -20,6 +22,11 @@ from ._net import NetDictBuilder, get_current_builder
 def cond(pred, true_fn, false_fn):
     site = call_site()
     outer = get_current_builder()
+    b = outer
+    while b is not None and getattr(b, "loop_recorder", None) is None:
+        b = b.parent
+    if b is not None:
+        return _cond_in_loop(pred, true_fn, false_fn, site)
     recorded = []
     for fn in (true_fn, false_fn):
         builder = NetDictBuilder(parent=outer)
@@ -28,10 +35,7 @@ def cond(pred, true_fn, false_fn):
             res = fn()
         recorded.append((builder, res))
     (t_builder, t_res), (f_builder, f_res) = recorded
-    try:
-        t_flat, f_flat = _flatten(t_res), _flatten(f_res)
-    except TypeError as exc:
-        raise FrontendError("rf.cond at %s: %s" % (site, exc)) from None
+    t_flat, f_flat = _flatten(t_res), _flatten(f_res)
     if len(t_flat) != len(f_flat) or _pack(t_res, [None] * len(t_flat)) != _pack(f_res, [None] * len(f_flat)):
         raise FrontendError("rf.cond at %s: the branches return different structures: %r vs %r" % (
             site, t_res, f_res))
@@ -46,6 +50,16 @@ def cond(pred, true_fn, false_fn):
                                          "true_layer": _branch(t_builder, a), "false_layer": _branch(f_builder, b)})
         outs.append(_tensor(layer.name, a.dims, a, layer))
     return _pack(t_res, outs)
+
+
+def _cond_in_loop(pred, true_fn, false_fn, site):
+    from ..frontend import math_
+
+    t_res, f_res = true_fn(), false_fn()
+    t_flat, f_flat = _flatten(t_res), _flatten(f_res)
+    if len(t_flat) != len(f_flat):
+        raise FrontendError("rf.cond at %s: the branches return different structures: %r vs %r" % (site, t_res, f_res))
+    return _pack(t_res, [math_.where(pred, a, b, allow_broadcast_all_sources=True) for a, b in zip(t_flat, f_flat)])
 
 
 def _branch(builder, t):

@@ -1,8 +1,14 @@
-"""Emitting layers: a frontend_op layer dict per rf op, source names (``base:`` for outer layers in a loop body)."""
+"""
+Emitting layers: :func:`_emit` adds one layer dict of an ordinary layer class per rf op (with ``out_shape``: the
+rf Tensor's dims, dtype and sparse dim and the rf call site, verified when the net is constructed), :func:`_make`
+a ``frontend_op`` layer (the few ops without a layer class, see :mod:`._backend`); source names (``base:`` for
+outer layers in a loop body); scalar operands as ``constant`` layers (:func:`_const`).
+"""
 
 from __future__ import annotations
 
 from ..data import Data
+from ..layers.base import OutShape
 from ..frontend._utils import FrontendError, call_site, dims_str, is_tensor
 from ._net import Layer, get_current_builder
 
@@ -21,14 +27,15 @@ def _raw_name(t):
         raise FrontendError("rf at %s: tensor %r has a raw tensor of type %s, not a layer of the layers backend" % (
             call_site(), t.name, type(raw).__name__))
     builder = get_current_builder()
-    if raw.builder is not builder and raw.builder is builder.parent:  # inside a loop body: an outer layer
-        return "base:" + raw.name
-    if raw.builder is not builder and not raw.name.startswith("data:"):
-        raise FrontendError("rf at %s: tensor %r is from another loop level (only the direct outer level "
-                            "can be used inside a loop body)" % (call_site(), t.name))
-    if raw.builder is not builder:
-        return "base:" + raw.name
-    return raw.name
+    if raw.builder is builder:
+        return raw.name
+    level, outer = 1, builder.parent  # inside a loop body / cond branch: "base:" per level up
+    while outer is not None and outer is not raw.builder:
+        level, outer = level + 1, outer.parent
+    if outer is None:
+        raise FrontendError("rf at %s: tensor %r is not from this net dict or an enclosing loop body / cond branch"
+                            % (call_site(), t.name))
+    return "base:" * level + raw.name
 
 
 def _make(op_name, sources, out_dims, dtype, *, sparse_dim=None, opts=None, name=None, extra=None):
@@ -58,3 +65,40 @@ def _operands(values):
                 v = v.tolist()
             specs.append({"const": v})
     return sources, specs
+
+
+def _emit(layer_class, sources, dims_, dtype_, *, sparse_dim=None, name=None, absolute=False, **opts):
+    """One layer dict ``{"class": layer_class, "from": sources, **opts, "out_shape": ...}``; the rf Tensor of it."""
+    builder = get_current_builder()
+    d = {"class": layer_class}
+    if sources is not None:
+        d["from"] = [s if isinstance(s, str) else _raw_name(s) for s in sources]
+    d.update(opts)
+    d["out_shape"] = OutShape(dims_, dtype_, sparse_dim, call_site())
+    layer = builder.add_layer(name or layer_class, d, absolute=absolute)
+    t = Data(layer.name, dims=list(dims_), dtype=dtype_, sparse_dim=sparse_dim, placeholder=layer)
+    for dim in dims_:
+        if dim not in builder.dim_sources:
+            builder.dim_sources[dim] = t
+    return t
+
+
+def _const(value, dtype):
+    """A scalar ``constant`` layer (one per value and dtype and net dict level); its layer name."""
+    builder = get_current_builder()
+    if hasattr(value, "tolist"):
+        value = value.tolist()
+    cache = builder.__dict__.setdefault("_const_cache", {})
+    key = (repr(value), dtype)
+    if key not in cache:
+        if dtype.startswith("int") and isinstance(value, float) and not value.is_integer():
+            raise FrontendError("rf at %s: constant %r does not fit the dtype %s of the other operand" % (
+                call_site(), value, dtype))
+        layer = builder.add_layer("const", {"class": "constant", "value": value, "dtype": dtype}, absolute=True)
+        cache[key] = layer.name
+    return cache[key]
+
+
+def _sources(values, dtype):
+    """Tensors -> their layer names, scalars -> ``constant`` layers of dtype."""
+    return [_raw_name(v) if is_tensor(v) else _const(v, dtype) for v in values]

@@ -18,6 +18,8 @@ Sub-layers are not moved out of the loop: the layers of the frontend carry their
 
 from __future__ import annotations
 
+import contextlib
+
 from ..data import Data, Dim
 from ..frontend._utils import FrontendError, call_site, dims_str, is_tensor
 from ._emit import _raw_name
@@ -41,7 +43,8 @@ def _named(struct, prefix):
         return [x for i, v in enumerate(struct) for x in _named(v, _join(prefix, i))]
     if struct is None or isinstance(struct, Dim):
         return []
-    raise TypeError("rf loop: unsupported structure element %r (Tensors, Dims, dicts, lists, tuples)" % (struct,))
+    raise FrontendError("rf at %s: unsupported element %r in a loop state / cond result (Tensors, Dims, dicts, lists, "
+                        "tuples)" % (call_site(), struct))
 
 
 def _join(prefix, key):
@@ -87,6 +90,11 @@ class _LoopRecorder:
     def __init__(self, func, axis, *, dynamic_end=False, max_seq_len=None, site=None):
         self.func, self.site = func, site or call_site()
         self.outer = get_current_builder()
+        b = self.outer
+        while b is not None:
+            if getattr(b, "loop_recorder", None) is not None:
+                raise self.error("a loop inside a loop body is not supported on the layers backend")
+            b = b.parent
         self.sub = NetDictBuilder(parent=self.outer)
         self.sub.scope = list(self.outer.scope)
         self.sub.loop_recorder = self
@@ -98,6 +106,11 @@ class _LoopRecorder:
         self.states = []  # [unit name, initial Tensor, prev Tensor, new Tensor]
         self.cum_concat = {}  # cum_concat unit layer name -> (state name, source unit layer name, accum axis)
         self.end_set = False
+
+    def abort(self):
+        """The body raised: the reserved layer name is freed (the error propagates)."""
+        if not self.outer.net_dict.get(self.name):
+            self.outer.net_dict.pop(self.name, None)
 
     def error(self, msg):
         return FrontendError("rf.%s at %s: %s" % (self.func, self.site, msg))
@@ -178,6 +191,10 @@ class _LoopRecorder:
     # ---- after the body ----
     def emit(self, stacked):
         """stacked: [(unit layer name, frame Tensor)]. -> (stacked Tensors, final state Tensors, {Dim: final Dim})"""
+        with _abort_on_error(self):
+            return self._emit(stacked)
+
+    def _emit(self, stacked):
         unit, name = self.sub.net_dict, self.name
         cum_states = {}
         for st_name, init, _prev, new in self.states:
@@ -238,6 +255,11 @@ def _strings(v):
     return []
 
 
+# options of the emitted layer classes that name layers of the same net dict
+_REF_OPTIONS = frozenset({"from", "initial_output", "rec_layer", "condition", "true_layer", "false_layer", "loss_opts",
+                          "logits", "targets", "position", "true_from", "false_from", "filter", "bias", "scale"})
+
+
 def outer_refs(layer_dict):
     """Names of the same net dict that a layer dict needs: its sources and options, and the ``base:`` references of
     its unit / subnetwork / branch dicts (one level up from them)."""
@@ -248,14 +270,23 @@ def outer_refs(layer_dict):
                 res.extend(s[len("base:"):] for s in outer_refs(sub) if s.startswith("base:"))
         elif key in ("true_layer", "false_layer", "condition") and isinstance(v, dict):
             res.extend(outer_refs(v))
-        elif key in ("from", "initial_output", "rec_layer", "condition", "true_layer", "false_layer", "loss_opts"):
+        elif key in _REF_OPTIONS:
             res.extend(s for s in _strings(v) if s != "output")
     return res
 
 
+@contextlib.contextmanager
+def _abort_on_error(rec):
+    try:
+        yield
+    except BaseException:
+        rec.abort()
+        raise
+
+
 def scan(*, spatial_dim, initial, xs, ys, body):
     rec = _LoopRecorder("scan", spatial_dim)
-    with rec.sub:
+    with rec.sub, _abort_on_error(rec):
         x_frames = [rec.unstack(x) for x in _flatten(xs)]
         s_prev = [rec.prev_state(path, s) for path, s in _named(initial, "")]
         y_t, s_new = body(_pack(xs, x_frames), _pack(initial, s_prev))
@@ -284,7 +315,7 @@ def while_loop(cond, body, initial):
         raise FrontendError("rf.while_loop at %s: cond must return a scalar bool Tensor, got %r" % (site, c0))
     axis = Dim(None, kind=Dim.Types.Spatial, description="while_loop")
     rec = _LoopRecorder("while_loop", axis, dynamic_end=True, site=site)
-    with rec.sub:
+    with rec.sub, _abort_on_error(rec):
         s_prev = [rec.prev_state(path, s) for path, s in _named(initial, "")]
         s_new = body(_pack(initial, s_prev))
         rec.set_new_states(_flatten(s_new))
@@ -352,6 +383,7 @@ class Loop:
         finally:
             rec.sub.__exit__(exc_type, exc, tb)
         if exc_type is not None:
+            rec.abort()
             return False
         ys, finals, dims = rec.emit(stacked)
         for (_t, result, _n), y in zip(self._stacked, ys):

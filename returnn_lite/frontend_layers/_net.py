@@ -41,6 +41,7 @@ class NetDictBuilder:
         self.scope = []  # path parts of the current module
         self._counters = {}
         self.extern_layers = {}
+        self.dim_sources = {}  # Dim -> an rf Tensor (of this net dict) that has it (for range_in_axis)
 
     def __enter__(self):
         self._prev = _current[0]

@@ -23,6 +23,8 @@ def extern_data_tensors(extern_data_opts, builder):
         t = Data(name=key, **opts)
         t.placeholder = Layer("data:%s" % key, {}, builder)
         for d in t.dims:
+            builder.dim_sources.setdefault(d, t)
+        for d in t.dims:
             if d.dimension is None and not d.is_batch_dim():
                 d.reset_eager()
         td.data[key] = t

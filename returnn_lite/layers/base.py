@@ -75,6 +75,9 @@ class LayerBase:
     :param register_as_extern_data: register the output as extern data under this key
     :param control_dependencies_on_output: function(layer) -> ops that run before the output is used
     :param debug_print_layer_output: print the output (and sequence lengths) whenever it is computed
+    :param out_shape: the expected output dims (a set of Dims, as the original): the output template must have
+        exactly these (inside a rec loop also the loop's time dim), else an error naming the layer; an
+        :class:`OutShape` also checks dtype and sparse dim and names where the dims were decided (e.g. the rf call)
     """
 
     layer_class = None
@@ -111,7 +114,7 @@ class LayerBase:
                  param_dropout=None, updater_opts=None, initial_output=None, state=None, need_last=False,
                  rec_previous_layer=None, encapsulate=False, collocate_with=None, trainable=None,
                  custom_param_importer=None, register_as_extern_data=None, control_dependencies_on_output=None,
-                 debug_print_layer_output=None, **kwargs):
+                 debug_print_layer_output=None, out_shape=None, **kwargs):
         if kwargs:
             bad = sorted(kwargs)
             raise TypeError("%s layer %r: unknown option%s %s" % (
@@ -145,6 +148,8 @@ class LayerBase:
         self.param_dropout = param_dropout
         self.control_dependencies_on_output = control_dependencies_on_output
         self.debug_print_layer_output = debug_print_layer_output
+        if out_shape is not None:
+            verify_out_shape(self, output, out_shape)
         self.params = {}
         self.saveable_param_replace = {}
         self.stats = {}
@@ -160,7 +165,7 @@ class LayerBase:
         src_names = d.pop("from", NotSpecified)
         if src_names is NotSpecified:
             src_names = cls.default_from(d) if callable(cls.default_from) else cls.default_from
-        d["sources"] = resolve_layer_option(LayerOption("from", cls.from_form), src_names, get_layer)
+        d["sources"] = resolve_layer_option(_FROM_OPTIONS[cls.from_form], src_names, get_layer)
         if d.get("reuse_params"):
             d["reuse_params"] = _ReuseParams.from_config(d["reuse_params"], network, get_layer)
         loss_name = d.get("loss")
@@ -496,7 +501,19 @@ class LayerBase:
                                         self.output.short_repr() if self.output is not None else None)
 
 
+def last_hidden_state(state, key="*"):
+    """
+    A cell state dict (state name -> [B, n]) as ``get_last_hidden_state`` gives it: the concatenation of the parts
+    (sorted by name, i.e. c before h), or the part ``key``.
+    """
+    if key not in (None, "*") and key in state:
+        return state[key]
+    parts = [state[k] for k in sorted(state)]
+    return parts[0] if len(parts) == 1 else tf.concat(parts, axis=-1)
+
+
 _layer_option_decls = {}  # layer class -> its LayerOption declarations (LayerBase.get_layer_option_decls)
+_FROM_OPTIONS = {form: LayerOption("from", form) for form in ("layers", "pairs")}  # "from" by LayerBase.from_form
 
 
 def _layers_in(value):
@@ -509,6 +526,47 @@ def _layers_in(value):
     elif isinstance(value, dict):
         for x in value.values():
             yield from _layers_in(x)
+
+
+class OutShape(frozenset):
+    """
+    ``out_shape`` value: the set of expected output dims, plus (optional) the expected dtype and sparse dim and
+    ``origin``, where they were decided (e.g. the rf call site ``model.py:12``), named in the error.
+    """
+
+    def __new__(cls, dims, dtype=None, sparse_dim=None, origin=None):
+        self = super().__new__(cls, dims)
+        self.dtype, self.sparse_dim, self.origin = dtype, sparse_dim, origin
+        return self
+
+    def __repr__(self):
+        return "{%s}" % ", ".join(repr(d) for d in self)
+
+    def __reduce__(self):
+        return OutShape, (list(self), self.dtype, self.sparse_dim, self.origin)
+
+
+def verify_out_shape(layer, output, out_shape):
+    """The option ``out_shape``: the template's dims must be exactly these (see :class:`OutShape`)."""
+    dims = list(output.dims)
+    expected = set(out_shape)
+    problem = None
+    if len(set(dims)) != len(dims) or set(dims) != expected:
+        extra = set(dims) - expected
+        loop_dims = {layer.network.get_inside_rec_time_dim(inside_loop=False)} - {None}
+        if len(set(dims)) != len(dims) or not expected <= set(dims) or not extra <= loop_dims:
+            problem = "output dims %s, expected %s" % (
+                "[%s]" % ", ".join(d.short_repr() for d in dims),
+                "{%s}" % ", ".join(d.short_repr() for d in sorted(expected, key=lambda d: d.description)))
+    if problem is None and getattr(out_shape, "dtype", None) and output.dtype != out_shape.dtype:
+        problem = "output dtype %s, expected %s" % (output.dtype, out_shape.dtype)
+    if problem is None and isinstance(out_shape, OutShape) and output.sparse_dim != out_shape.sparse_dim:
+        got, exp = output.sparse_dim, out_shape.sparse_dim
+        problem = "output sparse dim %s, expected %s" % (got and got.short_repr(), exp and exp.short_repr())
+    if problem:
+        origin = getattr(out_shape, "origin", None)
+        raise ValueError("%s layer %r%s: %s (option out_shape)" % (
+            layer.layer_class, layer.name, " (from %s)" % origin if origin else "", problem))
 
 
 class InternalLayer(LayerBase):

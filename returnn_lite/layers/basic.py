@@ -177,10 +177,18 @@ class ActivationLayer(CopyLayer):
         return out
 
 
-def _sources_broadcast(name, sources, out_type=None):
+def _sources_broadcast(name, sources, out_type=None, tf_broadcast=True):
     """Common template of all sources (broadcasting), and their placeholders made compatible to it."""
     outputs = [s.output for s in sources]
     common = Data.get_common_data(outputs, name="%s_output" % name)
+    if common is None:  # no sources (e.g. an eval without sources)
+        return common, []
+    n = common.batch_ndim
+    if tf_broadcast and any(o.batch_ndim == n for o in outputs):
+        # one source has the full shape: the others broadcast by TF rules where their axes are the trailing axes
+        # of the common layout in order (no expand_dims needed)
+        return common, [o.placeholder if o.batch_ndim == 0 or list(o.dims) == list(common.dims[n - o.batch_ndim:])
+                        else o.copy_compatible_to(common).placeholder for o in outputs]
     return common, [o.copy_compatible_to(common).placeholder for o in outputs]
 
 
@@ -236,7 +244,7 @@ class CombineLayer(LayerBase):
     def __init__(self, kind, sources, activation=None, with_bias=False, eval=None, eval_locals=None,
                  eval_for_output_loss=False, **kwargs):
         super().__init__(sources=sources, **kwargs)
-        _, xs = _sources_broadcast(self.name, self.sources)
+        _, xs = _sources_broadcast(self.name, self.sources, tf_broadcast=kind != "eval")
         if kind == "eval":
             x = _run_eval(eval, self, xs, eval_locals)
         else:
@@ -435,12 +443,14 @@ class SwitchLayer(LayerBase):
 
         def value(v):
             if isinstance(v, LayerBase):
-                return v.output.copy_compatible_to(out, unbroadcast=True).placeholder
-            return tf.fill(tf.shape(cond), tf.constant(v, dtype=out.dtype))
+                return v.output.copy_compatible_to(out).placeholder
+            return tf.constant(v, dtype=out.dtype)
 
         if isinstance(condition, LayerBase):
-            cond = condition.output.copy_compatible_to(out, unbroadcast=True).placeholder
-            self.output.placeholder = tf.where(cond, value(true_from), value(false_from))
+            cond = condition.output.copy_compatible_to(out).placeholder
+            # tf.where broadcasts: every output axis is in one of condition, true_from, false_from (common data)
+            y = tf.where(cond, value(true_from), value(false_from))
+            self.output.placeholder = y
         else:  # static condition: just the chosen source
             chosen = true_from if condition else false_from
             if isinstance(chosen, LayerBase):

@@ -375,13 +375,14 @@ class DotLayer(LayerBase):
     :param var2: old style: the non-shared axes of the second source kept in the output
     :param add_var2_if_empty: old style: if var2 is empty, add a dim-1 axis to the second source (legacy behaviour)
     :param debug: print the shapes of the matmul operands
+    :param use_mask: mask the padded frames of dynamic reduce axes with 0 (default True; False: as they are)
     """
 
     layer_class = "dot"
     unsupported_options = {"debug": (False, None)}
 
     def __init__(self, reduce=NotSpecified, red1=NotSpecified, red2=NotSpecified, var1=NotSpecified,
-                 var2=NotSpecified, add_var2_if_empty=NotSpecified, debug=False, **kwargs):
+                 var2=NotSpecified, add_var2_if_empty=NotSpecified, debug=False, use_mask=True, **kwargs):
         super().__init__(**kwargs)
         red1, red2, var1, var2, add_var2_if_empty = _dot_defaults(reduce, red1, red2, var1, var2, add_var2_if_empty)
         a, b = self.sources[0].output, self.sources[1].output
@@ -389,7 +390,9 @@ class DotLayer(LayerBase):
         xa, xb = a.placeholder, b.placeholder
         dyn_a = [i for i in red1_ if a.dims[i].is_dynamic() and a.dims[i].dyn_size is not None]
         dyn_b = [j for j in red2_ if b.dims[j].is_dynamic() and b.dims[j].dyn_size is not None]
-        if dyn_a and (not dyn_b or a.batch_ndim <= b.batch_ndim):
+        if not use_mask:
+            pass
+        elif dyn_a and (not dyn_b or a.batch_ndim <= b.batch_ndim):
             xa = a.copy_masked(0.0, axes=dyn_a).placeholder
         elif dyn_b:
             xb = b.copy_masked(0.0, axes=dyn_b).placeholder

@@ -7,7 +7,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from ..util import NotSpecified
-from .base import CopyLayer
+from .base import CopyLayer, LayerBase
 
 tf1 = tf.compat.v1
 
@@ -223,12 +223,15 @@ class NormLayer(CopyLayer):
     :param axes: axes to normalize over (mean and variance), e.g. "F" or "T" (required)
     :param axis: alias for axes; give only one of both
     :param param_shape: axes the scale/bias params span (default: the feature axis)
-    :param scale: learn a scale after normalizing
-    :param bias: learn a bias after normalizing
+    :param scale: learn a scale after normalizing; or a layer whose output is the scale (instead of a param;
+        broadcast by its dims)
+    :param bias: learn a bias after normalizing; or a layer whose output is the bias (instead of a param)
     :param epsilon: added to the variance for numerical stability
     """
 
     layer_class = "norm"
+    layer_options = ("scale", "bias")  # a layer name instead of True/False
+    option_types = dict(CopyLayer.option_types, scale=(bool, str, LayerBase), bias=(bool, str, LayerBase))
 
     def __init__(self, axes=NotSpecified, axis=NotSpecified, param_shape=NotSpecified, scale=True, bias=True,
                  epsilon=1e-6, **kwargs):
@@ -267,11 +270,22 @@ class NormLayer(CopyLayer):
 
         mean, variance = moments(x, axes_, keepdims=True)
         y = (x - mean) * tf.math.rsqrt(variance + epsilon)
-        if scale:
+        if isinstance(scale, LayerBase):
+            y = y * _broadcast_to(scale.output, data)
+        elif scale:
             y = y * bc_param(self.create_param("scale", p_shape, 1.0))
-        if bias:
+        if isinstance(bias, LayerBase):
+            y = y + _broadcast_to(bias.output, data)
+        elif bias:
             y = y + bc_param(self.create_param("bias", p_shape, 0.0))
         self.output.placeholder = y
+
+
+def _broadcast_to(param, data):
+    """param's tensor broadcasting against data (its dims the trailing ones in order: as it is)."""
+    if list(param.dims) == list(data.dims[data.batch_ndim - param.batch_ndim:]):
+        return param.placeholder
+    return param.copy_compatible_to(data).placeholder
 
 
 __all__ = ["apply_batch_norm", "BatchNormLayer", "LayerNormLayer", "NormLayer"]

@@ -16,7 +16,7 @@ import tensorflow as tf
 from ..data import Data, Dim, SearchBeam, batch_dim, flat_beam_indices
 from ..layer_ref import LayerOption, is_layer_target, target_ref
 from ..util import NotSpecified
-from .base import InternalLayer, LayerBase
+from .base import InternalLayer, LayerBase, last_hidden_state
 
 
 # ---- beams of sources (used by the network, once for all layers) ----
@@ -59,8 +59,6 @@ class _BeamAdaptedLayer(InternalLayer):
         self.params = {}
 
     def get_last_hidden_state(self, key):
-        from .rec.state import last_hidden_state
-
         if self.rec_vars_outputs:
             return last_hidden_state(self.rec_vars_outputs, key)
         h = self.base_layer.get_last_hidden_state(key)

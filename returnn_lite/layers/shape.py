@@ -183,11 +183,12 @@ class SliceLayer(ConcatInputLayer):
     :param slice_start: start index as in x[start:end:step] (default None)
     :param slice_end: end index, exclusive (default None)
     :param slice_step: step (default None = 1; not 0; negative steps refused on dynamic axes)
+    :param out_dim: Dim of the sliced axis (default None: a new tag; must have the sliced size)
     """
 
     layer_class = "slice"
 
-    def __init__(self, axis, slice_start=None, slice_end=None, slice_step=None, **kwargs):
+    def __init__(self, axis, slice_start=None, slice_end=None, slice_step=None, out_dim=None, **kwargs):
         super().__init__(**kwargs)
         data = self.input_data
         a = data.get_axis_from_description(axis)
@@ -195,7 +196,7 @@ class SliceLayer(ConcatInputLayer):
         idx[a] = slice(slice_start, slice_end, slice_step)
         self.output.placeholder = data.placeholder[tuple(idx)]
         in_tag, out_tag = data.dims[a], self.output.dims[a]
-        if out_tag is not in_tag and out_tag.is_dynamic():
+        if out_tag is not in_tag and out_tag.is_dynamic() and (out_dim is None or out_tag.dyn_size is None):
             out_tag.dyn_size = self._sliced_lengths(in_tag.dyn_size, slice_start, slice_end, slice_step,
                                                     padded=lambda: ShapeOf(data.placeholder)[a])
 
@@ -218,7 +219,7 @@ class SliceLayer(ConcatInputLayer):
 
     @classmethod
     def get_out_data_from_opts(cls, name, axis, sources=(), slice_start=None, slice_end=None, slice_step=None,
-                               **kwargs):
+                               out_dim=None, **kwargs):
         data = concat_sources_template(sources, name="%s_output" % name)
         a = data.get_axis_from_description(axis)
         tag = data.dims[a]
@@ -229,7 +230,7 @@ class SliceLayer(ConcatInputLayer):
             raise ValueError("slice_step must not be 0")
         if tag.is_batch_dim():
             raise ValueError("cannot slice the batch axis of %s" % data.short_repr())
-        if not slice_start and slice_end is None and slice_step in (None, 1):
+        if not slice_start and slice_end is None and slice_step in (None, 1) and (out_dim is None or out_dim == tag):
             return data
         if tag.dimension is not None:
             dim = len(range(tag.dimension)[slice(slice_start, slice_end, slice_step)])
@@ -246,7 +247,9 @@ class SliceLayer(ConcatInputLayer):
                 dim = None
             if dim is not None and slice_step:
                 dim = ceildiv(dim, slice_step)
-        new = Dim(dim, kind=tag.kind, description="%s:slice" % name)
+        if out_dim is not None and out_dim.dimension != dim:
+            raise ValueError("slice layer %r: out_dim %s does not have the sliced size %s" % (name, out_dim, dim))
+        new = out_dim or Dim(dim, kind=tag.kind, description="%s:slice" % name)
         return data.copy_template_replace_dim_tag(a, new)
 
 
@@ -351,7 +354,7 @@ class ExpandDimsLayer(ConcatInputLayer):
     """Adds an axis of size dim (tiled): "F" appends a feature axis, "T"/"spatial" one before the last axis.
 
     :param axis: where to add the new axis: "F", "T", "spatial" or an int (of the batch-major input)
-    :param dim: size of the new axis (default 1; the input is tiled)
+    :param dim: size of the new axis (default 1; the input is tiled), or a static Dim: the new axis' tag
     """
 
     layer_class = "expand_dims"
@@ -361,6 +364,8 @@ class ExpandDimsLayer(ConcatInputLayer):
         data = self.input_data.copy_as_batch_major() if isinstance(axis, int) else self.input_data
         a = self._get_axis(data, axis)
         x = tf.expand_dims(data.placeholder, a)
+        if isinstance(dim, Dim):
+            dim = dim.dimension
         if dim != 1:
             multiples = [1] * (data.batch_ndim + 1)
             multiples[a] = dim
@@ -392,8 +397,13 @@ class ExpandDimsLayer(ConcatInputLayer):
         a = cls._get_axis(data, axis)
         # only "f" (not "feature") makes a feature-kind axis and sets it as the feature axis explicitly
         is_f = isinstance(axis, str) and axis.lower() == "f"
-        tag = Dim(_ints("dim", dim), kind=Dim.Types.Feature if is_f else Dim.Types.Spatial,
-                  description="%s_expand_dims" % name)
+        if isinstance(dim, Dim):
+            if dim.dimension is None:
+                raise ValueError("expand_dims layer %r: dim %s must be static" % (name, dim))
+            tag = dim
+        else:
+            tag = Dim(_ints("dim", dim), kind=Dim.Types.Feature if is_f else Dim.Types.Spatial,
+                      description="%s_expand_dims" % name)
         out = add_axis(data, a, tag)
         if isinstance(axis, str) and axis.lower() in ("t", "time", "spatial") and data.time_dim_axis is None:
             out.time_dim_axis = a  # the new axis becomes the time axis only if there is none

@@ -48,11 +48,12 @@ class MergeDimsLayer(ConcatInputLayer):
 
     :param axes: the axes to merge (descriptions like "BT", "except_time", "static", dim tags, or a list)
     :param keep_order: keep the given order of axes instead of sorting them (default False, behavior version 0)
+    :param out_dim: Dim of the merged axis (default None: a new tag); not with a merged batch axis
     """
 
     layer_class = "merge_dims"
 
-    def __init__(self, axes, keep_order=False, **kwargs):
+    def __init__(self, axes, keep_order=False, out_dim=None, **kwargs):
         super().__init__(**kwargs)
         data = self.input_data
         axes = self._get_axes(data, axes, keep_order)
@@ -117,10 +118,10 @@ class MergeDimsLayer(ConcatInputLayer):
 
     @classmethod
     def get_out_data_from_opts(cls, name, axes, keep_order=False, sources=(), n_out=NotSpecified, out_type=None,
-                               **kwargs):
+                               out_dim=None, **kwargs):
         data = concat_sources_template(sources, name="%s_output" % name)
         axes = cls._get_axes(data, axes, keep_order)
-        if len(axes) <= 1:
+        if len(axes) <= 1 and out_dim is None:
             return data
         tags = [data.dims[i] for i in axes]
         b, t, f = data.batch_dim_axis, data.time_dim_axis, data.feature_dim_axis
@@ -131,6 +132,13 @@ class MergeDimsLayer(ConcatInputLayer):
             dim = int(np.prod([d.dimension for d in tags])) if all(d.dimension is not None for d in tags) else None
             tag = Dim(dim, kind=Dim.Types.Feature if f_in else Dim.Types.Spatial,
                       description="%s:merged:%s" % (name, "*".join(d.description for d in tags)))
+            if out_dim is not None:
+                if out_dim.dimension != dim:
+                    raise ValueError("merge_dims layer %r: out_dim %s does not have the merged size %s" % (
+                        name, out_dim, dim))
+                tag = out_dim
+        if out_dim is not None and b in axes:
+            raise ValueError("merge_dims layer %r: out_dim with a merged batch axis is not supported" % name)
         # n_out is the output feature dim (as the original), which is the merged dim only if the feature axis is merged
         out_feature_dim = tag.dimension if f_in else (data.dim if f is not None else None)
         if n_out is not NotSpecified and n_out is not None and out_feature_dim not in (None, n_out):
@@ -173,7 +181,8 @@ class SplitDimsLayer(ConcatInputLayer):
     by default it is padded (pad_value) to a multiple of the other sizes and the -1 axis gets ceildiv lengths.
 
     :param axis: the axis to split (description, dim tag or int of the batch-major input)
-    :param dims: the new sizes (ints or Dims, at most one -1 for the rest), product = the axis size
+    :param dims: the new sizes (ints or Dims (the output tags; a dynamic one stands for -1), at most one -1 for
+        the rest), product = the axis size
     :param pad_to_multiples: pad the axis to a multiple of the static sizes (default None: True for dynamic axes)
     :param pad_value: value of that padding (default 0)
     """
@@ -183,7 +192,7 @@ class SplitDimsLayer(ConcatInputLayer):
     def __init__(self, axis, dims, pad_to_multiples=None, pad_value=0, **kwargs):
         super().__init__(**kwargs)
         data = self.input_data.copy_as_batch_major() if isinstance(axis, int) else self.input_data
-        a, dims, rest_idx, const, pad = self._resolve(self.name, data, axis, dims, pad_to_multiples)
+        a, dims, rest_idx, const, pad = self._resolve(self.name, data, axis, _dim_sizes(dims), pad_to_multiples)
         x = data.placeholder
         shape = ShapeOf(x)
         if pad:
@@ -243,7 +252,8 @@ class SplitDimsLayer(ConcatInputLayer):
         data = concat_sources_template(sources, name="%s_output" % name)
         if isinstance(axis, int):
             data = data.copy_as_batch_major()
-        a, dims, rest_idx, const, pad = cls._resolve(name, data, axis, dims, pad_to_multiples)
+        given = list(dims)
+        a, dims, rest_idx, const, pad = cls._resolve(name, data, axis, _dim_sizes(dims), pad_to_multiples)
         tag = data.dims[a]
         is_f = a == data.feature_dim_axis and not data.sparse
         new_tags = []
@@ -258,6 +268,7 @@ class SplitDimsLayer(ConcatInputLayer):
                 new_tags.append(Dim(size, kind=kind, description="%s:split-dims%i" % (name, i)))
             else:
                 new_tags.append(Dim(d, kind=kind, description="%s:split-dims%i" % (name, i)))
+        new_tags = [g if isinstance(g, Dim) else t for g, t in zip(given, new_tags)]  # given Dims are the tags
         out_dims = list(data.dims[:a]) + new_tags + list(data.dims[a + 1:])
         time_tag = feature_tag = _INHERIT
         if is_f:
@@ -266,6 +277,11 @@ class SplitDimsLayer(ConcatInputLayer):
             dyn = [d for d in new_tags if d.is_dynamic()]
             time_tag = dyn[0] if dyn else new_tags[rest_idx if rest_idx is not None else 0]
         return make_data("%s_output" % name, out_dims, like=data, time_tag=time_tag, feature_tag=feature_tag)
+
+
+def _dim_sizes(dims):
+    """split_dims' dims: a Dim entry stands for its size (-1 if dynamic)."""
+    return [(-1 if d.dimension is None else d.dimension) if isinstance(d, Dim) else d for d in dims]
 
 
 class SplitLayer(ConcatInputLayer):

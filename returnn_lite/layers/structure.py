@@ -14,7 +14,7 @@ import tensorflow as tf
 from ..data import Data, Dim
 from ..util import NotSpecified, as_list
 from ..errors import LayerNotFound
-from ..layer_ref import LayerOption
+from ..layer_ref import LayerOption, parse_layer_ref
 from .base import LayerBase, concat_sources
 
 tf1 = tf.compat.v1
@@ -52,17 +52,18 @@ def flatten_subnetworks_in_unit(unit):
                                  % (name, src, sorted(unit)))
 
         def rename(ref, _name=name, _sub=sub):
-            if not isinstance(ref, str) or ref in ("none", ":i"):
+            if not isinstance(ref, str) or ref in ("", "none"):
                 return ref
-            if ref.startswith("base:"):
-                return ref[len("base:"):]
-            if ref.startswith("prev:"):
-                return "prev:" + rename(ref[len("prev:"):])
-            if ref in ("data", "data:data"):
+            r = parse_layer_ref(ref)
+            if r.kind == "base":
+                return r.name
+            if r.kind == "prev":
+                return "prev:" + rename(r.name)
+            if r.kind == "data" and r.name in (None, "data"):
                 return "%s/data" % _name
-            if ref.startswith("data:"):
-                return ref
-            return "%s/%s" % (_name, ref)
+            if r.kind == "layer":
+                return "%s/%s" % (_name, r.name)
+            return ref  # :i, data:KEY, extra.NET:...
 
         for sub_name, sub_desc in sub.items():
             sub_desc = dict(sub_desc)

@@ -5,10 +5,10 @@ The tensor types as the RETURNN frontend (``rf``) sees them::
 
 There is ONE dim system: :class:`Dim` is the compiler's dim tag (:mod:`returnn_lite.data`) and :class:`Tensor`
 is the compiler's :class:`~returnn_lite.data.Data` (as in the original, where ``Data`` is an alias of ``Tensor``).
-The frontend methods (operators, ``mark_as_loss``, ``dyn_size_ext``, dim arithmetic, ...) live in the mixins of
-this package (``_dim_mixin``, ``_tensor_mixin``), which ``Dim``/``Data`` inherit.
+The frontend methods (operators, ``mark_as_loss``, ``dyn_size_ext``, dim arithmetic, ...) live in the mixins
+``Dim``/``Data`` inherit (:mod:`returnn_lite.data_mixins`, below :mod:`returnn_lite.data`; this package is above it).
 
-The names are resolved lazily (PEP 562) because :mod:`returnn_lite.data` imports the mixins of this package.
+The names are resolved lazily (PEP 562), so that importing this package alone stays cheap.
 """
 
 from __future__ import annotations

@@ -24,9 +24,10 @@ class _Empty(rf.Module):
     pass
 
 
-def _run_layers(step, inputs=INPUTS):
-    """rf step -> net dict -> TFNetwork -> one session.run: ({output name: array}, net_dict)."""
-    config = Config({"extern_data": extern_data, "get_model": lambda **_: _Empty(), "task": "forward",
+def _run_layers(step, inputs=INPUTS, model_cls=_Empty, params_out=None):
+    """rf step -> net dict -> TFNetwork -> one session.run: ({output name: array}, net_dict); params_out: filled
+    with the initial param values by rf name."""
+    config = Config({"extern_data": extern_data, "get_model": lambda **_: model_cls(), "task": "forward",
                      "forward_step": step})
     rf.select_backend_returnn_layers_tf()
     with tf.Graph().as_default() as graph, tf1.Session(graph=graph) as session, global_config_ctx(config):
@@ -35,12 +36,16 @@ def _run_layers(step, inputs=INPUTS):
         net = TFNetwork(config=config, train_flag=False, eval_flag=False)
         net.construct_from_dict(net_dict)
         fetches = {name: net.get_layer(t.raw_tensor.get_abs_name()).output.placeholder for name, t in outputs.items()}
+        session.run(tf1.global_variables_initializer())
         data = net.extern_data.data["data"]
         feed = {data.placeholder: inputs["data"], time_dim.dyn_size_ext.raw_tensor: inputs["size:time"]}
+        if params_out is not None:
+            params_out.update({v.op.name[:-len("/param")].replace("/", "."): session.run(v)
+                               for v in net.get_params_list()})
         return session.run(fetches, feed_dict=feed), net_dict
 
 
-def _run_torch(step, inputs=INPUTS):
+def _run_torch(step, inputs=INPUTS, model_cls=_Empty, params=None):
     torch = pytest.importorskip("torch")
     rf.select_backend_torch()
     td = TensorDict()
@@ -51,8 +56,12 @@ def _run_torch(step, inputs=INPUTS):
     time_dim.dyn_size_ext = Tensor("s", dims=[batch_dim], dtype="int32", raw_tensor=torch.tensor(inputs["size:time"]))
     td.data["data"].raw_tensor = torch.tensor(inputs["data"])
     try:
+        model = model_cls()
+        for name, p in model.named_parameters():
+            with torch.no_grad():
+                p.raw_tensor.copy_(torch.tensor(params[name]))
         rf.init_forward_step_run_ctx(epoch=1, step=0)
-        step(model=_Empty(), extern_data=td)
+        step(model=model, extern_data=td)
         return {name: t.raw_tensor.detach().numpy() for name, t in rf.get_run_ctx().outputs.data.items()}
     finally:
         for d in (time_dim, batch_dim):
@@ -60,13 +69,14 @@ def _run_torch(step, inputs=INPUTS):
         rf.select_backend_returnn_layers_tf()
 
 
-def _both(step):
-    res, net_dict = _run_layers(step)
+def _both(step, model_cls=_Empty):
+    params = {}
+    res, net_dict = _run_layers(step, model_cls=model_cls, params_out=params)
     try:
         import torch  # noqa: F401
-    except ImportError:
+    except ImportError:  # the layers backend only
         return [res], net_dict
-    return [res, _run_torch(step)], net_dict
+    return [res, _run_torch(step, model_cls=model_cls, params=params)], net_dict
 
 
 def test_scan_is_a_rec_layer_with_prev_state():
@@ -75,8 +85,8 @@ def test_scan_is_a_rec_layer_with_prev_state():
             acc = s["acc"] + x_t
             return acc * 2.0, {"acc": acc}
 
-        ys, last, dim = rf.scan(spatial_dim=time_dim, xs=extern_data["data"], initial={"acc": rf.zeros([batch_dim, feat])},
-                                ys=None, body=body)
+        initial = {"acc": rf.zeros([batch_dim, feat])}
+        ys, last, dim = rf.scan(spatial_dim=time_dim, xs=extern_data["data"], initial=initial, ys=None, body=body)
         assert dim is time_dim
         ys.mark_as_output("ys", shape=(batch_dim, time_dim, feat))
         last["acc"].mark_as_output("last", shape=(batch_dim, feat))
@@ -240,10 +250,16 @@ def test_cum_concat_step_in_loop_self_attention_like():
     np.testing.assert_allclose(res["k"], [X[0].sum(0), X[1, :2].sum(0)], rtol=1e-5)
 
 
-@pytest.mark.parametrize("case", ["end_with_axis", "include_eos", "cum_concat_outside", "accum_as_value"])
+@pytest.mark.parametrize("case", ["end_with_axis", "include_eos", "cum_concat_outside", "accum_as_value", "nested",
+                                  "int_state"])
 def test_loop_errors(case):
     def step(*, model, extern_data, **_):
         x = extern_data["data"]
+        if case == "int_state":
+            rf.while_loop(lambda s: s[0] < 3, lambda s: (s[0] + 1, s[1]), (rf.convert_to_tensor(0), 5))
+        if case == "nested":
+            rf.scan(spatial_dim=time_dim, xs=x, initial=rf.zeros([batch_dim]), ys=None, body=lambda x_t, s: rf.scan(
+                spatial_dim=feat, xs=x_t, initial=s, ys=None, body=lambda v, s2: (v + s2, v + s2))[:2])
         if case == "cum_concat_outside":
             h = Dim(0, name="h")
             rf.cum_concat_step(rf.reduce_sum(x, axis=time_dim), prev_accum=rf.zeros([batch_dim, h, feat]), axis=h)
@@ -263,7 +279,8 @@ def test_loop_errors(case):
     config = Config({"extern_data": extern_data, "get_model": lambda **_: _Empty(), "task": "forward",
                      "forward_step": step})
     match = {"end_with_axis": "loop.end is for a loop without axis", "include_eos": "include_eos=False",
-             "cum_concat_outside": "only inside the body", "accum_as_value": "only be the prev_accum"}[case]
+             "cum_concat_outside": "only inside the body", "accum_as_value": "only be the prev_accum",
+             "nested": "a loop inside a loop body", "int_state": "unsupported element 5"}[case]
     with global_config_ctx(config), pytest.raises(rf.FrontendError, match=match) as exc:
         get_net_dict(epoch=1, step=0)
     assert "test_rf_loops.py" in str(exc.value)
@@ -279,3 +296,198 @@ def test_cond_runs_only_the_taken_branch():
 
     res, net_dict = _run_layers(step)
     np.testing.assert_allclose(res["y"], [X[0].sum(0), X[1, :2].sum(0)], rtol=1e-5)
+
+
+def test_cond_inside_loop_body_selects():
+    def step(*, model, extern_data, **_):
+        x = extern_data["data"]
+        scale = rf.reduce_max(x, axis=[batch_dim, time_dim, feat]) * 0.0 + 2.0  # two levels up: base:base:
+
+        def body(x_t, s):
+            acc = rf.cond(rf.reduce_sum(s, axis=[batch_dim, feat]) > 1e6, lambda: s * 0.0, lambda: s + x_t * scale)
+            return acc, acc
+
+        ys, _, _ = rf.scan(spatial_dim=time_dim, xs=x, initial=rf.zeros([batch_dim, feat]), ys=None, body=body)
+        ys.mark_as_output("ys", shape=(batch_dim, time_dim, feat))
+
+    res, _ = _run_layers(step)
+    np.testing.assert_allclose(res["ys"][0], 2 * np.cumsum(X[0], axis=0), rtol=1e-5)
+
+
+def test_scan_lstm_gradients_match_lstm_over_time():
+    hid = Dim(4, name="hid")
+
+    class Model(rf.Module):
+        def __init__(self):
+            super().__init__()
+            self.lstm = rf.LSTM(feat, hid)
+
+    def step(*, model, extern_data, **_):
+        x = extern_data["data"]
+
+        def body(x_t, s):
+            y_t, st = model.lstm(x_t, state=s, spatial_dim=rf.single_step_dim)
+            return y_t, st
+
+        ys, _, _ = rf.scan(spatial_dim=time_dim, xs=x, initial=model.lstm.default_initial_state(batch_dims=[batch_dim]),
+                           ys=None, body=body)
+        y_ref, _ = model.lstm(x, state=model.lstm.default_initial_state(batch_dims=[batch_dim]), spatial_dim=time_dim)
+        rf.reduce_sum(ys, axis=[batch_dim, time_dim, hid]).mark_as_output("s", shape=())
+        rf.reduce_sum(y_ref, axis=[batch_dim, time_dim, hid]).mark_as_output("s_ref", shape=())
+
+    (v, g), (v_ref, g_ref) = _values_and_grads(Model, step, ["s", "s_ref"])
+    np.testing.assert_allclose(v, v_ref, rtol=1e-5)
+    for a, b in zip(g, g_ref):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+def _values_and_grads(model_cls, step, names):
+    """[(value, grads of the params)] of the scalar outputs names."""
+    config = Config({"extern_data": extern_data, "get_model": lambda **_: model_cls(), "task": "forward",
+                     "forward_step": step})
+    rf.select_backend_returnn_layers_tf()
+    with tf.Graph().as_default() as graph, tf1.Session(graph=graph) as session, global_config_ctx(config):
+        net_dict, _ = get_net_dict(epoch=1, step=0)
+        outputs = rf.get_run_ctx().outputs.data
+        net = TFNetwork(config=config, train_flag=False, eval_flag=False)
+        net.construct_from_dict(net_dict)
+        values = [net.get_layer(outputs[n].raw_tensor.get_abs_name()).output.placeholder for n in names]
+        params = net.get_params_list()
+        grads = [[g if g is not None else tf.zeros_like(p) for g, p in zip(tf.gradients(v, params), params)]
+                 for v in values]
+        session.run(tf1.global_variables_initializer())
+        data = net.extern_data.data["data"]
+        feed = {data.placeholder: X, time_dim.dyn_size_ext.raw_tensor: LENS}
+        return list(zip(*session.run((values, grads), feed_dict=feed)))
+
+
+def test_cond_with_params_gradients():
+    out = Dim(2, name="out")
+
+    class Model(rf.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = rf.Linear(feat, out)
+
+    def step(*, model, extern_data, **_):
+        x = extern_data["data"]
+        n = time_dim.get_dim_value_tensor()
+        for name, pred in (("taken", n > 2), ("not_taken", n < 2)):
+            y = rf.cond(pred, lambda: model.lin(x), lambda: rf.zeros([batch_dim, time_dim, out]))
+            rf.reduce_sum(y, axis=[batch_dim, time_dim, out]).mark_as_output(name, shape=())
+        rf.reduce_sum(model.lin(x), axis=[batch_dim, time_dim, out]).mark_as_output("ref", shape=())
+
+    (v, g), (v0, g0), (v_ref, g_ref) = _values_and_grads(Model, step, ["taken", "not_taken", "ref"])
+    np.testing.assert_allclose(v, v_ref, rtol=1e-5)
+    assert v0 == 0.0 and all(not np.any(x) for x in g0)
+    for a, b in zip(g, g_ref):
+        np.testing.assert_allclose(a, b, rtol=1e-5)
+
+
+@pytest.mark.parametrize("case", ["unchanged", "swap"])
+def test_scan_states_unchanged_and_swapped(case):
+    def step(*, model, extern_data, **_):
+        def body(x_t, s):
+            a, b, c = s
+            if case == "swap":  # a state is another state's previous value
+                return a + x_t, (b, a, c)
+            return a + x_t + c, (a + x_t, b, c)  # b, c: the previous value unchanged
+
+        zeros = rf.zeros([batch_dim, feat])
+        ys, last, _ = rf.scan(spatial_dim=time_dim, xs=extern_data["data"], initial=(zeros, zeros + 1.0, zeros + 2.0),
+                              ys=None, body=body)
+        ys.mark_as_output("ys", shape=(batch_dim, time_dim, feat))
+        last[1].mark_as_output("b", shape=(batch_dim, feat))
+
+    res, _ = _run_layers(step)
+    ref = X[0] + np.array([0.0, 1.0, 0.0, 1.0])[:, None] if case == "swap" else np.cumsum(X[0], axis=0) + 2.0
+    np.testing.assert_allclose(res["ys"][0], ref, rtol=1e-5)
+    np.testing.assert_allclose(res["b"], np.ones([2, 3]))  # swapped an even number of times (lengths 4, 2)
+
+
+def test_scan_without_xs_attention_over_encoder():
+    steps = Dim(3, name="steps")
+
+    def step(*, model, extern_data, **_):
+        enc = extern_data["data"]
+
+        def body(_x, s):  # a decoder-like step: dot attention over the encoder frames (masked by their lengths)
+            att = rf.softmax(rf.matmul(enc, s, reduce=feat), axis=time_dim)
+            ctx = rf.matmul(att, enc, reduce=time_dim)
+            return ctx, s + ctx
+
+        ys, _, _ = rf.scan(spatial_dim=steps, xs=None, initial=rf.zeros([batch_dim, feat]) + 0.1, ys=None, body=body)
+        ys.mark_as_output("ys", shape=(batch_dim, steps, feat))
+
+    ref = np.zeros([2, 3, 3])
+    for b in range(2):
+        s, e = np.full([3], 0.1), X[b, :LENS[b]]
+        for t in range(3):
+            a = np.exp(e @ s - (e @ s).max())
+            ref[b, t] = (a / a.sum()) @ e
+            s = s + ref[b, t]
+    results, _ = _both(step)
+    for res in results:
+        np.testing.assert_allclose(res["ys"], ref, rtol=1e-4)
+
+
+def test_loop_error_leaves_no_reserved_layer():
+    from returnn_lite.frontend_layers import NetDictBuilder
+
+    rf.select_backend_returnn_layers_tf()
+    builder = NetDictBuilder()
+    with builder:
+        x = rf.zeros([batch_dim, feat])
+        with pytest.raises(rf.FrontendError, match="new state"):
+            rf.while_loop(lambda s: rf.reduce_sum(s, axis=[batch_dim, feat]) < 3.0,
+                          lambda s: rf.reduce_sum(s, axis=feat), x)
+    assert all(d.get("class") for d in builder.net_dict.values()) and not any(k.startswith("loop") for k in
+                                                                            builder.net_dict)
+
+
+def test_scan_inside_cond_branch():
+    def step(*, model, extern_data, **_):
+        x = extern_data["data"]
+        init = rf.zeros([batch_dim, feat])
+
+        def true_fn():  # the rec layer is built inside tf.cond's branch; base:base: refs to the outer layers
+            _, last, _ = rf.scan(spatial_dim=time_dim, xs=x, initial=init, ys=None,
+                                 body=lambda x_t, s: (s + x_t, s + x_t))
+            return last
+
+        rf.cond(time_dim.get_dim_value_tensor() > 2, true_fn, lambda: init).mark_as_output("y", shape=(batch_dim, feat))
+
+    res, net_dict = _run_layers(step)
+    assert net_dict["cond"]["true_layer"]["subnetwork"]["loop"]["class"] == "rec"
+    np.testing.assert_allclose(res["y"], [X[0].sum(0), X[1, :2].sum(0)], rtol=1e-5)
+
+
+def test_scan_body_with_modules_and_ops_both_backends():
+    hid = Dim(4, name="hid")
+
+    class Model(rf.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = rf.Linear(feat + hid, hid)
+            self.norm = rf.LayerNorm(hid)
+
+    def step(*, model, extern_data, **_):
+        def body(x_t, s):
+            h_in, _ = rf.concat((x_t, feat), (s, hid), out_dim=feat + hid)
+            h = rf.tanh(model.norm(model.lin(h_in)))
+            h = rf.where(h > 0.5, h * 0.5, h)
+            m = rf.reduce_max(rf.softmax(h, axis=hid), axis=hid)
+            y = rf.expand_dim(m + rf.gather(h, indices=0, axis=hid), hid) * h
+            return y, h + rf.cast(rf.cast(m * 10.0, "int32"), "float32")
+
+        ys, last, _ = rf.scan(spatial_dim=time_dim, xs=extern_data["data"], initial=rf.zeros([batch_dim, hid]),
+                              ys=None, body=body)
+        ys.mark_as_output("ys", shape=(batch_dim, time_dim, hid))
+        last.mark_as_output("last", shape=(batch_dim, hid))
+
+    results, _ = _both(step, Model)
+    if len(results) == 2:
+        layers, torch_res = results
+        np.testing.assert_allclose(layers["ys"][0], torch_res["ys"][0], rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(layers["ys"][1, :2], torch_res["ys"][1, :2], rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(layers["last"], torch_res["last"], rtol=1e-4, atol=1e-5)

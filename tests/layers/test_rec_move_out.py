@@ -170,3 +170,61 @@ def test_move_out_same_outputs_losses_gradients(initial_output):
     assert sorted(out["grads"]) == sorted(ref["grads"])
     for k in out["grads"]:
         np.testing.assert_allclose(out["grads"][k], ref["grads"][k], rtol=1e-3, atol=1e-5, err_msg=k)
+
+
+def _run_small(net_dict, move_out, feed_seed=0):
+    for layer in net_dict.values():
+        if layer.get("class") == "rec":
+            layer["optimize_move_layers_out"] = move_out
+    with tf.Graph().as_default():
+        net = _build(net_dict, train=False)
+        rec = net.get_layer("output")
+        out = rec.output.copy_as_time_major()
+        with tf1.Session() as session:
+            net.initialize_params(session)
+            y, lens = session.run([out.placeholder, out.get_time_dim_tag().dyn_size], _feed(net, feed_seed))
+    return rec.subnet, y, lens
+
+
+@pytest.mark.parametrize("end", [False, True])
+def test_prev_of_a_layer_constant_over_frames(end):
+    """prev:c of a layer c without the loop's time axis: its initial output at frame 0, then c; in a loop ended by
+    'end' (unknown length) c and its prev: users stay in the loop."""
+    unit = {"c": {"class": "reduce", "mode": "mean", "axis": "T", "from": "base:data"},  # [B, 5], every frame
+            "x": {"class": "combine", "kind": "add", "from": ["prev:c", "frame"]},
+            "output": {"class": "copy", "from": "x"}}
+    if end:
+        unit.update({"frame": {"class": "constant", "value": 0.5},
+                     "i": {"class": "copy", "from": ":i"},
+                     "lim": {"class": "length", "from": "base:data"},
+                     "end": {"class": "compare", "from": ["i", "lim"], "kind": "greater_equal"}})
+        rec = {"class": "rec", "from": [], "unit": unit, "max_seq_len": 10}
+    else:
+        unit["frame"] = {"class": "copy", "from": "data:source"}
+        rec = {"class": "rec", "from": "data", "unit": unit}
+    res = [_run_small({"output": dict(rec, unit=dict(unit))}, move_out) for move_out in (True, False)]
+    (sub, y, lens), (_, y_ref, lens_ref) = res
+    np.testing.assert_array_equal(lens, lens_ref)
+    assert ("x" in sub.in_loop) == end and ("c" in sub.moved_out) != end
+    mask = np.arange(y.shape[0])[:, None] < lens[None, :]
+    np.testing.assert_allclose(y[mask], y_ref[mask], rtol=1e-6)
+    np.testing.assert_allclose(y[0] - (0.5 if end else _feed_data(0)), 0, atol=1e-6)  # frame 0: prev:c = 0
+
+
+def _feed_data(t):
+    """data's frame t [B, 5] of _feed (seed 0)."""
+    rng = np.random.RandomState(0)
+    return rng.randn(len(DATA_LENS), DATA_LENS.max(), 5).astype("float32")[:, t]
+
+
+def test_prev_of_a_layer_with_state_stays_in_the_loop():
+    """prev:s of a cell also carries its state (get_last_hidden_state of it): s stays in the loop."""
+    unit = {"s": {"class": "rnn_cell", "unit": "LSTMBlock", "n_out": 3, "from": "data:source"},
+            "c": {"class": "get_last_hidden_state", "from": "prev:s", "key": "c", "n_out": 3},
+            "output": {"class": "combine", "kind": "add", "from": ["s", "c"]}}
+    res = [_run_small({"output": {"class": "rec", "from": "data", "unit": dict(unit)}}, move_out)
+           for move_out in (True, False)]
+    (sub, y, lens), (_, y_ref, _) = res
+    assert "s" in sub.in_loop
+    mask = np.arange(y.shape[0])[:, None] < lens[None, :]
+    np.testing.assert_allclose(y[mask], y_ref[mask], rtol=1e-5)

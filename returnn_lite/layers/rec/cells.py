@@ -396,7 +396,8 @@ class RHNCell(CellBase):
     projection ``rec/W`` [n_in, 2n] and ``rec/b`` [2n] (transform part initialized to ``transform_bias``), per depth
     ``rec/rhn_cell/depth_<i>/W`` [n, 2n] (first half: candidate h, second half: transform gate t). ``dropout``: in
     training, one mask per sequence (the same for all frames and depths) on the state entering each depth step;
-    the state update itself uses the unmasked state. The state is one tensor (key ``var`` for initial_state params).
+    the state update itself uses the unmasked state (as an ``rnn_cell`` inside a rec loop, the mask is drawn per
+    frame). The state is one tensor (key ``var`` for initial_state params).
     """
 
     state_names = ("h",)

@@ -10,9 +10,8 @@ import tensorflow as tf
 from ...data import Data, Dim, batch_dim
 from ...layer_ref import LayerOption, is_layer_target
 from ...util import NotSpecified
-from ..base import ConcatInputLayer, LayerBase, concat_sources_template
+from ..base import ConcatInputLayer, LayerBase, concat_sources_template, last_hidden_state
 from . import cells as _cells
-from .state import last_hidden_state
 from .subnet import RecSubnetLoop
 
 tf1 = tf.compat.v1
@@ -58,9 +57,9 @@ def _initial_cell_state(layer, cell, initial_state, batch_dim, var_prefix):
 def _keep_state(layer, var_name, key, dim, batch_dim, reset_at_epoch_start):
     """
     initial_state "keep_over_epoch" (as the original): a non-trainable variable ``<layer>/<var_name>`` (not a param,
-    not saved) holds the last state of the previous run ([B, dim]; the batch size must stay the same within an
-    epoch); the initial state is zeros when ``network.get_epoch_step()`` is 0 (the engine feeds the step within the
-    epoch), else that variable. "keep_over_epoch_no_init" never resets. The variable is assigned the final state
+    not saved) holds the last state of the previous run ([B, dim]); the initial state is zeros when
+    ``network.get_epoch_step()`` is 0 (the engine feeds the step within the epoch) or the batch size differs from
+    the kept one, else that variable. "keep_over_epoch_no_init" never resets. The variable is assigned the final state
     after each run (:meth:`register_post_control_dependencies`, run with the train op and in evaluation).
     """
     graph = tf1.get_default_graph()
@@ -68,18 +67,24 @@ def _keep_state(layer, var_name, key, dim, batch_dim, reset_at_epoch_start):
     graph._set_control_flow_context(None)  # noqa: SLF001
     try:
         with layer.var_creation_scope(), tf.control_dependencies(None):
-            var = tf1.get_variable(var_name, initializer=tf.zeros([0, dim]), validate_shape=False, trainable=False,
+            # the initial value (a dummy, never used) has an unknown batch dim: the variable's static shape is
+            # [None, dim], whatever batch size it holds later
+            init = tf1.placeholder_with_default(tf.zeros([0, dim]), shape=[None, dim])
+            var = tf1.get_variable(var_name, initializer=init, validate_shape=False, trainable=False,
                                    collections=[tf1.GraphKeys.GLOBAL_VARIABLES])
     finally:
         graph._set_control_flow_context(ctx)  # noqa: SLF001
     layer.__dict__.setdefault("_keep_state_vars", {})[key] = var
     if reset_at_epoch_start:
-        step = layer.network.get_epoch_step()
-        s = tf.cond(tf.equal(step, 0), lambda: tf.zeros([batch_dim, dim]), lambda: tf.identity(var.value()))
+        # zeros at the first step of an epoch, and also where the batch size changed (e.g. the last, smaller batch
+        # of an epoch; the original fails there with a shape error)
+        reset = tf.logical_or(tf.equal(layer.network.get_epoch_step(), 0),
+                              tf.not_equal(tf.shape(var.value())[0], batch_dim))
+        s = tf.cond(reset, lambda: tf.zeros([batch_dim, dim]), lambda: tf.identity(var.value()))
     else:
         s = tf.identity(var.value())
     s.set_shape([None, dim])
-    return s
+    return tf.stop_gradient(s)  # the kept state is data from the previous run (also: no gradient into the variable)
 
 
 def _register_keep_state_updates(layer, final_state):
@@ -328,6 +333,10 @@ class RecLayer(_CellMixin, ConcatInputLayer):
             if value != default:
                 raise NotImplementedError("rec layer %r: option %s=%r is not supported" % (self.name, opt, value))
         if not isinstance(unit, str):
+            if initial_state:  # the original asserts this too ("initial_state not supported currently for custom unit")
+                raise NotImplementedError(
+                    "rec layer %r: option initial_state=%r only applies to a cell unit (e.g. 'lstm'); with a "
+                    "subnetwork unit, give its layers an initial_output instead" % (self.name, initial_state))
             if back_prop is False:
                 raise NotImplementedError("rec layer %r: option back_prop=False is not supported with a subnetwork "
                                           "unit" % self.name)

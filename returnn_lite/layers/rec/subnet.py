@@ -20,13 +20,13 @@ import tensorflow as tf
 
 from ...data import Data, Dim, SearchBeam, batch_dim
 from ...errors import LayerNotFound, NetworkConstructionDependencyLoopException
+from ...layer_ref import is_layer_target, parse_layer_ref, target_ref
 from ...network import assign_output_beam
 from ...subnetwork import Subnetwork
 from ...losses.holder import LossHolder
 from ...util import as_list
-from ..base import InternalLayer, LayerBase
+from ..base import InternalLayer, LayerBase, last_hidden_state
 from ..search import select_beam_tensor, tile_batch
-from .state import last_hidden_state
 
 tf1 = tf.compat.v1
 
@@ -85,6 +85,12 @@ class _PrevLayer(InternalLayer):
         return last_hidden_state(self.rec_vars_outputs, key) if self.rec_vars_outputs else None
 
 
+def _in_outer_net(ref):
+    """A reference of the unit to the rec layer's network, as the name there ("base:x" -> "x")."""
+    r = parse_layer_ref(ref)
+    return r.name if r.kind == "base" else ref
+
+
 def _frame_template(data, time_dim):
     """data without the loop's time axis (if it has it), else None."""
     for i, d in enumerate(data.dims):
@@ -123,11 +129,11 @@ def _outside_refs(network, rec_name, unit):
 
     def visit(v):
         if isinstance(v, str):
-            for prefix in ("layer:", "base:"):
-                if v.startswith(prefix):
-                    v = v[len(prefix):]
-            if v.startswith(rec_name + "/") and v[len(rec_name) + 1:] in unit:
-                res.add(v[len(rec_name) + 1:])
+            r = parse_layer_ref(v) if v.startswith(rec_name) or ":" in v else None  # (cheap pre-check: any string)
+            if r is not None and r.kind == "base":
+                r = parse_layer_ref(r.name)
+            if r is not None and r.kind == "layer" and r.base_name == rec_name and r.sub_name in unit:
+                res.add(r.sub_name)
         elif isinstance(v, (list, tuple)):
             for x in v:
                 visit(x)
@@ -257,8 +263,8 @@ class RecTemplateBuilder:
         target = as_list(target)[0] if target else None
         cheating = any(unit[c].get("cheating") for c in self.searching)
         if time_dim is None and target and (not self.searching or cheating):
-            tdata = network.get_extern_data(target) if not target.startswith("layer:") else self.get_layer(
-                target[len("layer:"):]).output
+            tdata = network.get_extern_data(target) if not is_layer_target(target) else self.get_layer(
+                target_ref(target)).output
             time_dim = tdata.get_time_dim_tag()
         dynamic_end = False
         out_time_dim = None
@@ -389,31 +395,35 @@ class RecTemplateBuilder:
         if ref in self.cache:
             return self.cache[ref]
         tpl, net, unit, name = self.tpl, self.net, self.unit, self.name
+        r = parse_layer_ref(ref)
+        if r.canonical != ref:  # e.g. "layer:x": resolved (and recorded as a dependency) as "x"
+            return self.resolve(r.canonical)
         cur = self.building[-1] if self.building else None
         if cur is not None:
             tpl.deps.setdefault(cur, set()).add(ref)
-        if ref.startswith("prev:"):
-            return self._resolve_prev(ref[len("prev:"):], cur)
-        if ref == ":i":
+        if r.kind == "prev":
+            return self._resolve_prev(r.name, cur)
+        if r.kind == "step":
             return InternalLayer(name=":i", network=net, output=Data(name=":i", dims=(), dtype="int32"))
-        if ref in ("data", "data:source"):
+        if r.kind == "data" and r.name in (None, "source"):  # the loop's input frame
             if tpl.input_data is None:
                 raise LayerNotFound("rec layer %r has no input ('from'), so 'data:source' is undefined" % name,
                                     ref, net)
             res = InternalLayer(name="data:source", network=net, output=_frame_template(tpl.input_data, tpl.time_dim)
                                 or tpl.input_data.copy_template())
-        elif ref.startswith("data:"):
+        elif r.kind == "data":
             res = self._outer_frame_layer(ref)
-        elif ref.startswith("base:"):  # the outer layer as a whole (e.g. the encoder, with its time axis)
-            res = self.get_layer(ref[len("base:"):])
-        elif ref in unit:
+        elif r.kind == "base":  # the outer layer as a whole (e.g. the encoder, with its time axis)
+            res = self.get_layer(r.name)
+        elif r.kind == "layer" and ref in unit:
             return self.build(ref)
-        elif "/" in ref and ref.split("/", 1)[0] in unit:  # a sub-layer of a layer of the unit, e.g. split/0
-            base_name, sub_name = ref.split("/", 1)
-            parent = self.resolve(base_name)
-            sub = parent.cls.get_sub_layer_out_data_from_opts(sub_name, dict(parent.kwargs, name=base_name, network=net))
+        elif r.kind == "layer" and r.sub_name is not None and r.base_name in unit:  # a sub-layer, e.g. split/0
+            parent = self.resolve(r.base_name)
+            sub = parent.cls.get_sub_layer_out_data_from_opts(r.sub_name, dict(parent.kwargs, name=r.base_name,
+                                                                               network=net))
             if sub is None:
-                raise LayerNotFound("rec layer %r: layer %r has no sub-layer %r" % (name, base_name, sub_name), ref, net)
+                raise LayerNotFound("rec layer %r: layer %r has no sub-layer %r" % (name, r.base_name, r.sub_name),
+                                    ref, net)
             return InternalLayer(name=ref, network=net, output=sub[0].copy_template(name="%s_output" % ref))
         else:
             raise LayerNotFound("rec layer %r: sub-layer %r not found in its unit (sub-layers: %s)" % (
@@ -431,6 +441,11 @@ class RecTemplateBuilder:
         if x in self.prev_fallback:  # later passes: the template of the previous pass
             return self.prev_fallback[x]
         if x in self.building or x in self.guess_only:  # a guess, derived again once all templates exist
+            init = unit[x].get("initial_output")
+            if isinstance(init, str) and init.startswith("base:"):  # the initial output's template
+                self.guessed.add(cur)
+                return InternalLayer(name="prev:" + x, network=self.net, output=self.get_layer(
+                    init[len("base:"):]).output.copy_template(name="%s_guess" % x))
             n_out = unit[x].get("n_out")
             if not isinstance(n_out, int) and x not in self.subst:
                 raise _NeedPrev(x, cur)
@@ -448,7 +463,7 @@ class RecTemplateBuilder:
     def _outer_frame_layer(self, ref):
         layer = self.get_layer(ref)
         time_dim = self.tpl.time_dim
-        if ref.startswith("data:"):
+        if parse_layer_ref(ref).kind == "data":
             layer = _extern_data_on_loop_time(layer, time_dim, self.net)
         frame = _frame_template(layer.output, time_dim)
         if frame is None:
@@ -502,15 +517,24 @@ class RecSubnetLoop:
         - it does not use ``:i``, and every ``prev:X`` it uses is of a moved-out X (the shifted sequence of X, the
           initial output at frame 0) that no masked_computation gates (there prev: is the last unmasked frame);
         - everything it depends on moves out; a choice without search depends only on its target (its value);
-        - it is not on a search beam and is not the ``end`` of a loop that ends by it (dynamic length or search).
+        - it is not on a search beam and is not the ``end`` of a loop that ends by it (dynamic length or search);
+        - in a loop of unknown length (ended by ``end``), it neither uses ``prev:`` nor is used via ``prev:``;
+        - used via ``prev:``, it has no per-step state (``prev:X`` carries X's state too).
         """
         tpl = self.tpl
         names = list(tpl.templates)
         if not self.move_out:
             return names, []
-        deps = {x: self._value_deps(x) for x in names}
+        deps = {x: sorted(self._value_deps(x)) for x in names}  # (sorted: the same order in every process)
         gated = {x for x in names if any(x == p or x.startswith(p + "/") for p in tpl.gates)}
         loop_ends = tpl.dynamic_end or tpl.beam is not None
+        # a loop of unknown length (ended by 'end'): no sequence to shift for prev:, those stay in the loop
+        used_via_prev = {r[len("prev:"):] for x in names for r in deps[x] if r.startswith("prev:")}
+        # a layer with per-step state used via prev: stays in the loop (prev:X also carries X's state, e.g. for
+        # get_last_hidden_state; the shifted sequence does not)
+        prev_referenced = used_via_prev if tpl.dynamic_end else {
+            x for x in used_via_prev
+            if tpl.templates[x].cls.get_rec_initial_extra_outputs.__func__ is not _BASE_EXTRA_OUTPUTS}
         varies = {}
         in_loop = {}
 
@@ -535,8 +559,9 @@ class RecSubnetLoop:
             in_loop[x] = True  # (cycles only via prev:, which are in the loop anyway)
             refs = deps[x]
             res = ((x == "end" and loop_ends) or tpl.templates[x].output.beam is not None or not frame_wise(x)
-                   or ":i" in refs
-                   or any(dep(r[len("prev:"):]) or r[len("prev:"):] in gated for r in refs if r.startswith("prev:"))
+                   or ":i" in refs or x in prev_referenced
+                   or any(dep(r[len("prev:"):]) or r[len("prev:"):] in gated or tpl.dynamic_end
+                          for r in refs if r.startswith("prev:"))
                    or any(dep(r) for r in refs if r in tpl.templates))
             in_loop[x] = res
             return res
@@ -566,7 +591,7 @@ class RecSubnetLoop:
         if len(target) != 1 or not isinstance(target[0], str):
             return None
         target = target[0]
-        return target[len("layer:"):] if target.startswith("layer:") else "data:%s" % target
+        return target_ref(target)
 
     def _outer_has_loop_time(self, ref):
         if ref in ("data", "data:source"):
@@ -627,15 +652,14 @@ class RecSubnetLoop:
         extern_cache = {}
 
         def outer(ref):
-            if ref in ("data", "data:source"):
+            r = parse_layer_ref(ref)
+            if r.kind == "data" and r.name in (None, "source"):
                 return InternalLayer(name="data:source", network=net, output=input_full)
-            if ref.startswith("data:"):
+            if r.kind == "data":
                 if ref not in extern_cache:
                     extern_cache[ref] = _extern_data_on_loop_time(net.get_layer(ref), time_dim, net)
                 return extern_cache[ref]
-            if ref.startswith("base:"):
-                return net.get_layer(ref[len("base:"):])
-            return net.get_layer(ref)
+            return net.get_layer(_in_outer_net(ref))
 
         # moved out: over the whole sequence
         outside = _SubNet(net, rec.name, scope, over_rec_time_dim=time_dim)
@@ -646,15 +670,16 @@ class RecSubnetLoop:
         prev_full = {}  # "prev:X" -> X (moved out) shifted by one frame
 
         def get_outside(ref):
-            if ref.startswith("prev:"):  # (only of moved-out layers, see _classify)
+            r = parse_layer_ref(ref)
+            if r.kind == "prev":  # (only of moved-out layers, see _classify)
                 if ref not in prev_full:
-                    prev_full[ref] = self._shifted_prev(ref[len("prev:"):], get_outside(ref[len("prev:"):]), outside,
-                                                        batch_dim)
+                    prev_full[ref] = self._shifted_prev(r.name, get_outside(r.name), outside, batch_dim)
                 return prev_full[ref]
-            if ref in tpl.templates or (ref in self.unit and "/" in ref):  # "/": a flattened subnetwork sub-layer
-                return outside.construct_layer(outside_unit, ref, get_layer=get_outside)
-            if "/" in ref and ref.split("/", 1)[0] in tpl.templates:  # e.g. split/0
-                return self._get_sub_layer(get_outside, ref)
+            if r.kind == "layer":
+                if r.name in tpl.templates or (r.name in self.unit and r.sub_name is not None):  # (S/X: a flattened
+                    return outside.construct_layer(outside_unit, r.name, get_layer=get_outside)  # subnetwork layer)
+                if r.sub_name is not None and r.base_name in tpl.templates:  # e.g. split/0
+                    return self._get_sub_layer(get_outside, r.name)
             return outer(ref)
 
         full = {}  # name -> time-major full Data of moved-out layers (and accumulated in-loop ones)
@@ -769,23 +794,27 @@ class RecSubnetLoop:
             def get_loop(ref):
                 if ref in cache:
                     return cache[ref]
+                r = parse_layer_ref(ref)
+                if r.canonical != ref:  # e.g. "layer:x" -> "x"
+                    return get_loop(r.canonical)
+                # a sub-layer "B/S" of a layer B (flattened subnetwork layers "S/X" are unit layers themselves)
+                sub_of = r.base_name if r.kind == "layer" and r.sub_name is not None and ref not in self.unit else None
                 if ref in prev_full:  # prev: of a moved-out layer
                     res = self._frame_layer(ref, prev_full[ref].output, frame_source, i, loop)
-                elif ref.startswith("prev:"):
-                    return get_prev(ref[len("prev:"):])
-                elif ref == ":i":
+                elif r.kind == "prev":
+                    return get_prev(r.name)
+                elif r.kind == "step":
                     res = InternalLayer(name=":i", network=loop, output=Data(name=":i", dims=(), dtype="int32",
                                                                               placeholder=i))
-                elif ref in unit:
+                elif r.kind == "layer" and ref in unit:
                     return loop.construct_layer(unit, ref, get_layer=get_loop)
-                elif "/" in ref and ref not in self.unit and ref.split("/", 1)[0] in full:  # sub-layer of a
-                    # moved-out layer: its frame (flattened subnetwork layers "S/X" are unit layers themselves)
-                    sub = self._get_sub_layer(lambda r: full[r], ref)
+                elif sub_of in full:  # sub-layer of a moved-out layer: its frame
+                    sub = self._get_sub_layer(lambda x: full[x], ref)
                     res = self._frame_layer(ref, sub.output, frame_source, i, loop) if _frame_template(
                         sub.output, time_dim) is not None else sub
-                elif "/" in ref and ref not in self.unit and ref.split("/", 1)[0] in unit:  # e.g. split/0
+                elif sub_of in unit:  # e.g. split/0
                     res = self._get_sub_layer(get_loop, ref)
-                elif ref in full:  # moved out: its frame (or itself, if it does not have the loop's time axis)
+                elif r.kind == "layer" and ref in full:  # moved out: its frame (or itself, without the loop's time)
                     res = self._frame_layer(ref, full[ref].output, frame_source, i, loop) if _frame_template(
                         full[ref].output, time_dim) is not None else full[ref]
                 elif ref in pretiled:
@@ -793,7 +822,7 @@ class RecSubnetLoop:
                 else:
                     layer = outer(ref)
                     res = self._frame_layer(ref, layer.output, frame_source, i, loop) if _frame_template(
-                        layer.output, time_dim) is not None and not ref.startswith("base:") else layer
+                        layer.output, time_dim) is not None and r.kind != "base" else layer
                 cache[ref] = res
                 return res
 
@@ -971,7 +1000,7 @@ class RecSubnetLoop:
         v = self.max_seq_len
         if isinstance(v, str):
             def max_len_from(src):
-                layer = net.get_layer(src[len("base:"):] if src.startswith("base:") else src)
+                layer = net.get_layer(_in_outer_net(src))
                 return tf.reduce_max(layer.output.get_time_dim_tag().dyn_size)
 
             v = eval(v, {"max_len_from": max_len_from, "tf": tf})  # noqa: S307 (config expression)
@@ -1017,7 +1046,7 @@ class RecSubnetLoop:
             if init in ("apply(0)", "keep_over_epoch", "keep_over_epoch_no_init"):
                 raise NotImplementedError("rec layer %r: option initial_output=%r of %r is not supported" % (
                     self.rec_layer.name, init, x))
-            layer = self.rec_layer.network.get_layer(init[len("base:"):] if init.startswith("base:") else init)
+            layer = self.rec_layer.network.get_layer(_in_outer_net(init))
             return self._as_template_layout(layer.output, out)
         value = {"zeros": 0, "ones": 1, None: 0}.get(init, init)
         shape = [batch_dim if d.is_batch_dim() else (d.dimension if d.dimension is not None or d.dyn_size is None

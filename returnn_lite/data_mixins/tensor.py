@@ -7,7 +7,7 @@ Frontend methods of :class:`returnn_lite.data.Data` (= ``Tensor``, which inherit
 from __future__ import annotations
 
 
-from ._dim_mixin import _data_mod, _rf
+from .dim import _data_mod, _rf
 
 
 class TensorFrontendMixin:
