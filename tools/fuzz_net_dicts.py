@@ -337,7 +337,7 @@ def _mutate_wider(kind, case, net, path, desc, res, rng):
                    must_fail=False)
     elif kind == "cycle":  # a -> b -> a (no prev:)
         srcs = [x for x in _sources(desc) if isinstance(x, str) and isinstance(container.get(x), dict)
-                and x != name]
+                and x != name and "from" in container[x]]  # (a default 'from' made explicit is another error)
         if not srcs:
             return False
         other = rng.choice(srcs)
