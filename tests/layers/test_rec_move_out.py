@@ -124,7 +124,7 @@ def test_search_keeps_the_choice_and_what_depends_on_it_in_the_loop():
 
 def _run_train(move_out, param_values=None, initial_output=0):
     with tf.Graph().as_default():
-        net = _build(_net_dict(move_out, initial_output=initial_output))
+        net = _build(_net_dict(move_out, initial_output=initial_output, n_dec=1))  # (one layer: a fast test)
         rec = net.get_layer("output")
         assert (rec.subnet.in_loop == []) == move_out
         params = net.get_params_list()
@@ -152,8 +152,7 @@ def _run_train(move_out, param_values=None, initial_output=0):
     return res, param_values
 
 
-@pytest.mark.parametrize("initial_output", [0, 2])
-def test_move_out_same_outputs_losses_gradients(initial_output):
+def test_move_out_same_outputs_losses_gradients(initial_output=2):
     out, values = _run_train(True, initial_output=initial_output)
     ref, _ = _run_train(False, values, initial_output=initial_output)
     mask = np.arange(CLASSES_LENS.max())[:, None] < CLASSES_LENS[None, :]  # [T, B]
