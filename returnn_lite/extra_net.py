@@ -9,15 +9,9 @@ variant nor depend on such a layer are taken from the main network as they are (
 
 from __future__ import annotations
 
+from .layer_ref import parse_layer_ref
+
 EXTRA_PREFIX = "extra."
-
-
-def split_extra_name(name):
-    """ "extra.search:output" -> ("search", "output"); else None."""
-    if not name.startswith(EXTRA_PREFIX) or ":" not in name:
-        return None
-    extra, layer = name[len(EXTRA_PREFIX):].split(":", 1)
-    return extra, layer
 
 
 def get_extra_net(net, extra_name):
@@ -53,14 +47,14 @@ def _layers_to_rebuild(net_dict, prefix, search):
         return False
 
     def refs(desc, res):
-        if isinstance(desc, str):
-            for p in ("base:", "layer:"):
-                if desc.startswith(p):
-                    desc = desc[len(p):]
-            if desc in names:
-                res.add(desc)
-            elif "/" in desc and desc.split("/", 1)[0] in names:
-                res.add(desc.split("/", 1)[0])
+        if isinstance(desc, str) and desc:
+            r = parse_layer_ref(desc)
+            if r.kind == "base":  # (in a rec unit: a layer of the main network)
+                r = parse_layer_ref(r.name)
+            if r.kind == "layer" and r.name in names:
+                res.add(r.name)
+            elif r.kind == "layer" and r.base_name in names:
+                res.add(r.base_name)
         elif isinstance(desc, dict):
             for v in desc.values():
                 refs(v, res)
@@ -84,6 +78,6 @@ def _layers_to_rebuild(net_dict, prefix, search):
 def layer_from_extra_or_main(net, name):
     """In an extra network: the main network's layer where the extra network does not build its own, else None."""
     parent = getattr(net, "extra_parent_net", None)
-    if parent is None or name in net._extra_own or name.startswith("data") or name in net.layers:
+    if parent is None or name in net._extra_own or parse_layer_ref(name).kind == "data" or name in net.layers:
         return None
     return parent.get_layer(name)

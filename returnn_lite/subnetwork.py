@@ -14,7 +14,7 @@ unit of ``masked_computation`` and the per-step networks of ``rec`` units. What 
 
 from __future__ import annotations
 
-from .layer_ref import data_key
+from .layer_ref import data_key, parse_layer_ref
 from .layers.base import InternalLayer, get_layer_class
 from .network import TFNetwork
 
@@ -73,7 +73,7 @@ class Subnetwork(TFNetwork):
     def _resolve_in_loop(self, name):
         if name == ":i":
             return self._parent_lookup(name)
-        rest = name[len("prev:"):]
+        rest = parse_layer_ref(name).name  # (prev:REST)
         if self.fallback_to_parent and not self.owns_layer(rest) and rest not in self._constructing_dict():
             return self._parent_lookup(name)
         return self._parent_lookup("prev:%s/%s" % (self.name, rest))

@@ -221,7 +221,7 @@ num_inputs = 9
 num_outputs = 2
 batch_size = 400
 network = {"c": {"class": "conv", "from": "data", "filter_size": (500,), "padding": "valid", "n_out": 3},
-           "output": {"class": "softmax", "loss": "ce", "from": "c"}}
+           "output": {"class": "softmax", "loss": "ctc", "from": "c"}}
 adam = True
 num_epochs = 1
 model = %r
@@ -231,3 +231,28 @@ model = %r
     lines = [line for line in err.splitlines() if line.startswith("rnn.py: error:")]
     assert len(lines) == 1 and "Traceback" not in err, err
     assert "layer 'c'" in lines[0] and "shorter than the filter" in lines[0], lines[0]
+
+
+def test_framewise_loss_lengths_differ_at_run_time():
+    """Output and target lengths from different data keys: only the data tells; a clear run-time error naming the
+    loss and the layer (no TF shape error from inside the loss op)."""
+    import numpy
+
+    with tf.Graph().as_default():
+        net = TFNetwork(extern_data=ExternData({"data": {"dim": 3}, "classes": {"dim": 4, "sparse": True}}),
+                        train_flag=True)
+        net.construct_from_dict({"output": {"class": "softmax", "from": "data", "loss": "ce", "target": "classes"}})
+        loss = net.get_total_loss()
+        data, classes = net.extern_data.data["data"], net.extern_data.data["classes"]
+        feed = {data.placeholder: numpy.zeros((2, 5, 3), "float32"), data.size_placeholder[0]: [5, 4],
+                classes.placeholder: numpy.zeros((2, 5), "int32"), classes.size_placeholder[0]: [5, 4]}
+        with tf.compat.v1.Session() as session:
+            net.initialize_params(session)
+            session.run(loss, feed_dict=feed)  # same lengths: fine
+            feed[classes.size_placeholder[0]] = [5, 3]
+            with pytest.raises(tf.errors.InvalidArgumentError) as info:
+                session.run(loss, feed_dict=feed)
+    from returnn_lite.engine.checks import tf_error_text
+
+    text = tf_error_text(str(info.value))  # (the CLI's one-line text)
+    assert "loss 'ce' of layer 'output': the sequence lengths of the output and of the target 'classes'" in text

@@ -21,7 +21,7 @@ COUNT = 200
 def test_fuzz_fixed_seed():
     counts, results = fuzz_net_dicts.run_fuzzer(seed=0, count=COUNT)
     print("fuzz_net_dicts seed 0, %i mutants:" % COUNT, counts)
-    assert sum(counts.get(k, 0) for k in ("clean", "raw", "crash", "accepted", "accepted_ok")) == COUNT
+    assert sum(counts.get(k, 0) for k in ("clean", "clean_run", "raw", "crash", "accepted", "accepted_ok")) == COUNT
     bad = [(m["kind"], m["case"] + ":" + m["path"], m.get("desc"), (r.get("message") or r.get("stage"))[:300])
            for m, r, c in results if c in ("raw", "crash")]
     assert not bad, "\n".join(map(str, bad))
@@ -56,6 +56,8 @@ def test_classify():
                                                                         "Dimension -4 must be >= 0"}) == "raw"
     assert fuzz_net_dicts.classify(m, {"stage": "construct", "message": "Dimension -4 must be >= 0"}) == "raw"
     assert fuzz_net_dicts.classify(m, {"stage": "run", "message": "x"}) == "raw"
+    assert fuzz_net_dicts.classify(m, {"stage": "run", "message": "assertion failed: [loss 'ce' of layer 'lin': the "
+                                                                  "sequence lengths ... differ]"}) == "clean_run"
     assert fuzz_net_dicts.classify(m, {"stage": "crash"}) == "crash"
     assert fuzz_net_dicts.classify(m, {"stage": "ok"}) == "accepted"
     assert fuzz_net_dicts.classify(dict(m, must_fail=False), {"stage": "ok"}) == "accepted_ok"

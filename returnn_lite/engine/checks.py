@@ -41,7 +41,8 @@ def tf_error_text(message):
                 break
             continue
         picked.append(text)
-    return first_line(" ".join(picked[-2:]) if picked else message)
+    text = first_line(" ".join(picked[-2:]) if picked else message)
+    return text.replace("\\'", "'")  # (TF escapes the quotes of an assert's message)
 
 
 def layers_using_data_key(network, key):

@@ -174,6 +174,15 @@ class Loss:
                 self.num_frames = tf.shape(output.placeholder)[output.batch_dim_axis]
             else:
                 self.num_frames = 1
+            self._len_check = None
+            if (self.target_seq_lens is not None and not self.recurrent
+                    and output.get_time_dim_tag() is not target.get_time_dim_tag()):
+                # frame-wise loss, the lengths come from different sources (e.g. two data keys): a clear run-time
+                # error where they differ (instead of TF's shape error in the loss op)
+                self._len_check = tf.debugging.assert_equal(
+                    self.output_seq_lens, self.target_seq_lens, summarize=4, message=(
+                        "loss %r of layer %r: the sequence lengths of the output and of the target %r differ" % (
+                            self.class_name, getattr(layer, "name", None), target.name)))
             self._flat_done = False
             if not self.recurrent or not self.use_flatten_frames:
                 self._init_flat()
@@ -193,7 +202,8 @@ class Loss:
         else:
             self.output_flat = self._flatten(output)
         if target is not None:
-            self.target_flat = self._flatten(target)
+            with tf.control_dependencies([self._len_check] if getattr(self, "_len_check", None) is not None else []):
+                self.target_flat = self._flatten(target)
 
     def _check_init(self):
         """Checks after init (overwritten by losses with other requirements)."""
