@@ -76,8 +76,7 @@ def read_tensor(reader, filename, name):
 
 
 def assign_values(session, values):
-    """Assign numpy values to variables by feeding their initializers (no new ops per call; as network.py does,
-    which imports this module)."""
+    """Assign numpy values to variables by feeding their initializers (no new ops per call; network.py uses it too)."""
     fetches, feed = [], {}
     for var, value in values.items():
         fetches.append(var.initializer)

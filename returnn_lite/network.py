@@ -796,16 +796,6 @@ def _add_all(values):
     return tf.add_n(values) if len(values) > 1 else values[0]
 
 
-def assign_values(session, values):
-    """Assign numpy values to variables by feeding their initializers (no new ops per call)."""
-    fetches, feed = [], {}
-    for var, value in values.items():
-        fetches.append(var.initializer)
-        feed[var.initial_value] = value
-    if fetches:
-        session.run(fetches, feed_dict=feed)
-
-
 def _check_output_matches_template(layer):
     """The built tensor must agree with the template (rank, static dims, dtype): templates must not lie."""
     out = layer.output
@@ -824,4 +814,4 @@ def _check_output_matches_template(layer):
                     layer.name, x.shape, out.short_repr(), i))
 
 
-from .checkpoint_loader import CustomCheckpointLoader  # noqa: E402,F401 (re-export; lives in its own module)
+from .checkpoint_loader import CustomCheckpointLoader, assign_values  # noqa: E402,F401 (re-export; own module)
