@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from ..data import Data, Dim
+from ..data import Data, Dim, tensor_dim
 from ..util import NotSpecified
 from .base import ConcatInputLayer, LayerBase, concat_sources_template
 
@@ -121,24 +121,16 @@ def set_rebatched_sizes(data, fn):
 
 
 class ShapeOf:
-    """
-    Sizes of the axes of a tensor: static ints where known, else one shared tf.shape op (unstacked in one op if the
-    rank is known: 2 ops for all axes instead of a strided slice and its 3 index constants per axis).
-    """
+    """Sizes of the axes of a tensor: static ints where known, else from one shared tf.shape (:func:`tensor_dim`)."""
 
     def __init__(self, x):
         self.x = x
-        self._shape = None
         self.static = x.shape.as_list() if x.shape.rank is not None else None
 
     def __getitem__(self, axis):
         if self.static is not None and self.static[axis] is not None:
             return self.static[axis]
-        if self._shape is None:
-            self._shape = tf.shape(self.x)
-            if self.static is not None:
-                self._shape = tf.unstack(self._shape, num=len(self.static))
-        return self._shape[axis]
+        return tensor_dim(self.x, axis)
 
 
 def reshape(x, sizes):
