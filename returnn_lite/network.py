@@ -16,7 +16,7 @@ import sys
 import numpy as np
 import tensorflow as tf
 
-from .data import Data, Dim, graph_cached
+from .data import Data, Dim, graph_cached, tensor_dim
 from .data import batch_dim as _batch_dim
 from .error_hints import check_unreached_layers, describe_build_error, precheck_layer_desc
 from .errors import (  # noqa: F401 (re-exported: part of this module's API, as in the original)
@@ -471,7 +471,7 @@ class TFNetwork(NetworkAPIMixin):
         with tf.name_scope("dropout"):
             rate_t, scale_t = self._dropout_rate_and_scale(float(rate), x.dtype)
             if isinstance(noise_shape, (list, tuple)):  # None: x's size (as tf.nn.dropout)
-                noise_shape = [tf.shape(x)[i] if n is None else n for i, n in enumerate(noise_shape)]
+                noise_shape = [tensor_dim(x, i) if n is None else n for i, n in enumerate(noise_shape)]
             shape = tf.shape(x) if noise_shape is None else tf.convert_to_tensor(noise_shape, dtype=tf.int32)
             ones = [1] * shape.shape[0] if shape.shape.rank == 1 and shape.shape[0] is not None else tf.ones_like(shape)
             shape = tf.where(self.train_flag, shape, ones)

@@ -560,15 +560,13 @@ def _dropout(layer, inputs, out, rate, axes, on_forward):
     x = inputs[0].placeholder
     dims = list(inputs[0].dims)
 
-    def _train():
-        noise_shape = None
-        if axes:
-            noise_shape = [dim_value(layer, d) if (d in axes or d.is_batch_dim()) else 1 for d in dims]
-        return tf.nn.dropout(x, rate=rate, noise_shape=noise_shape, seed=layer.network.random.randint(2 ** 31))
-
+    noise_shape = None
+    if axes:
+        noise_shape = [dim_value(layer, d) if (d in axes or d.is_batch_dim()) else 1 for d in dims]
+    seed = layer.network.random.randint(2 ** 31)
     if on_forward:
-        return _train()
-    return layer.network.cond_on_train(_train, lambda: tf.identity(x))
+        return tf.nn.dropout(x, rate=rate, noise_shape=noise_shape, seed=seed)
+    return layer.network.dropout_on_train(x, rate, noise_shape=noise_shape, seed=seed)
 
 
 @op("random")

@@ -104,8 +104,7 @@ class NativeLstm2Cell(CellBase):
             shape = self.opts["rec_weight_dropout_shape"]
             noise = [d if s is None else s for s, d in zip(shape, (n, 4 * n))] if shape else None
             w_re = self.W_re
-            self.W_re = self.layer.network.cond_on_train(
-                lambda: tf.nn.dropout(w_re, rate=rate, noise_shape=noise), lambda: w_re)
+            self.W_re = self.layer.network.dropout_on_train(w_re, rate, noise_shape=noise)
 
     def project(self, x):
         z = self._matmul_in(x, self.W) + self.b
@@ -338,16 +337,14 @@ class LayerNormVariantsLSTMCell(CellBase):
             return x
         shape = tf.shape(x)
         noise = tf.concat([tf.ones([x.shape.rank - 2], tf.int32), shape[-2:]], 0) if x.shape.rank > 2 else None
-        return self.layer.network.cond_on_train(
-            lambda: tf.nn.dropout(x, rate=rate, noise_shape=noise, seed=self.opts["dropout_seed"]), lambda: x)
+        return self.layer.network.dropout_on_train(x, rate, noise_shape=noise, seed=self.opts["dropout_seed"])
 
     def project(self, x):
         o = self.opts
         if o["dropout_h"] and self.layer.network.train_flag is not False:
             batch = tf.shape(x)[-2]
             ones = tf.ones([batch, self.n_out])
-            self._h_mask = self.layer.network.cond_on_train(
-                lambda: tf.nn.dropout(ones, rate=o["dropout_h"], seed=o["dropout_seed"]), lambda: ones)
+            self._h_mask = self.layer.network.dropout_on_train(ones, o["dropout_h"], seed=o["dropout_seed"])
         if x.dtype.is_integer:
             if o["dropout"]:
                 raise NotImplementedError("layernormvariantslstm: unit_opts dropout on sparse input is not supported")
