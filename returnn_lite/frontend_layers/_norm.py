@@ -47,11 +47,14 @@ def random(*, dims, dtype, distribution, mean=None, stddev=None, bound=None, min
             if src is not None and _raw_name(src) not in deps:
                 deps.append(_raw_name(src))
     opts = {k: v for k, v in (("mean", mean), ("stddev", stddev), ("bound", bound), ("minval", minval),
-                              ("maxval", maxval), ("seed", seed), ("sparse_dim", sparse_dim)) if v is not None}
+                              ("maxval", maxval), ("seed", seed)) if v is not None}
     if deps:
         opts["shape_deps"] = deps
-    return _emit("random", None, dims, dtype, sparse_dim=sparse_dim, shape=list(dims), distribution=distribution,
-                 dtype=dtype, name="random", **opts)
+    out = _emit("random", None, dims, dtype, sparse_dim=sparse_dim, shape=list(dims), distribution=distribution,
+                dtype=dtype, name="random", **opts)
+    if sparse_dim is not None:  # the layer option (_emit's sparse_dim is that of out_shape)
+        out.placeholder.layer_dict["sparse_dim"] = sparse_dim
+    return out
 
 
 def ctc_loss(*, logits, targets, input_spatial_dim, targets_spatial_dim, blank_index, max_approx=False):
