@@ -9,8 +9,9 @@ like a hand-written one: ``dot`` (rf.matmul; rf.Linear = ``dot`` + ``combine`` a
 ``constant``, ``range_in_axis``, ``length``, ``concat``, ``pad``, ``gather``, ``slice`` (also rf.split),
 ``split_dims``, ``merge_dims``, ``expand_dims``, ``squeeze``, ``reinterpret_data`` (replace_dim), ``dropout``,
 ``conv``, ``pool``, ``sparse_softmax_cross_entropy_with_logits``, ``transpose`` (outputs: the rf dim order), ``copy``
-with ``loss`` (mark_as_loss). The frontend's Dims go into the options (``out_dim``, ``axis``/``axes``, ``reduce``,
-``dims``, ``out_dims``, ...), and every op layer gets ``out_shape`` (:class:`returnn_lite.layers.base.OutShape`: the
+with ``loss`` (mark_as_loss); :mod:`._norm`: ``batch_norm`` (rf.BatchNorm, with the rf params via ``reuse_params``),
+``random``, ``ctc_loss``, cross entropy against dense targets. The frontend's Dims go into the options
+(``out_dim``, ``axis``/``axes``, ``reduce``, ``dims``, ``out_dims``, ...), and every op layer gets ``out_shape`` (:class:`returnn_lite.layers.base.OutShape`: the
 rf Tensor's dims, dtype, sparse dim and the rf call site), so construction fails with an error naming the rf call if
 a layer's output does not have exactly the frontend's dims. The dim order of a layer's output is the layer class'
 choice; rf Tensors address dims by Dim, and the output layers (make_output_tensor) transpose to the asked order.
@@ -22,12 +23,8 @@ variable ``lstm/ff_weight/param``). Scalar operands are shared ``constant`` laye
 
 - rf.LSTM (``lstm``): the rec layer's LSTM units create their own params in their own layout; rf's
   ff_weight/rec_weight/bias (gate order i, f, g, o) cannot be handed to them.
-- rf.BatchNorm (``batch_norm``): the running mean/variance are rf params updated by the op itself; the batch_norm
-  layer creates and updates its own variables.
-- rf.random (``random``): no layer class draws random floats (rand_int only draws ints).
-- rf.ctc_loss (``ctc_loss``): the ctc_loss layer takes its time axes from the time_dim_axis and needs targets with one
-  class less than the logits; rf names the dims and the blank index.
-- cross entropy against dense (soft) targets: the CE layer class is for sparse targets only.
+- cross entropy with sparse targets of a float dtype or with dims the logits lack (dense targets are log-softmax +
+  ``dot``, see :mod:`._norm`).
 - concat along dynamic dims: the concat layer concatenates padded tensors, rf concatenates per sequence.
 - ops whose operands the layer classes do not take: Tensor-valued pad paddings/values, slice bounds or dropout
   rates, constants/fills over dynamic dims, mixed-dtype combine/compare (and int truediv), casting a sparse non-int,
