@@ -9,12 +9,14 @@ like a hand-written one: ``dot`` (rf.matmul; rf.Linear = ``dot`` + ``combine`` a
 ``constant``, ``range_in_axis``, ``length``, ``concat``, ``pad``, ``gather``, ``slice`` (also rf.split),
 ``split_dims``, ``merge_dims``, ``expand_dims``, ``squeeze``, ``reinterpret_data`` (replace_dim), ``dropout``,
 ``conv``, ``pool``, ``sparse_softmax_cross_entropy_with_logits``, ``transpose`` (outputs: the rf dim order), ``copy``
-with ``loss`` (mark_as_loss); :mod:`._norm`: ``batch_norm`` (rf.BatchNorm, with the rf params via ``reuse_params``),
-``random``, ``ctc_loss``, cross entropy against dense targets. The frontend's Dims go into the options
-(``out_dim``, ``axis``/``axes``, ``reduce``, ``dims``, ``out_dims``, ...), and every op layer gets ``out_shape`` (:class:`returnn_lite.layers.base.OutShape`: the
+with ``loss`` (mark_as_loss). The frontend's Dims go into the options (``out_dim``, ``axis``/``axes``, ``reduce``,
+``dims``, ``out_dims``, ...), and every op layer gets ``out_shape`` (:class:`returnn_lite.layers.base.OutShape`: the
 rf Tensor's dims, dtype, sparse dim and the rf call site), so construction fails with an error naming the rf call if
 a layer's output does not have exactly the frontend's dims. The dim order of a layer's output is the layer class'
 choice; rf Tensors address dims by Dim, and the output layers (make_output_tensor) transpose to the asked order.
+
+:mod:`._norm`: ``batch_norm`` (rf.BatchNorm, with the rf params via ``reuse_params``), ``random``, ``ctc_loss``,
+cross entropy against dense targets (log-softmax + ``dot``).
 
 Params are ``variable`` layers named by the rf param name (``lstm.ff_weight`` -> layer ``lstm/ff_weight`` with the TF
 variable ``lstm/ff_weight/param``). Scalar operands are shared ``constant`` layers (``const``, ``const_1``, ...).
