@@ -252,3 +252,29 @@ def test_cross_entropy_dense_targets_values_and_gradients():
     np.testing.assert_allclose(res["ce"], -(soft * log_sm).sum(-1), rtol=1e-5)
     np.testing.assert_allclose(res["grad:logits"], np.exp(log_sm) - soft, rtol=1e-4, atol=1e-6)
     np.testing.assert_allclose(res["grad:soft"], -log_sm, rtol=1e-5)
+
+
+def test_batch_norm_in_loop_body_train_step():
+    """Inside rf.scan (a rec unit): the running stats update runs with the output (per step, batch statistics)."""
+    time_dim, feat = Dim(None, name="time"), Dim(3, name="feat")
+    extern_data = {"data": {"dims": (batch_dim, time_dim, feat), "dtype": "float32"}}
+
+    def step(*, model, extern_data, **_):
+        def body(x_t, s):
+            return model.bn(x_t) + rf.random_normal([batch_dim, feat], stddev=0.0), s
+
+        ys, _, _ = rf.scan(spatial_dim=time_dim, xs=extern_data["data"], initial=rf.zeros([batch_dim]), ys=None,
+                           body=body)
+        ys.mark_as_output("ys", shape=(batch_dim, time_dim, feat))
+
+    x = np.random.RandomState(11).randn(3, 4, 3).astype("float32")
+    res, net_dict, after, _ = _run(extern_data, _bn_model(feat), step, {"data": x, "size:time": np.array([4, 4, 4])},
+                                   train_flag=True)
+    assert net_dict["loop"]["unit"]["bn/batch_norm"]["reuse_params"]["map"]["batch_norm/v2_mean"]["reuse_layer"] == \
+        "base:bn/running_mean"
+    mean, var = x.mean(0), x.var(0)  # [T, F]: per step over the batch
+    np.testing.assert_allclose(res["ys"], (x - mean) / np.sqrt(var + 1e-3), rtol=1e-4, atol=1e-4)
+    running = np.zeros(3)
+    for t in range(4):
+        running = 0.9 * running + 0.1 * mean[t]
+    np.testing.assert_allclose(after["bn.running_mean"], running, rtol=1e-4, atol=1e-6)
