@@ -278,3 +278,20 @@ def test_batch_norm_in_loop_body_train_step():
     for t in range(4):
         running = 0.9 * running + 0.1 * mean[t]
     np.testing.assert_allclose(after["bn.running_mean"], running, rtol=1e-4, atol=1e-6)
+
+
+def test_random_statistics_on_the_torch_backend_too():
+    """The torch backend draws with the same statistics (not the same numbers), truncated normal cut at 2 stddev."""
+    torch = pytest.importorskip("torch")
+    big = Dim(20000, name="big")
+    rf.select_backend_torch()
+    try:
+        t = rf.random(dims=[big], distribution="truncated_normal", mean=1.0, stddev=0.5).raw_tensor.numpy()
+        n = rf.random_normal([big], mean=1.0, stddev=2.0).raw_tensor.numpy()
+        u = rf.random_uniform([big], minval=-1.0, maxval=3.0).raw_tensor.numpy()
+        assert isinstance(rf.random_normal([big]).raw_tensor, torch.Tensor)
+    finally:
+        rf.select_backend_returnn_layers_tf()
+    assert t.min() >= 0.0 and t.max() <= 2.0 and abs(t.mean() - 1.0) < 0.02 and 0.42 < t.std() < 0.46
+    assert abs(n.mean() - 1.0) < 0.05 and abs(n.std() - 2.0) < 0.05
+    assert u.min() >= -1.0 and u.max() < 3.0 and abs(u.mean() - 1.0) < 0.05
