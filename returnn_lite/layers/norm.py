@@ -227,14 +227,13 @@ class BatchNormLayer(CopyLayer):
 class LayerNormLayer(CopyLayer):
     """Layer normalization over the feature axis, with params scale (ones) and bias (zeros).
     :param epsilon: added to the variance for numerical stability
-    :param in_dim: the feature Dim to normalize over; refused, always the input's feature dim
-    :param out_dim: refused; the output keeps the input's dims
+    :param in_dim: the feature Dim to normalize over: must be the input's feature dim (checked by LayerBase)
+    :param out_dim: the output feature Dim, of the input's size (the template takes this Dim; see LayerBase)
     """
 
     layer_class = "layer_norm"
-    unsupported_options = {"in_dim": (None,), "out_dim": (None,)}
 
-    def __init__(self, epsilon=1e-6, in_dim=None, out_dim=None, **kwargs):
+    def __init__(self, epsilon=1e-6, **kwargs):
         super().__init__(**kwargs)
         data = self.input_data
         if data.sparse or data.feature_dim_axis is None:
