@@ -189,9 +189,9 @@ def _ctc_ref(logits_btc, labels, logit_lens, label_lens, blank):
         return session.run(loss)
 
 
-@pytest.mark.parametrize("class_first", [False, True])
-def test_ctc_loss_named_dims_and_blank_index(class_first):
-    """blank 0, targets with the logits' classes (blank included); logits [B,T,C] or [B,C,T] (named dims)."""
+@pytest.mark.parametrize("class_first,blank", [(False, 0), (True, 0), (False, -1)])
+def test_ctc_loss_named_dims_and_blank_index(class_first, blank):
+    """blank 0 or -1 (last), targets with the logits' classes (blank included); logits [B,T,C] or [B,C,T]."""
     time_dim, label_time, classes = Dim(None, name="time"), Dim(None, name="label-time"), Dim(5, name="classes")
     dims = (batch_dim, classes, time_dim) if class_first else (batch_dim, time_dim, classes)
     extern_data = {"logits": {"dims": dims, "dtype": "float32"},
@@ -199,20 +199,20 @@ def test_ctc_loss_named_dims_and_blank_index(class_first):
 
     def step(*, model, extern_data, **_):
         loss = rf.ctc_loss(logits=extern_data["logits"], targets=extern_data["targets"], input_spatial_dim=time_dim,
-                           targets_spatial_dim=label_time, blank_index=0)
+                           targets_spatial_dim=label_time, blank_index=blank)
         loss.mark_as_output("ctc", shape=[batch_dim])
 
     rng = np.random.RandomState(7)
     logits = rng.randn(3, 6, 5).astype("float32")
-    labels = rng.randint(1, 5, (3, 3)).astype("int32")
+    labels = rng.randint(1, 5, (3, 3)).astype("int32") - (1 if blank == -1 else 0)  # not the blank
     lens, label_lens = np.array([6, 5, 3], "int32"), np.array([3, 2, 1], "int32")
     feed_logits = np.transpose(logits, (0, 2, 1)) if class_first else logits
     res, net_dict, _, _ = _run(extern_data, rf.Module, step, {
         "logits": feed_logits, "targets": labels, "size:time": lens, "size:label-time": label_lens},
         grads_of=[("logits", "ctc")])
     layer = net_dict["ctc_loss"]
-    assert layer["class"] == "ctc_loss" and layer["blank_index"] == 0 and layer["input_spatial_dim"] == time_dim
-    np.testing.assert_allclose(res["ctc"], _ctc_ref(logits, labels, lens, label_lens, 0), rtol=1e-5)
+    assert layer["class"] == "ctc_loss" and layer["blank_index"] == blank % 5 and layer["input_spatial_dim"] == time_dim
+    np.testing.assert_allclose(res["ctc"], _ctc_ref(logits, labels, lens, label_lens, blank % 5), rtol=1e-5)
     grad = np.transpose(res["grad:logits"], (0, 2, 1)) if class_first else res["grad:logits"]
     assert np.all(grad[2, 3:] == 0) and np.all(np.isfinite(grad))  # nothing beyond the lengths
 
