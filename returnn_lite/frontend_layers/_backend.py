@@ -436,7 +436,7 @@ class ReturnnLayersBackend(Backend):
     def random(*, dims, dtype, distribution, mean=None, stddev=None, bound=None, minval=None, maxval=None,
                seed=None, sparse_dim=None):
         return _norm.random(dims=dims, dtype=dtype, distribution=distribution, mean=mean, stddev=stddev, bound=bound,
-                            minval=minval, maxval=maxval, seed=seed, sparse_dim=sparse_dim)
+                            minval=minval, maxval=maxval, seed=seed, sparse_dim=sparse_dim, dim_source=_dim_source)
 
     # ---- nn ----
     @staticmethod

@@ -33,14 +33,15 @@ def batch_norm(source, *, in_dim, running_mean, running_variance, gamma, beta, e
 
 
 def random(*, dims, dtype, distribution, mean=None, stddev=None, bound=None, minval=None, maxval=None, seed=None,
-           sparse_dim=None):
-    """The ``random`` layer; its dynamic dims take their lengths from a layer that has them (``shape_deps``)."""
-    from ._backend import _dim_source
-
+           sparse_dim=None, dim_source):
+    """
+    The ``random`` layer; its dynamic dims take their lengths from a layer that has them (``shape_deps``;
+    ``dim_source(dim)``: a Tensor of the net dict with that dim, or None).
+    """
     deps = []
     for d in dims:
         if d.dimension is None and not d.is_batch_dim():
-            src = _dim_source(d)
+            src = dim_source(d)
             if src is None and d.complete_dyn_size() is None:
                 raise FrontendError("rf.random at %s: no layer of this net dict has the dim %s yet" % (
                     call_site(), d))
