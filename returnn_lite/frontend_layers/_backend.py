@@ -496,8 +496,14 @@ class ReturnnLayersBackend(Backend):
 
     @staticmethod
     def lstm(source, *, state_h, state_c, ff_weight, rec_weight, bias, spatial_dim, in_dim, out_dim):
+        """A ``rec`` layer with the nativelstm2 unit and the rf params (see _lstm.py); frontend_op for other dims."""
         from ..data import single_step_dim
+        from ._lstm import lstm_layers
 
+        res = lstm_layers(source, state_h=state_h, state_c=state_c, ff_weight=ff_weight, rec_weight=rec_weight,
+                          bias=bias, spatial_dim=spatial_dim, in_dim=in_dim, out_dim=out_dim)
+        if res is not None:
+            return res
         single = spatial_dim is single_step_dim
         dims = [out_dim if d == in_dim else d for d in source.dims]
         gates_dim = [d for d in ff_weight.dims if d != in_dim][0]

@@ -456,6 +456,8 @@ class LayerBase:
         kwargs = self.kwargs or {}
         values = [kwargs.get(opt.name) for opt in self.get_layer_option_decls() if opt.dependency]
         values += [getattr(self, attr, None) for attr in self.dep_attributes]
+        if isinstance(self.reuse_params, _ReuseParams):
+            values += self.reuse_params.dep_layers()
         for x in _layers_in(values):
             if x not in deps:
                 deps.append(x)
@@ -595,6 +597,9 @@ class _ReuseParams:
             for k, v in (opts.get("map") or {}).items():
                 if isinstance(v, dict) and v.get("reuse_layer"):
                     v = dict(v, reuse_layer=get_layer(v["reuse_layer"]))
+                if isinstance(v, dict) and v.get("layer_output") is not None:  # that layer's output is the param
+                    lo = v["layer_output"]
+                    v = dict(v, layer_output=lo if isinstance(lo, LayerBase) else get_layer(lo))
                 param_map[k] = v
             layer = get_layer(opts["reuse_layer"]) if opts.get("reuse_layer") else None
             return cls(layer=layer, param_map=param_map)
@@ -605,8 +610,17 @@ class _ReuseParams:
             return self.layer.get_absolute_name_scope_prefix() + self.layer.tf_scope_name
         return None
 
+    def dep_layers(self):
+        """The layers whose outputs are params (map entries with ``layer_output``): dependencies of the layer."""
+        return [v["layer_output"] for _, v in sorted(self.param_map.items())
+                if isinstance(v, dict) and isinstance(v.get("layer_output"), LayerBase)]
+
     def get_variable(self, layer, name, shape):
         spec = self.param_map.get(name)
+        if spec is None and name.startswith("rec/"):  # a rec layer's cell params: "W" for "rec/W" (as the original)
+            spec = self.param_map.get(name[len("rec/"):])
+        if isinstance(spec, dict) and spec.get("layer_output") is not None:
+            return _layer_output_as_param(layer, name, spec, shape)
         if isinstance(spec, dict):
             if spec.get("reuse_layer") is not None:
                 src = spec["reuse_layer"]
@@ -617,6 +631,29 @@ class _ReuseParams:
             layer.params[name] = var
             return var
         return None
+
+
+def _layer_output_as_param(layer, name, spec, shape):
+    """
+    reuse_params map entry ``{"layer_output": <layer>, "shape": ...}``: that layer's output is the param ``name``
+    (as the original). ``shape``: Dims (the output is transposed to this order) or ints; it must match the shape the
+    layer asks for. The param is no param of this layer (the source layer owns its variables).
+    """
+    src = spec["layer_output"]
+    out = src.output
+    want = spec.get("shape")
+    if want is not None and all(isinstance(d, Dim) for d in want):
+        if set(want) != set(out.dims) or len(want) != len(out.dims):
+            raise ValueError("layer %r: reuse_params map %r: layer_output %r has dims %s, shape asks for %s" % (
+                layer.name, name, src.name, out.dims, list(want)))
+        out = out.copy_transpose(list(want))
+        want = [d.dimension for d in want]
+    got = [d.dimension for d in out.dims]
+    for what, dims in (("shape", want), ("the param shape", list(shape))):
+        if dims is not None and [int(d) if d is not None else None for d in dims] != got:
+            raise ValueError("layer %r: reuse_params map %r: layer_output %r has shape %s, %s is %s" % (
+                layer.name, name, src.name, got, what, list(dims)))
+    return out.placeholder
 
 
 def _with_shared_feature(sources, name):
