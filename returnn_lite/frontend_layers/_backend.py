@@ -18,10 +18,14 @@ choice; rf Tensors address dims by Dim, and the output layers (make_output_tenso
 Params are ``variable`` layers named by the rf param name (``lstm.ff_weight`` -> layer ``lstm/ff_weight`` with the TF
 variable ``lstm/ff_weight/param``). Scalar operands are shared ``constant`` layers (``const``, ``const_1``, ...).
 
+rf.LSTM (``lstm``) is a ``rec`` layer with the ``nativelstm2`` unit (``axis``: the spatial dim or single_step_dim,
+``initial_state``/``state`` and ``get_last_hidden_state`` layers for the state) whose params are the rf params,
+reordered to the unit's gate order by ``slice``/``concat`` layers and handed over by ``reuse_params`` (see _lstm.py).
+
 ``frontend_op`` (:mod:`._layer`, the frontend computes the output template) remains only where no layer class fits:
 
-- rf.LSTM (``lstm``): the rec layer's LSTM units create their own params in their own layout; rf's
-  ff_weight/rec_weight/bias (gate order i, f, g, o) cannot be handed to them.
+- rf.LSTM with batch dims other than [batch] (or states without exactly [batch, out_dim]): the rec layer's cell
+  units run on [time, batch, feature].
 - rf.BatchNorm (``batch_norm``): the running mean/variance are rf params updated by the op itself; the batch_norm
   layer creates and updates its own variables.
 - rf.random (``random``): no layer class draws random floats (rand_int only draws ints).
