@@ -450,9 +450,10 @@ class RecLayer(_CellMixin, ConcatInputLayer):
 
     @classmethod
     def get_rec_initial_extra_outputs(cls, batch_dim, rec_layer, unit="lstm", n_out=None, unit_opts=None,
-                                      initial_state=None, name=None, axis=None, **kwargs):
-        if not isinstance(unit, str) or axis is single_step_dim:  # (single step: the state comes as layers)
-            return {}
+                                      initial_state=None, name=None, axis=None, in_dim=None, out_dim=None,
+                                      **kwargs):
+        if not isinstance(unit, str) or any(x is not None for x in (axis, in_dim, out_dim)):
+            return {}  # (with Dim options: over its own axis, or one step with the state as layers; no loop state)
         return cls._cell_rec_initial_extra_outputs(
             _cells.get_cell_class(unit), batch_dim, rec_layer, n_out, unit_opts, initial_state, "rec/", name)
 
