@@ -208,3 +208,44 @@ def test_rec_dim_options_errors():
         time_dim.reset_eager()
         with tf.Graph().as_default(), pytest.raises(NetworkLayerException, match=msg):
             build_network({"y": dict(base, **opts)}, extern)
+
+
+def test_rf_lstm_over_time_inside_an_rf_loop():
+    """rf.LSTM over its own dim in a loop body: a rec layer inside the loop's unit; the state goes around the loop."""
+    outer, time_dim, in_dim, hid = Dim(2, name="outer"), Dim(None, name="time"), Dim(3, name="in"), Dim(4, name="hid")
+
+    class Model(rf.Module):
+        def __init__(self):
+            super().__init__()
+            self.lstm = rf.LSTM(in_dim, hid)
+
+    def step(*, model, extern_data, **_):
+        x = extern_data["data"]
+        init = model.lstm.default_initial_state(batch_dims=[batch_dim])
+        loop = rf.Loop(axis=outer)
+        loop.state.s = init
+        with loop:
+            y, loop.state.s = model.lstm(x, state=loop.state.s, spatial_dim=time_dim)
+            out = loop.stack(rf.reduce_sum(y, axis=time_dim))
+        out.mark_as_output("y", shape=(batch_dim, outer, hid))
+        _, st = model.lstm(x, state=init, spatial_dim=time_dim)
+        y2, _ = model.lstm(x, state=st, spatial_dim=time_dim)
+        rf.reduce_sum(y2, axis=time_dim).mark_as_output("ref", shape=(batch_dim, hid))
+
+    time_dim.reset_eager()
+    config = Config({"extern_data": {"data": {"dims": (batch_dim, time_dim, in_dim), "dtype": "float32"}},
+                     "get_model": lambda **_: Model(), "task": "forward", "forward_step": step})
+    rf.select_backend_returnn_layers_tf()
+    with tf.Graph().as_default() as graph, tf1.Session(graph=graph) as session, global_config_ctx(config):
+        net_dict, _ = get_net_dict(epoch=1, step=0)
+        assert net_dict["loop"]["unit"]["lstm/lstm"]["class"] == "rec" and "frontend_op" not in _classes(net_dict)
+        net = TFNetwork(config=config, train_flag=False)
+        net.construct_from_dict(net_dict)
+        assert len(net.get_params_list()) == 3
+        fetches = {k: net.get_layer(t.raw_tensor.get_abs_name()).output.placeholder
+                   for k, t in rf.get_run_ctx().outputs.data.items()}
+        session.run(tf1.global_variables_initializer())
+        data = net.extern_data.data["data"]
+        res = session.run(fetches, {data.placeholder: np.random.RandomState(1).randn(2, 4, 3),
+                                    data.dims[1].dyn_size: [4, 2]})
+    np.testing.assert_allclose(res["y"][:, 1], res["ref"], rtol=1e-5, atol=1e-6)

@@ -299,9 +299,11 @@ class RecLayer(_CellMixin, ConcatInputLayer):
     :param include_eos: with a target, include the end-of-sequence frame
     :param debug: debug output of the loop
     :param axis: the time axis (Dim) to loop over (default: the input's time axis); with an 'end' sub-layer and
-        no input: the Dim of the new time axis (subnetwork unit only)
-    :param in_dim: the input feature Dim (default: the input's feature dim)
-    :param out_dim: the output feature Dim (alternative to n_out)
+        no input: the Dim of the new time axis (subnetwork unit only); with a cell unit also single_step_dim (one
+        step on [B, in_dim], the state from the option state)
+    :param in_dim: the input feature Dim (default: the input's feature dim; cell unit only)
+    :param out_dim: the output feature Dim (alternative to n_out; cell unit only)
+    :param state: with a cell unit and axis=single_step_dim: the state of the step ({state name: layer})
     """
 
     layer_class = "rec"
