@@ -37,6 +37,7 @@ def lstm_layers(source, *, state_h, state_c, ff_weight, rec_weight, bias, spatia
     if rest != [batch_dim] or in_dim not in source.dims or (not single and spatial_dim not in source.dims) or \
             source.dtype != ff_weight.dtype:
         return None
+    state_h, state_c = (_with_batch(s, out_dim) for s in (state_h, state_c))
     for s in (state_h, state_c):
         if set(s.dims) != {batch_dim, out_dim} or len(s.dims) != 2 or s.dtype != source.dtype:
             return None
@@ -54,6 +55,16 @@ def lstm_layers(source, *, state_h, state_c, ff_weight, rec_weight, bias, spatia
     c = _emit("get_last_hidden_state", [out], [batch_dim, out_dim], source.dtype, key="c", out_dim=out_dim,
               name="state_c")
     return out, (h, c)
+
+
+def _with_batch(state, out_dim):
+    """A state [out_dim] (e.g. default_initial_state(batch_dims=[])) broadcast to [batch, out_dim] (``combine``)."""
+    if list(state.dims) != [out_dim]:
+        return state
+    from ._backend import ReturnnLayersBackend as backend
+
+    zeros = backend.full([batch_dim, out_dim], 0.0, dtype=state.dtype)
+    return backend.combine(zeros, "add", state)
 
 
 def _native_params(ff_weight, rec_weight, bias, in_dim, out_dim):

@@ -249,3 +249,44 @@ def test_rf_lstm_over_time_inside_an_rf_loop():
         res = session.run(fetches, {data.placeholder: np.random.RandomState(1).randn(2, 4, 3),
                                     data.dims[1].dyn_size: [4, 2]})
     np.testing.assert_allclose(res["y"][:, 1], res["ref"], rtol=1e-5, atol=1e-6)
+
+
+def _run_static(fallback, monkeypatch):
+    """rf.LSTM over a static dim, the initial state without batch dim: outputs (rec layer or frontend_op path)."""
+    time_dim, in_dim, hid = Dim(5, name="time"), Dim(3, name="in"), Dim(4, name="hid")
+
+    class Model(rf.Module):
+        def __init__(self):
+            super().__init__()
+            self.lstm = rf.LSTM(in_dim, hid)
+
+    def step(*, model, extern_data, **_):
+        y, st = model.lstm(extern_data["data"], state=model.lstm.default_initial_state(batch_dims=[]),
+                           spatial_dim=time_dim)
+        y.mark_as_output("y", shape=(batch_dim, time_dim, hid))
+        st.c.mark_as_output("c", shape=(batch_dim, hid))
+
+    config = Config({"extern_data": {"data": {"dims": (batch_dim, time_dim, in_dim), "dtype": "float32"}},
+                     "get_model": lambda **_: Model(), "task": "forward", "forward_step": step})
+    rf.select_backend_returnn_layers_tf()
+    if fallback:
+        monkeypatch.setattr(_lstm, "lstm_layers", lambda *args, **kwargs: None)
+    with tf.Graph().as_default() as graph, tf1.Session(graph=graph) as session, global_config_ctx(config):
+        net_dict, _ = get_net_dict(epoch=1, step=0)
+        assert ("frontend_op" in _classes(net_dict)) == fallback
+        net = TFNetwork(config=config, train_flag=False)
+        net.construct_from_dict(net_dict)
+        fetches = {k: net.get_layer(t.raw_tensor.get_abs_name()).output.placeholder
+                   for k, t in rf.get_run_ctx().outputs.data.items()}
+        session.run(tf1.global_variables_initializer())
+        for i, v in enumerate(sorted(net.get_params_list(), key=lambda v: v.name)):
+            v.load(np.random.RandomState(i).randn(*v.shape.as_list()) * 0.5, session)
+        data = net.extern_data.data["data"]
+        return session.run(fetches, {data.placeholder: np.random.RandomState(0).randn(2, 5, 3)})
+
+
+def test_rf_lstm_static_dim_and_state_without_batch(monkeypatch):
+    res = _run_static(False, monkeypatch)
+    ref = _run_static(True, monkeypatch)
+    for k in ("y", "c"):
+        np.testing.assert_allclose(res[k], ref[k], rtol=1e-5, atol=1e-6)
