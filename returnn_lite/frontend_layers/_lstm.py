@@ -61,10 +61,9 @@ def _with_batch(state, out_dim):
     """A state [out_dim] (e.g. default_initial_state(batch_dims=[])) broadcast to [batch, out_dim] (``combine``)."""
     if list(state.dims) != [out_dim]:
         return state
-    from ._backend import ReturnnLayersBackend as backend
-
-    zeros = backend.full([batch_dim, out_dim], 0.0, dtype=state.dtype)
-    return backend.combine(zeros, "add", state)
+    zeros = _emit("constant", None, [batch_dim, out_dim], state.dtype, value=0.0, dtype=state.dtype, shape=[out_dim],
+                  with_batch_dim=True, name="full")
+    return _emit("combine", [zeros, state], [batch_dim, out_dim], state.dtype, kind="add", name="add")
 
 
 def _native_params(ff_weight, rec_weight, bias, in_dim, out_dim):
