@@ -46,7 +46,7 @@ from ..frontend._backend import Backend
 from ..frontend._utils import FrontendError, broadcast_dims, call_site, concat_out_dims, dims_str, is_tensor
 from . import _norm
 from ._emit import _const, _emit, _make, _operands, _raw_name, _sources
-from ._net import Layer, get_current_builder
+from ._net import Layer, dim_source as _dim_source, get_current_builder
 
 
 class ReturnnLayersBackend(Backend):
@@ -634,11 +634,3 @@ def _conv_layer_fits(source, in_dim, in_spatial_dims):
     return set(source.dims) == {batch_dim, in_dim, *in_spatial_dims} and len(source.dims) == len(in_spatial_dims) + 2 \
         and all(d.dimension is None for d in in_spatial_dims)
 
-
-def _dim_source(dim):
-    """A Tensor of this or the enclosing net dict that has ``dim`` (for range_in_axis), or None."""
-    builder = get_current_builder()
-    for b in (builder, builder.parent):
-        if b is not None and dim in b.dim_sources:
-            return b.dim_sources[dim]
-    return None

@@ -8,6 +8,7 @@ from __future__ import annotations
 from ..data import Dim, batch_dim
 from ..frontend._utils import FrontendError, call_site, dims_str
 from ._emit import _emit, _raw_name
+from ._net import dim_source
 
 
 def batch_norm(source, *, in_dim, running_mean, running_variance, gamma, beta, epsilon, momentum, affine, use_mask):
@@ -35,12 +36,10 @@ def batch_norm(source, *, in_dim, running_mean, running_variance, gamma, beta, e
 def random(*, dims, dtype, distribution, mean=None, stddev=None, bound=None, minval=None, maxval=None, seed=None,
            sparse_dim=None):
     """The ``random`` layer; its dynamic dims take their lengths from a layer that has them (``shape_deps``)."""
-    from ._backend import _dim_source
-
     deps = []
     for d in dims:
         if d.dimension is None and not d.is_batch_dim():
-            src = _dim_source(d)
+            src = dim_source(d)
             if src is None and d.complete_dyn_size() is None:
                 raise FrontendError("rf.random at %s: no layer of this net dict has the dim %s yet" % (
                     call_site(), d))
