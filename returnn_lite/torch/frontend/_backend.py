@@ -761,8 +761,9 @@ class TorchBackend(Backend):
             raw = torch.randn(shape, generator=gen, dtype=tdt) * (1.0 if stddev is None else stddev) + (mean or 0.0)
         elif distribution == "truncated_normal":
             raw = torch.empty(shape, dtype=tdt)
-            torch.nn.init.trunc_normal_(raw, mean=mean or 0.0, std=1.0 if stddev is None else stddev,
-                                        a=-2.0, b=2.0, generator=gen)
+            mean, stddev = mean or 0.0, 1.0 if stddev is None else stddev  # cut at 2 stddev around the mean (as TF)
+            torch.nn.init.trunc_normal_(raw, mean=mean, std=stddev, a=mean - 2 * stddev, b=mean + 2 * stddev,
+                                        generator=gen)
         elif distribution == "uniform":
             lo, hi = minval or 0, 1 if maxval is None else maxval
             if tdt.is_floating_point:
