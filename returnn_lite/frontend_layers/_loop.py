@@ -88,6 +88,8 @@ class _LoopRecorder:
     """Records a loop body into the unit dict of a ``rec`` layer and emits the rec layer and its results."""
 
     def __init__(self, func, axis, *, dynamic_end=False, max_seq_len=None, site=None):
+        """max_seq_len (a loop without axis): an int bound on the frames, or a scalar / [batch] int Tensor (a step
+        counter state ends each sequence at it)."""
         self.func, self.site = func, site or call_site()
         self.outer = get_current_builder()
         b = self.outer
@@ -98,12 +100,21 @@ class _LoopRecorder:
         self.sub = NetDictBuilder(parent=self.outer)
         self.sub.scope = list(self.outer.scope)
         self.sub.loop_recorder = self
-        self.axis, self.dynamic_end, self.max_seq_len = axis, dynamic_end, max_seq_len
+        self.axis, self.dynamic_end = axis, dynamic_end
+        self.max_seq_len = max_seq_len if not is_tensor(max_seq_len) else None
+        self.max_seq_tensor = max_seq_len if is_tensor(max_seq_len) else None
+        self.step_init = None
+        if self.max_seq_tensor is not None:  # the counter's initial value, in the outer net dict
+            from ..frontend import array_
+
+            self.step_init = array_.zeros([], dtype="int32")
         self.name = self.outer.unique_name("_".join(self.outer.scope + ["loop"]), absolute=True)
         self.outer.net_dict[self.name] = {}  # reserved (stacked results refer to it before emit)
         self.sub.net_dict["output"] = {}
         self.sub.net_dict["end"] = {}
         self.states = []  # [unit name, initial Tensor, prev Tensor, new Tensor]
+        self.hidden = []  # the same for the loop's own states (a cond flag, a step counter, loop.last values)
+        self.exclude_end = False  # the end frame is not part of the sequence (include_eos=False, scan with cond)
         self.cum_concat = {}  # cum_concat unit layer name -> (state name, source unit layer name, accum axis)
         self.end_set = False
 
@@ -136,11 +147,11 @@ class _LoopRecorder:
                                                        "axis": self.axis})
         return _tensor(layer.name, [d for d in x.dims if d != self.axis], x, layer)
 
-    def prev_state(self, path, init):
+    def prev_state(self, path, init, *, hidden=False):
         name = self.sub.unique_name(path, absolute=True)
         self.sub.net_dict[name] = {}  # reserved; set in set_new_states
         prev = _tensor(path, init.dims, init, Layer("prev:" + name, {}, self.sub))
-        self.states.append([name, init, prev, None])
+        (self.hidden if hidden else self.states).append([name, init, prev, None])
         return prev
 
     def set_new_states(self, new_flat):
@@ -154,12 +165,37 @@ class _LoopRecorder:
                     st[0], dims_str(t.dims), dims_str(st[1].dims)))
             st[3] = t
 
-    def set_end(self, flag):
-        if set(flag.dims) - {d for d in flag.dims if d.is_batch_dim()} or flag.dtype != "bool":
+    def set_end(self, flag, *, include_eos=True):
+        """Inside the body: the sequence ends with the frame where flag is True (without it: include_eos=False);
+        a Tensor max_seq_len adds a step counter (flag None: only that ends the loop)."""
+        from ..frontend import math_
+
+        if flag is not None and (set(flag.dims) - {d for d in flag.dims if d.is_batch_dim()} or flag.dtype != "bool"):
             raise self.error("the end flag must be a bool scalar or [batch], got %s %s" % (
                 flag.dtype, dims_str(flag.dims)))
+        self.exclude_end = not include_eos
+        if self.max_seq_tensor is not None:
+            step = self.prev_state("step", self.step_init, hidden=True)  # frames before this one
+            self.hidden[-1][3] = step + 1
+            limit = math_.greater_equal(step if self.exclude_end else step + 1, self.max_seq_tensor)
+            flag = limit if flag is None else math_.logical_or(flag, limit, allow_broadcast_all_sources=True)
         self.sub.net_dict["end"] = {"class": "copy", "from": [self.ref(flag)]}
         self.end_set = True
+
+    def last_included(self, t):
+        """Inside the body, with the end frame excluded (loop.last): a hidden state holding t (zeros before the first
+        frame), whose previous value at the end frame is t at the last frame of the sequence."""
+        from ..frontend import array_
+
+        prev = _current[0]
+        _current[0] = self.outer
+        try:
+            init = array_.zeros(list(t.dims), dtype=t.dtype, sparse_dim=t.sparse_dim)
+        finally:
+            _current[0] = prev
+        self.prev_state("last", init, hidden=True)
+        self.hidden[-1][3] = t
+        return self.hidden[-1]
 
     def cum_concat_step(self, source, prev_accum, axis, out_spatial_dim):
         st = next((s for s in self.states if s[2].placeholder is prev_accum.placeholder), None)
@@ -197,7 +233,7 @@ class _LoopRecorder:
     def _emit(self, stacked):
         unit, name = self.sub.net_dict, self.name
         cum_states = {}
-        for st_name, init, _prev, new in self.states:
+        for st_name, init, _prev, new in self.states + self.hidden:
             cc = self._cum_concat_of([st_name], new)
             if cc is not None:
                 cum_states[st_name] = cc
@@ -219,24 +255,50 @@ class _LoopRecorder:
         if out is None:
             raise self.error("the loop body has no state and stacks nothing")
         unit["output"] = {"class": "copy", "from": [out]}
-        d = {"class": "rec", "from": [], "unit": unit, "axis": self.axis, "optimize_move_layers_out": False}
+        # with the end frame excluded, the rec layer runs over its own axis (one more frame per sequence, the end
+        # frame), and the stacked frames are sliced to the loop's axis
+        self.rec_axis = self.axis if not self.exclude_end else Dim(
+            None, kind=Dim.Types.Spatial, description="%s:with_end_frame" % self.axis.description)
+        d = {"class": "rec", "from": [], "unit": unit, "axis": self.rec_axis, "optimize_move_layers_out": False}
         if self.dynamic_end:
-            d["max_seq_len"] = self.max_seq_len or _UNBOUNDED
+            d["max_seq_len"] = _UNBOUNDED if self.max_seq_len is None else self.max_seq_len + int(self.exclude_end)
         self.outer.net_dict[name] = d
-        ys = [_tensor(x, [self.axis] + list(t.dims), t, Layer("%s/%s" % (name, x), {}, self.outer))
-              for x, t in stacked]
+        ys = [self._frames(x, t) for x, t in stacked]
         finals, dims = [], {}
-        for st_name, init, _prev, new in self.states:
+        for st in self.states:
+            st_name, init, _prev, new = st
             if st_name in cum_states:
                 _st, src, accum_axis = self.cum_concat[cum_states[st_name]]
                 dims[accum_axis] = self.axis  # after the loop: all frames (the loop's lengths)
-                finals.append(_tensor(st_name, [self.axis] + [d for d in new.dims if d in init.dims], new,
-                                      Layer("%s/%s" % (name, src), {}, self.outer)))
+                finals.append(self._frames(src, _tensor(st_name, [d for d in new.dims if d in init.dims], new,
+                                                        None)))
                 continue
-            layer = self.outer.add_layer("%s_%s" % (name, st_name), {
-                "class": "rec_last_output", "rec_layer": name, "sub_layer_name": st_name}, absolute=True)
-            finals.append(_tensor(layer.name, new.dims, new, layer))
+            finals.append(self.final(st))
         return ys, finals, dims
+
+    def _frames(self, unit_name, t):
+        """The stacked frames of a unit layer (t: its frame) over the loop's axis."""
+        y = _tensor(unit_name, [self.rec_axis] + list(t.dims), t, Layer("%s/%s" % (self.name, unit_name), {},
+                                                                       self.outer))
+        if not self.exclude_end:
+            return y
+        from ._emit import _emit
+
+        return _emit("slice", [y], [self.axis] + list(t.dims), t.dtype, sparse_dim=t.sparse_dim, axis=self.rec_axis,
+                     slice_end=-1, out_dim=self.axis, name="%s_%s" % (self.name, unit_name.replace("/", "_")),
+                     absolute=True)
+
+    def final(self, st):
+        """The final value of a (hidden) state: its frame at the sequence's last frame; with the end frame excluded,
+        its previous value at the end frame (the initial value for an empty sequence)."""
+        st_name, _init, _prev, new = st
+        src = st_name
+        if self.exclude_end:
+            src = self.sub.add_layer(st_name + "_final", {"class": "copy", "from": ["prev:" + st_name]},
+                                     absolute=True).name
+        layer = self.outer.add_layer("%s_%s" % (self.name, st_name), {
+            "class": "rec_last_output", "rec_layer": self.name, "sub_layer_name": src}, absolute=True)
+        return _tensor(layer.name, new.dims, new, layer)
 
     def last(self, unit_name, t):
         layer = self.outer.add_layer("%s_last_%s" % (self.name, unit_name.replace("/", "_")), {
@@ -300,6 +362,69 @@ def scan(*, spatial_dim, initial, xs, ys, body):
     return _pack(y_t, ys_out), _pack(initial, finals, dims), spatial_dim
 
 
+def _check_max_seq_len(func, max_seq_len, site, min_int=1):
+    if max_seq_len is None or isinstance(max_seq_len, int) and not isinstance(max_seq_len, bool) and \
+            max_seq_len >= min_int:
+        return
+    if is_tensor(max_seq_len) and max_seq_len.dtype.startswith("int") and all(d.is_batch_dim()
+                                                                                for d in max_seq_len.dims):
+        return
+    raise FrontendError("rf.%s at %s: max_seq_len must be an int >= %i or an int Tensor (scalar or [batch]), got %r" % (
+        func, site, min_int, max_seq_len))
+
+
+def scan_cond(*, spatial_dim, initial, ys, body, cond, cond_dims, cond_before_body, max_seq_len):
+    """
+    ``rf.scan`` with ``cond`` (no spatial_dim to iterate over): while ``cond(None, state)`` is True per sequence,
+    ``ys_t, state = body(None, state)``. A rec layer with an ``end`` sub-layer: each frame ends the sequence (the frame
+    not included) where the previous cond is False (the initial one: cond(initial) with cond_before_body, else True).
+    The new dim's lengths are the number of body calls per sequence; the final state of a sequence is its state after
+    them (the body runs on for the longest sequence).
+    """
+    from ..frontend import array_, math_
+
+    site = call_site()
+    cond_dims = list(cond_dims or [])
+    if any(not d.is_batch_dim() for d in cond_dims):
+        raise FrontendError("rf.scan at %s: cond_dims %s: on the layers backend only [] or [batch]" % (
+            site, dims_str(cond_dims)))
+    _check_max_seq_len("scan", max_seq_len, site, min_int=0)
+    axis = spatial_dim if spatial_dim is not None else Dim(None, kind=Dim.Types.Spatial, description="scan")
+    if cond_before_body:
+        c0 = cond(None, initial)
+        _check_cond(c0, cond_dims, site)
+    else:
+        c0 = array_.full(dims=cond_dims, fill_value=True, dtype="bool")
+    rec = _LoopRecorder("scan", axis, dynamic_end=True, max_seq_len=max_seq_len, site=site)
+    with rec.sub, _abort_on_error(rec):
+        s_prev = [rec.prev_state(path, s) for path, s in _named(initial, "")]
+        c_prev = rec.prev_state("cond", c0, hidden=True)
+        rec.set_end(math_.logical_not(c_prev), include_eos=False)
+        y_t, s_new = body(None, _pack(initial, s_prev))
+        rec.set_new_states(_flatten(s_new))
+        for st in rec.states:
+            if rec._cum_concat_of(st, st[3]) is not None:
+                raise rec.error("rf.cum_concat_step in rf.scan with cond is not supported on the layers backend")
+        c = cond(None, s_new)
+        _check_cond(c, cond_dims, site)
+        rec.hidden[0][3] = c
+        y_flat = _flatten(y_t)
+        for i, (t, tpl) in enumerate(zip(y_flat, _flatten(ys))):
+            if set(t.dims) != set(tpl.dims):
+                raise rec.error("body output y%i has dims %s, expected %s" % (i, dims_str(t.dims), dims_str(tpl.dims)))
+        stacked = [(rec.unit_layer(t, "y%i" % i), t) for i, t in enumerate(y_flat)]
+        if not stacked:  # the new dim gets its lengths from a stacked layer
+            stacked.append((rec.unit_layer(c_prev, "frame_cond"), c_prev))
+    ys_out, finals, dims = rec.emit(stacked)
+    return _pack(y_t, ys_out[:len(y_flat)]), _pack(initial, finals, dims), axis
+
+
+def _check_cond(c, cond_dims, site):
+    if not is_tensor(c) or c.dtype != "bool" or set(c.dims) != set(cond_dims):
+        raise FrontendError("rf.scan at %s: cond must return a bool Tensor with the dims %s (cond_dims), got %r" % (
+            site, dims_str(cond_dims), c))
+
+
 def while_loop(cond, body, initial):
     """``s = initial; while cond(s): s = body(s)`` with a scalar bool Tensor cond -> the final s. The rec layer's
     step i computes s_i = body(s_(i-1)) and ends when not cond(s_i); zero iterations (cond(initial) False) give
@@ -351,9 +476,7 @@ class Loop:
         if axis is not None and max_seq_len is not None:
             raise FrontendError("rf.Loop at %s: max_seq_len is only for a loop without axis (ended by loop.end)" %
                                 site)
-        if max_seq_len is not None and not (isinstance(max_seq_len, int) and max_seq_len > 0):
-            raise FrontendError("rf.Loop at %s: max_seq_len must be a positive int on the layers backend, got %r" % (
-                site, max_seq_len))
+        _check_max_seq_len("Loop", max_seq_len, site)
         dynamic = axis is None
         if dynamic:
             axis = Dim(None, kind=Dim.Types.Spatial, description="loop")
@@ -379,7 +502,10 @@ class Loop:
             if exc_type is None:
                 rec.set_new_states(self.state._new_values())
                 stacked = [(rec.unit_layer(t, name or "stack"), t) for t, _r, name in self._stacked]
-                last = [(rec.unit_layer(t, name or "last"), t, r) for t, r, name in self._last]
+                if rec.exclude_end:  # the last frame within the sequence: the previous frame at the end frame
+                    last = [(rec.last_included(t), t, r) for t, r, _name in self._last]
+                else:
+                    last = [(rec.unit_layer(t, name or "last"), t, r) for t, r, name in self._last]
         finally:
             rec.sub.__exit__(exc_type, exc, tb)
         if exc_type is not None:
@@ -389,7 +515,7 @@ class Loop:
         for (_t, result, _n), y in zip(self._stacked, ys):
             result.placeholder, result.name = y.placeholder, y.name
         for unit_name, t, result in last:
-            y = rec.last(unit_name, t)
+            y = rec.last(unit_name, t) if not rec.exclude_end else rec.final(unit_name)
             result.placeholder, result.name = y.placeholder, y.name
         self.state._exit(finals, dims)
         object.__setattr__(self, "_phase", "done")
@@ -418,15 +544,18 @@ class Loop:
         return result
 
     def end(self, source, *, include_eos):
-        """The loop (without axis) ends after the frame where source (bool, scalar or [batch]) is True."""
+        """The loop (without axis) ends with the frame where source (bool, scalar or [batch]) is True; that frame
+        is part of the sequence with include_eos=True, else not (then the states after the loop and loop.last are
+        those of the last frame before it)."""
         self._check_body("end")
         if not self._rec.dynamic_end:
             raise FrontendError("rf.Loop.end at %s: the loop runs over the axis %s; loop.end is for a loop without "
                                 "axis" % (call_site(), self.axis.short_repr()))
-        if include_eos is not True:
-            raise FrontendError("rf.Loop.end at %s: include_eos=%r is not supported on the layers backend (the end "
-                                "frame is part of the sequence: include_eos=True)" % (call_site(), include_eos))
-        self._rec.set_end(source)
+        if self._rec.end_set:
+            raise FrontendError("rf.Loop.end at %s: the end of the loop is already set" % call_site())
+        if not isinstance(include_eos, bool):
+            raise FrontendError("rf.Loop.end at %s: include_eos must be a bool, got %r" % (call_site(), include_eos))
+        self._rec.set_end(source, include_eos=include_eos)
         return source
 
     def _check_body(self, what):
