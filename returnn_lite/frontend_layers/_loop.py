@@ -20,9 +20,12 @@ from __future__ import annotations
 
 import contextlib
 
+import tensorflow as tf
+
 from ..data import Data, Dim
 from ..frontend._utils import FrontendError, call_site, dims_str, is_tensor
-from ._emit import _raw_name
+from ._emit import _make, _raw_name
+from ._layer import op, to_out
 from ._net import Layer, NetDictBuilder, _current, get_current_builder
 
 _UNBOUNDED = 2 ** 31 - 1  # max_seq_len of a loop ended only by its condition (rf.while_loop)
@@ -376,12 +379,12 @@ def _check_max_seq_len(func, max_seq_len, site, min_int=1):
 def scan_cond(*, spatial_dim, initial, ys, body, cond, cond_dims, cond_before_body, max_seq_len):
     """
     ``rf.scan`` with ``cond`` (no spatial_dim to iterate over): while ``cond(None, state)`` is True per sequence,
-    ``ys_t, state = body(None, state)``. A rec layer with an ``end`` sub-layer: each frame ends the sequence (the frame
-    not included) where the previous cond is False (the initial one: cond(initial) with cond_before_body, else True).
-    The new dim's lengths are the number of body calls per sequence; the final state of a sequence is its state after
-    them (the body runs on for the longest sequence).
+    ``ys_t, state = body(None, state)``. A rec layer whose frame i runs the body and ends the sequence (the frame
+    included) where the cond of the new state is False (or at max_seq_len, by the rec layer's bound or a step counter);
+    as the cond comes after the body, a sequence whose cond(initial) is False (cond_before_body) ends after one
+    frame, and a ``loop_frames`` op gives the new dim its lengths 0 there (the final state: the initial one).
     """
-    from ..frontend import array_, math_
+    from ..frontend import math_
 
     site = call_site()
     cond_dims = list(cond_dims or [])
@@ -390,16 +393,22 @@ def scan_cond(*, spatial_dim, initial, ys, body, cond, cond_dims, cond_before_bo
             site, dims_str(cond_dims)))
     _check_max_seq_len("scan", max_seq_len, site, min_int=0)
     axis = spatial_dim if spatial_dim is not None else Dim(None, kind=Dim.Types.Spatial, description="scan")
+    ok = None  # per sequence: whether it has any step (None: all have)
     if cond_before_body:
-        c0 = cond(None, initial)
-        _check_cond(c0, cond_dims, site)
-    else:
-        c0 = array_.full(dims=cond_dims, fill_value=True, dtype="bool")
-    rec = _LoopRecorder("scan", axis, dynamic_end=True, max_seq_len=max_seq_len, site=site)
+        ok = cond(None, initial)
+        _check_cond(ok, cond_dims, site)
+    if is_tensor(max_seq_len):
+        positive = math_.greater(max_seq_len, 0)
+        ok = positive if ok is None else math_.logical_and(ok, positive, allow_broadcast_all_sources=True)
+    elif max_seq_len == 0:
+        from ..frontend import array_
+
+        ok = array_.full(dims=cond_dims, fill_value=False, dtype="bool")
+        max_seq_len = 1
+    rec_axis = axis if ok is None else Dim(None, kind=Dim.Types.Spatial, description="%s:frames" % axis.description)
+    rec = _LoopRecorder("scan", rec_axis, dynamic_end=True, max_seq_len=max_seq_len, site=site)
     with rec.sub, _abort_on_error(rec):
         s_prev = [rec.prev_state(path, s) for path, s in _named(initial, "")]
-        c_prev = rec.prev_state("cond", c0, hidden=True)
-        rec.set_end(math_.logical_not(c_prev), include_eos=False)
         y_t, s_new = body(None, _pack(initial, s_prev))
         rec.set_new_states(_flatten(s_new))
         for st in rec.states:
@@ -407,16 +416,41 @@ def scan_cond(*, spatial_dim, initial, ys, body, cond, cond_dims, cond_before_bo
                 raise rec.error("rf.cum_concat_step in rf.scan with cond is not supported on the layers backend")
         c = cond(None, s_new)
         _check_cond(c, cond_dims, site)
-        rec.hidden[0][3] = c
+        end = math_.logical_not(c)
+        if ok is not None:  # a sequence without steps ends at once (not to run the loop longer)
+            end = math_.logical_or(end, math_.logical_not(ok), allow_broadcast_all_sources=True)
+        rec.set_end(end)
         y_flat = _flatten(y_t)
         for i, (t, tpl) in enumerate(zip(y_flat, _flatten(ys))):
             if set(t.dims) != set(tpl.dims):
                 raise rec.error("body output y%i has dims %s, expected %s" % (i, dims_str(t.dims), dims_str(tpl.dims)))
         stacked = [(rec.unit_layer(t, "y%i" % i), t) for i, t in enumerate(y_flat)]
-        if not stacked:  # the new dim gets its lengths from a stacked layer
-            stacked.append((rec.unit_layer(c_prev, "frame_cond"), c_prev))
+        if not stacked and ok is not None:  # the new dim gets its lengths from a stacked layer
+            stacked.append((rec.unit_layer(c, "frame_cond"), c))
     ys_out, finals, dims = rec.emit(stacked)
+    if ok is not None:
+        ys_out = [_make("loop_frames", [y, ok], [axis if d == rec_axis else d for d in y.dims], y.dtype,
+                        sparse_dim=y.sparse_dim, opts={"in_dim": rec_axis, "out_dim": axis}) for y in ys_out]
+        if ys_out:
+            rec.outer.dim_sources.setdefault(axis, ys_out[0])
+        any_ok = None  # for a state without the dims of ok: whether the loop had any step
+        for i, (f, st) in enumerate(zip(finals, rec.states)):
+            if not set(ok.dims) <= set(f.dims) and any_ok is None:
+                any_ok = math_.reduce_any(ok, axis=list(ok.dims))
+            finals[i] = math_.where(ok if set(ok.dims) <= set(f.dims) else any_ok, f, st[1])
     return _pack(y_t, ys_out[:len(y_flat)]), _pack(initial, finals, dims), axis
+
+
+@op("loop_frames")
+def _loop_frames(layer, inputs, out, in_dim, out_dim):
+    """The frames of src over out_dim instead of in_dim (a loop's frames), out_dim's lengths those of in_dim where
+    ok (scalar or [batch]) is True, else 0."""
+    src, ok = inputs
+    if out_dim.complete_dyn_size() is None:
+        lens = in_dim.complete_dyn_size()
+        flag = ok.copy_as_batch_major().placeholder if ok.have_batch_axis() else ok.placeholder
+        out_dim.dyn_size = tf.where(flag, lens, tf.zeros_like(lens))
+    return to_out(src.placeholder, [out_dim if d == in_dim else d for d in src.dims], out)
 
 
 def _check_cond(c, cond_dims, site):

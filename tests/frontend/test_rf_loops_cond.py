@@ -83,6 +83,23 @@ def test_scan_with_cond_scalar_cond(with_ys):
             np.testing.assert_allclose(res["sum"], np.full([2, 3], 31.0))
 
 
+def test_scan_with_cond_no_body_call_after_cond_is_false():
+    def step(*, model, extern_data, **_):
+        x = extern_data["data"]
+        n = time_dim.get_dim_value_tensor()
+
+        def body(_x, s):  # a gather at the counter: out of range (an error on CPU) if it ran once more
+            return rf.gather(x, indices=s, axis=time_dim), s + 1
+
+        ys, last, dim = rf.scan(initial=rf.convert_to_tensor(0), cond_dims=[], cond=lambda _x, s: s < n, body=body)
+        rf.reduce_sum(ys, axis=dim).mark_as_output("sum", shape=(batch_dim, feat))
+        last.mark_as_output("t", shape=())
+
+    for res in _both(step)[0]:
+        np.testing.assert_allclose(res["sum"], X.sum(1), rtol=1e-5)  # all (padded) frames
+        assert int(res["t"]) == 4
+
+
 def test_loop_end_exclude_eos_and_tensor_max_seq_len():
     def step(*, model, extern_data, **_):
         start = _lengths(extern_data) - 2.0  # 2, 0
@@ -103,6 +120,22 @@ def test_loop_end_exclude_eos_and_tensor_max_seq_len():
     np.testing.assert_allclose(res["y"][0, :2], [20.0, 10.0])
     np.testing.assert_allclose(res["last"], [101.0, 0.0])  # the last frame within the sequence (zeros if empty)
     np.testing.assert_allclose(res["v"], [0.0, 0.0])  # the state after the frames of the sequence
+
+
+def test_loop_end_exclude_eos_int_max_seq_len():
+    def step(*, model, extern_data, **_):
+        loop = rf.Loop(max_seq_len=2)
+        loop.state.v = _lengths(extern_data) - 3.0  # 1, -1
+        with loop:
+            loop.end(loop.state.v > 5.0, include_eos=False)  # never: cut by max_seq_len
+            y = loop.stack(loop.state.v)
+            loop.state.v = loop.state.v + 1.0
+        rf.reduce_sum(y, axis=loop.axis).mark_as_output("sum", shape=(batch_dim,))
+        loop.state.v.mark_as_output("v", shape=(batch_dim,))
+
+    res, _ = _run_layers(step)
+    np.testing.assert_allclose(res["sum"], [3.0, -1.0])  # 1 + 2, -1 + 0: two frames
+    np.testing.assert_allclose(res["v"], [3.0, 1.0])
 
 
 def test_loop_end_include_eos_tensor_max_seq_len_cuts():
