@@ -461,8 +461,9 @@ def _check_cond(c, cond_dims, site):
 
 def while_loop(cond, body, initial):
     """``s = initial; while cond(s): s = body(s)`` with a scalar bool Tensor cond -> the final s. The rec layer's
-    step i computes s_i = body(s_(i-1)) and ends when not cond(s_i); zero iterations (cond(initial) False) give
-    initial (the loop ran one step whose result is not taken)."""
+    step i computes s_i = body(s_(i-1)) and ends when not cond(s_i) (cond comes after the body: no body call on a
+    state whose cond is False); zero iterations (cond(initial) False) give initial: the rec layer still runs one
+    step, whose result is not taken (a cum_concat_step state gets length 0 by a ``loop_frames`` op)."""
     from ..frontend import math_
 
     site = call_site()
@@ -484,8 +485,14 @@ def while_loop(cond, body, initial):
         rec.set_end(math_.logical_not(c))
     _ys, finals, dims = rec.emit([])
     if is_tensor(c0):
-        finals = [f if st[0] in rec.cum_state_names else math_.where(c0, f, st[1])
-                  for f, st in zip(finals, rec.states)]
+        steps = Dim(None, kind=Dim.Types.Spatial, description="while_loop:steps") if rec.cum_state_names else None
+        for i, (f, st) in enumerate(zip(finals, rec.states)):
+            if st[0] in rec.cum_state_names:  # the frames of all steps, none without steps
+                finals[i] = _make("loop_frames", [f, c0], [steps if d == axis else d for d in f.dims], f.dtype,
+                                  sparse_dim=f.sparse_dim, opts={"in_dim": axis, "out_dim": steps})
+            else:
+                finals[i] = math_.where(c0, f, st[1])
+        dims = {k: steps if v == axis else v for k, v in dims.items()}
     return _pack(initial, finals, dims)
 
 

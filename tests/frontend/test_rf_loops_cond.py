@@ -10,7 +10,7 @@ from returnn_lite.config import Config, global_config_ctx
 from returnn_lite.frontend_layers import get_net_dict
 from returnn_lite.tensor import Dim, batch_dim
 
-from test_rf_loops import LENS, X, _Empty, _both, _run_layers, extern_data, feat, time_dim
+from test_rf_loops import LENS, X, _Empty, _both, _run_layers, _run_torch, extern_data, feat, time_dim
 
 
 def _lengths(extern_data_):
@@ -187,3 +187,57 @@ def test_scan_cond_errors(case):
     with global_config_ctx(config), pytest.raises(rf.FrontendError, match=match) as exc:
         get_net_dict(epoch=1, step=0)
     assert "test_rf_loops_cond.py" in str(exc.value)
+
+
+@pytest.mark.parametrize("limit", [100, -1])
+def test_while_loop_cond_before_body_cum_concat_state(limit):
+    def step(*, model, extern_data, **_):
+        x = extern_data["data"]
+        hist_dim = Dim(0, name="hist")
+        n = rf.minimum(time_dim.get_dim_value_tensor(), limit)  # -1: cond(initial) is False, no iteration
+
+        def body(s):
+            t, h, h_dim = s
+            h, h_dim = rf.cum_concat_step(rf.gather(x, indices=t, axis=time_dim), prev_accum=h, axis=h_dim)
+            return t + 1, h, h_dim
+
+        t, hist, hist_dim = rf.while_loop(lambda s: s[0] < n, body, (rf.convert_to_tensor(0), rf.zeros(
+            [batch_dim, hist_dim, feat]), hist_dim))
+        rf.reduce_sum(hist, axis=hist_dim).mark_as_output("sum", shape=(batch_dim, feat))
+        rf.reduce_sum(hist * 0.0 + 1.0, axis=[hist_dim, feat]).mark_as_output("n", shape=(batch_dim,))
+        t.mark_as_output("t", shape=())
+
+    for res in _both(step)[0]:
+        if limit > 0:
+            np.testing.assert_allclose(res["sum"], X.sum(1), rtol=1e-5)
+            assert res["n"].tolist() == [12, 12] and int(res["t"]) == 4
+        else:
+            np.testing.assert_allclose(res["sum"], np.zeros([2, 3]))
+            assert res["n"].tolist() == [0, 0] and int(res["t"]) == 0
+
+
+def test_nested_scan_torch_and_refused_on_layers():
+    def step(*, model, extern_data, **_):
+        def body(x_t, s):  # an inner scan over feat: s + the running sum over the features of the frame
+            _, last_in, _ = rf.scan(spatial_dim=feat, xs=x_t, initial=s, ys=None, body=lambda v, s2: (v + s2, v + s2))
+            return last_in, last_in
+
+        ys, _, _ = rf.scan(spatial_dim=time_dim, xs=extern_data["data"], initial=rf.zeros([batch_dim]), ys=None,
+                           body=body)
+        ys.mark_as_output("ys", shape=(batch_dim, time_dim))
+
+    with pytest.raises(rf.FrontendError, match="a loop inside a loop body is not supported on the layers backend"):
+        _run_layers(step)
+    res = _run_torch(step)
+    np.testing.assert_allclose(res["ys"][0], np.cumsum(X[0].sum(-1)), rtol=1e-5)
+    np.testing.assert_allclose(res["ys"][1, :2], np.cumsum(X[1, :2].sum(-1)), rtol=1e-5)
+
+
+def test_loop_refused_on_torch_as_in_the_original():
+    pytest.importorskip("torch")
+    rf.select_backend_torch()
+    try:
+        with pytest.raises(rf.FrontendError, match="as in the original, rf.Loop is the loop of the layers backend"):
+            rf.Loop(axis=time_dim)
+    finally:
+        rf.select_backend_returnn_layers_tf()
