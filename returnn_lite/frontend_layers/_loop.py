@@ -11,9 +11,24 @@ is the per-frame body (recorded once), as a hand-written RETURNN rec unit reads:
 
 Stacked tensors (``loop.stack``, scan's ys) are the rec layer's sub-layers seen from outside (``loop/add``, over the
 loop's axis). The final value of a state is its frame at the sequence length (the state of a sequence stays as it is
-after its length). A loop without axis (``rf.while_loop``, ``rf.Loop(max_seq_len=...)`` with ``loop.end``) gets a new
-dim as its axis and an ``end`` sub-layer; ``rf.cum_concat_step`` in a body is a ``cum_concat`` sub-layer.
-Sub-layers are not moved out of the loop: the layers of the frontend carry their per-frame output templates.
+after its length). ``rf.cum_concat_step`` in a body is a ``cum_concat`` sub-layer.
+
+A loop without axis gets a new dim and an ``end`` sub-layer (a sequence ends with the frame where it is True; the
+rec layer runs at least one frame, at most its ``max_seq_len``):
+
+- ``rf.scan(cond=, cond_dims=)`` and ``rf.while_loop``: the body, then the cond of the new state in each frame (no
+  body call on a state whose cond is False). A sequence whose cond(initial) is False (or max_seq_len <= 0) still
+  ends after one frame; a ``loop_frames`` op re-tags the stacked frames to the new dim with length 0 there, and its
+  final state is the initial one (``where``).
+- ``rf.Loop(max_seq_len=)`` with ``loop.end(flag, include_eos=True)``: the end frame is part of the sequence. With
+  ``include_eos=False`` the rec layer runs over its own axis (one frame more per sequence) and the stacked frames
+  are sliced (``slice_end=-1``) to ``loop.axis``; final states and ``loop.last`` are the previous values at the end
+  frame (a ``prev:`` copy; the initial value / zeros for an empty sequence).
+- An int ``max_seq_len`` is the rec layer's bound; an int Tensor (scalar or [batch]) a step counter state that
+  ends each sequence at it (the rec layer unbounded).
+
+Sub-layers are not moved out of the loop: the layers of the frontend carry their per-frame output templates. A loop
+inside a loop body is refused (the rec layer's templates have no nested rec layers).
 """
 
 from __future__ import annotations
@@ -392,6 +407,9 @@ def scan_cond(*, spatial_dim, initial, ys, body, cond, cond_dims, cond_before_bo
         raise FrontendError("rf.scan at %s: cond_dims %s: on the layers backend only [] or [batch]" % (
             site, dims_str(cond_dims)))
     _check_max_seq_len("scan", max_seq_len, site, min_int=0)
+    if is_tensor(max_seq_len) and not set(max_seq_len.dims) <= set(cond_dims):
+        raise FrontendError("rf.scan at %s: max_seq_len %s has dims not in cond_dims %s" % (
+            site, dims_str(max_seq_len.dims), dims_str(cond_dims)))
     axis = spatial_dim if spatial_dim is not None else Dim(None, kind=Dim.Types.Spatial, description="scan")
     ok = None  # per sequence: whether it has any step (None: all have)
     if cond_before_body:
@@ -509,7 +527,7 @@ class Loop:
     ``rf.Loop(axis=time_dim)``: ``loop.state.x = initial`` before, ``with loop:`` the per-frame body with
     ``loop.unstack(x)``, ``loop.state.x`` (previous / new value), ``y = loop.stack(y_t)``, ``loop.last(y_t)``; after
     the block the stacked tensors and ``loop.state.x`` (final values) are available. Without axis the loop ends by
-    ``loop.end(flag, include_eos=True)`` (a new dim ``loop.axis``; ``max_seq_len``: an int bound).
+    ``loop.end(flag, include_eos=...)`` (a new dim ``loop.axis``; ``max_seq_len``: an int or an int Tensor bound).
     """
 
     def __init__(self, *, axis=None, max_seq_len=None):
