@@ -241,3 +241,43 @@ def test_loop_refused_on_torch_as_in_the_original():
             rf.Loop(axis=time_dim)
     finally:
         rf.select_backend_returnn_layers_tf()
+
+
+def test_scan_with_cond_greedy_decoder_both_backends():
+    vocab, hid = Dim(5, name="vocab"), Dim(4, name="hid")
+
+    class Model(rf.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = rf.Embedding(vocab, hid)
+            self.lin = rf.Linear(hid + feat, vocab)
+
+    def step(*, model, extern_data, **_):
+        enc = rf.reduce_mean(extern_data["data"], axis=time_dim)  # [B, F]
+        bos = rf.reduce_argmax(rf.zeros([batch_dim, vocab]), axis=vocab)  # 0, sparse
+
+        def body(_x, s):
+            h, _ = rf.concat((model.emb(s["label"]), hid), (enc + s["score"], feat), out_dim=hid + feat)
+            logits = model.lin(h)
+            label = rf.reduce_argmax(logits, axis=vocab)
+            score = s["score"] + rf.reduce_max(logits, axis=vocab)
+            return (logits, label), {"label": label, "score": score}
+
+        (logits, labels), last, dim = rf.scan(
+            initial={"label": bos, "score": rf.zeros([batch_dim])}, cond_dims=[batch_dim], cond_before_body=False,
+            cond=lambda _x, s: rf.not_equal(s["label"], 0), body=body, max_seq_len=rf.cast(_lengths(extern_data), "int32") + 2)
+        rf.reduce_sum(logits, axis=[dim, vocab]).mark_as_output("logits", shape=(batch_dim,))
+        rf.reduce_sum(rf.reduce_max(logits, axis=vocab) * 0.0 + 1.0, axis=dim).mark_as_output("len", shape=(batch_dim,))
+        rf.reduce_max(rf.cast(labels, "float32"), axis=dim).mark_as_output("max_label", shape=(batch_dim,))
+        last["label"].mark_as_output("label", shape=(batch_dim,))
+        last["score"].mark_as_output("score", shape=(batch_dim,))
+
+    results, _ = _both(step, Model)
+    if len(results) == 2:
+        layers, torch_res = results
+        assert layers["len"].tolist() == torch_res["len"].tolist()
+        assert layers["label"].tolist() == torch_res["label"].tolist()
+        assert layers["max_label"].tolist() == torch_res["max_label"].tolist()
+        for key in ("logits", "score"):
+            np.testing.assert_allclose(layers[key], torch_res[key], rtol=1e-4, atol=1e-5)
+    assert all(1 <= n <= m for n, m in zip(results[0]["len"], LENS + 2))
