@@ -257,16 +257,53 @@ class BatchNorm(Module):
 
 # ---- recurrent ----
 class State(dict):
-    """Nested state (attribute access to the dict entries), as rf.State."""
+    """
+    Nested state (attribute access to the dict entries), as rf.State: ``State(h=..., c=...)``, ``State({"h": ...})``,
+    or ``State(x)`` for one non-dict value (``State(state=x)``).
+    """
+
+    def __init__(self, *args, **kwargs):
+        if args and kwargs or len(args) > 1:
+            raise TypeError("State(...): either keyword arguments or one positional argument, got %i and %s" % (
+                len(args), sorted(kwargs)))
+        if args:
+            super().__init__(**args[0]) if isinstance(args[0], dict) else super().__init__(state=args[0])
+        else:
+            super().__init__(**kwargs)
+
+    def __repr__(self):
+        return "%s(%s)" % (type(self).__name__, ", ".join("%s=%r" % (k, v) for k, v in self.items()))
 
     def __getattr__(self, item):
         try:
             return self[item]
         except KeyError:
-            raise AttributeError(item) from None
+            raise AttributeError("%r has no %r" % (self, item)) from None
 
     def __setattr__(self, key, value):
         self[key] = value
+
+    def deep_tensors(self):
+        """All Tensors in this state and its nested dicts / lists / tuples (each once)."""
+        return self.cls_deep_tensors(self)
+
+    @classmethod
+    def cls_deep_tensors(cls, obj):
+        """All Tensors in obj and its nested dicts / lists / tuples (each once, in order)."""
+        res, seen, queue = [], set(), [obj]
+        while queue:
+            x = queue.pop(0)
+            if is_tensor(x):
+                if id(x) not in seen:
+                    seen.add(id(x))
+                    res.append(x)
+            elif isinstance(x, dict) or hasattr(x, "keys") and hasattr(x, "values"):
+                queue[:0] = list(x.values())
+            elif isinstance(x, (list, tuple)):
+                queue[:0] = list(x)
+            elif x is not None and not isinstance(x, (Dim, int, float, bool, str)):
+                raise TypeError("State.cls_deep_tensors: unexpected %r" % (x,))
+        return res
 
 
 class LstmState(State):

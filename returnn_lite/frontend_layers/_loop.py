@@ -654,6 +654,30 @@ class _LoopState:
             return self._values[key]
         raise AttributeError("loop state has no %r" % key)
 
+    def __getitem__(self, key):
+        try:
+            return self.__getattr__(key)
+        except AttributeError:
+            raise KeyError(key) from None
+
+    def __setitem__(self, key, value):
+        self.__setattr__(key, value)
+
+    def keys(self):
+        return list(self._names)
+
+    def values(self):
+        return [getattr(self, key) for key in self._names]
+
+    def __len__(self):
+        return len(self._names)
+
+    def deep_tensors(self):
+        """All Tensors of the current state values (see rf.State.deep_tensors)."""
+        from ..frontend.nn import State
+
+        return State.cls_deep_tensors(self.values())
+
     def _enter(self):
         rec = self._loop._rec
         for key in self._names:

@@ -8,7 +8,7 @@ import pytest
 import returnn_lite.frontend as rf
 from returnn_lite.config import Config, global_config_ctx
 from returnn_lite.frontend_layers import get_net_dict
-from returnn_lite.tensor import Dim, batch_dim
+from returnn_lite.tensor import Dim, Tensor, batch_dim
 
 from test_rf_loops import LENS, X, _Empty, _both, _run_layers, _run_torch, extern_data, feat, time_dim
 
@@ -281,3 +281,31 @@ def test_scan_with_cond_greedy_decoder_both_backends():
         for key in ("logits", "score"):
             np.testing.assert_allclose(layers[key], torch_res[key], rtol=1e-4, atol=1e-5)
     assert all(1 <= n <= m for n, m in zip(results[0]["len"], LENS + 2))
+
+
+def test_state_and_loop_state_api():
+    a, b = Tensor("a", dims=[], dtype="float32"), Tensor("b", dims=[], dtype="float32")
+    st = rf.State(h=a, c={"x": [b, a]})
+    assert st.h is a and st["c"]["x"][0] is b and repr(st).startswith("State(h=")
+    assert st.deep_tensors() == [a, b]  # each once, in order
+    assert rf.State({"h": a}) == {"h": a} and rf.State(a) == {"state": a}
+    with pytest.raises(AttributeError, match="has no 'y'"):
+        st.y  # noqa: B018
+    with pytest.raises(TypeError, match="either keyword arguments or one positional"):
+        rf.State(a, h=b)
+
+    def step(*, model, extern_data, **_):
+        loop = rf.Loop(axis=time_dim)
+        loop.state["acc"] = rf.zeros([batch_dim, feat])
+        loop.state.n = rf.State(i=rf.zeros([batch_dim]))
+        assert loop.state.keys() == ["acc", "n"] and len(loop.state) == 2 and len(loop.state.deep_tensors()) == 2
+        with loop:
+            loop.state["acc"] = loop.state["acc"] + loop.unstack(extern_data["data"])
+            loop.state.n = rf.State(i=loop.state.n.i + 1.0)
+        loop.state["acc"].mark_as_output("acc", shape=(batch_dim, feat))
+        assert isinstance(loop.state.n, rf.State)
+        loop.state.n.i.mark_as_output("n", shape=(batch_dim,))
+
+    res, _ = _run_layers(step)
+    np.testing.assert_allclose(res["acc"], [X[0].sum(0), X[1, :2].sum(0)], rtol=1e-5)
+    np.testing.assert_allclose(res["n"], LENS)
