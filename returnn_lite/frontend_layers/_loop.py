@@ -113,7 +113,8 @@ class _LoopRecorder:
         b = self.outer
         while b is not None:
             if getattr(b, "loop_recorder", None) is not None:
-                raise self.error("a loop inside a loop body is not supported on the layers backend")
+                raise self.error("a loop inside a loop body is not supported on the layers backend (a rec layer in "
+                                 "the unit of a rec layer; the torch backend runs nested loops)")
             b = b.parent
         self.sub = NetDictBuilder(parent=self.outer)
         self.sub.scope = list(self.outer.scope)
@@ -410,6 +411,12 @@ def scan_cond(*, spatial_dim, initial, ys, body, cond, cond_dims, cond_before_bo
     if is_tensor(max_seq_len) and not set(max_seq_len.dims) <= set(cond_dims):
         raise FrontendError("rf.scan at %s: max_seq_len %s has dims not in cond_dims %s" % (
             site, dims_str(max_seq_len.dims), dims_str(cond_dims)))
+    b = get_current_builder()
+    while spatial_dim is not None and b is not None:
+        if spatial_dim in b.dim_sources:
+            raise FrontendError("rf.scan at %s: spatial_dim %s already has sizes (a dim of %r); with cond it must be "
+                                "a new dim" % (site, spatial_dim.short_repr(), b.dim_sources[spatial_dim].name))
+        b = b.parent
     axis = spatial_dim if spatial_dim is not None else Dim(None, kind=Dim.Types.Spatial, description="scan")
     ok = None  # per sequence: whether it has any step (None: all have)
     if cond_before_body:

@@ -154,7 +154,7 @@ def test_loop_end_include_eos_tensor_max_seq_len_cuts():
     np.testing.assert_allclose(res["v"], [1.0, 1.0])
 
 
-@pytest.mark.parametrize("case", ["xs", "no_cond_dims", "known_dim", "tensor_arrays", "no_spatial", "cond_dims",
+@pytest.mark.parametrize("case", ["xs", "no_cond_dims", "known_dim", "known_dyn_dim", "tensor_arrays", "no_spatial", "cond_dims",
                                   "max_without_cond"])
 def test_scan_cond_errors(case):
     def step(*, model, extern_data, **_):
@@ -167,6 +167,8 @@ def test_scan_cond_errors(case):
             del kw["cond_dims"]
         elif case == "known_dim":
             kw["spatial_dim"] = feat
+        elif case == "known_dyn_dim":
+            kw["spatial_dim"] = time_dim
         elif case == "tensor_arrays":
             kw["return_tensor_arrays"] = True
         elif case == "no_spatial":
@@ -182,6 +184,7 @@ def test_scan_cond_errors(case):
     config = Config({"extern_data": extern_data, "get_model": lambda **_: _Empty(), "task": "forward",
                      "forward_step": step})
     match = {"xs": "xs must be None", "no_cond_dims": "cond_dims .* must be given", "known_dim": "new dynamic dim",
+             "known_dyn_dim": "already has sizes",
              "tensor_arrays": "return_tensor_arrays", "no_spatial": "needs spatial_dim",
              "cond_dims": "only \\[\\] or \\[batch\\]", "max_without_cond": "only for a loop with cond"}[case]
     with global_config_ctx(config), pytest.raises(rf.FrontendError, match=match) as exc:
