@@ -312,3 +312,23 @@ def test_state_and_loop_state_api():
     res, _ = _run_layers(step)
     np.testing.assert_allclose(res["acc"], [X[0].sum(0), X[1, :2].sum(0)], rtol=1e-5)
     np.testing.assert_allclose(res["n"], LENS)
+
+
+def test_loop_end_exclude_eos_cum_concat_state():
+    def step(*, model, extern_data, **_):
+        loop = rf.Loop(max_seq_len=6)
+        loop.state.v = _lengths(extern_data) - 2.0  # 2, 0
+        loop.state.hist = rf.zeros([batch_dim, Dim(0, name="hist0")])
+        loop.state.hist_dim = loop.state.hist.dims[1]
+        with loop:
+            loop.end(loop.state.v <= 0.0, include_eos=False)
+            loop.state.hist, loop.state.hist_dim = rf.cum_concat_step(
+                loop.state.v, prev_accum=loop.state.hist, axis=loop.state.hist_dim)
+            loop.state.v = loop.state.v - 1.0
+        assert loop.state.hist_dim is loop.axis
+        rf.reduce_sum(loop.state.hist, axis=loop.axis).mark_as_output("sum", shape=(batch_dim,))
+        rf.reduce_sum(loop.state.hist * 0.0 + 1.0, axis=loop.axis).mark_as_output("n", shape=(batch_dim,))
+
+    res, _ = _run_layers(step)
+    assert res["n"].tolist() == [2, 0]
+    np.testing.assert_allclose(res["sum"], [3.0, 0.0])  # 2 + 1
