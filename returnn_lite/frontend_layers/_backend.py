@@ -516,9 +516,12 @@ class ReturnnLayersBackend(Backend):
 
     # ---- control flow ----
     @staticmethod
-    def scan(*, spatial_dim, initial, xs, ys, body):
-        from ._loop import scan
+    def scan(*, spatial_dim, initial, xs, ys, body, cond=None, cond_dims=None, cond_before_body=True, max_seq_len=None):
+        from ._loop import scan, scan_cond
 
+        if cond is not None:
+            return scan_cond(spatial_dim=spatial_dim, initial=initial, ys=ys, body=body, cond=cond,
+                             cond_dims=cond_dims, cond_before_body=cond_before_body, max_seq_len=max_seq_len)
         return scan(spatial_dim=spatial_dim, initial=initial, xs=xs, ys=ys, body=body)
 
     @staticmethod
