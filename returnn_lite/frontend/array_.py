@@ -141,16 +141,24 @@ def pad(source, *, axes, padding, out_dims=None, mode="constant", value=None, ha
 
 
 def gather(source, *, indices, axis=None, clip_to_valid=False):
-    """source[..., indices, ...] along axis: the axis is replaced by the dims of indices (int: axis removed)."""
+    """
+    source[..., indices, ...] along axis: the axis is replaced by the dims of indices that the source lacks, or the
+    axis itself (int indices: the axis is removed); the other common dims are batch dims.
+    clip_to_valid: indices clipped into [0, size - 1], per sequence for a dynamic axis (as the original).
+    """
     if axis is None:
         if is_tensor(indices) and indices.sparse_dim is not None and indices.sparse_dim in source.dims:
             axis = indices.sparse_dim
         else:
             raise error("gather", "axis not given and indices have no sparse dim of the source")
     check_dims_in("gather", source, [axis])
-    if is_tensor(indices) and axis in indices.dims:
-        raise error("gather", "indices %s must not have the gathered axis %s" % (
-            dims_str(indices.dims), axis.short_repr()))
+    if is_tensor(indices) and not indices.dtype.startswith(("int", "uint")):
+        raise error("gather", "indices must be int, got dtype %s" % indices.dtype)
+    if clip_to_valid and isinstance(indices, int) and axis.dimension is None and not axis.is_batch_dim():
+        raise error("gather", "clip_to_valid with the int index %i on the dynamic axis %s: the per-sequence "
+                    "lengths need indices with their dims (e.g. a Tensor with the batch dim)" % (
+                        indices, axis.short_repr()))
+    # indices may have the gathered axis itself (e.g. range_over_dim(axis) + 1): the output keeps it from there
     return get_backend_for_tensor(source).gather(source, indices=indices, axis=axis, clip_to_valid=clip_to_valid)
 
 

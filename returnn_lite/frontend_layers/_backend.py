@@ -322,7 +322,7 @@ class ReturnnLayersBackend(Backend):
                              axis=axis)
             return _make("gather", [source], dims, source.dtype, sparse_dim=source.sparse_dim,
                          opts={"axis": axis, "clip_to_valid": clip_to_valid, "index_value": indices})
-        common = [d for d in indices.dims if d in source.dims]
+        common = [d for d in indices.dims if d in source.dims and d != axis]
         src_rest = [d for d in source.dims if d not in common and d != axis]
         idx_rest = [d for d in indices.dims if d not in common]
         # natural order: source dims with axis replaced by the (new) index dims
