@@ -110,7 +110,11 @@ def concat_features(*sources, allow_broadcast=False):
 
 
 def pad(source, *, axes, padding, out_dims=None, mode="constant", value=None, handle_dynamic_dims=None):
-    """Pad each of ``axes`` by (left, right) ints; -> (Tensor, out_dims) with ``left + dim + right`` dims."""
+    """
+    Pad each of ``axes`` by (left, right) ints; -> (Tensor, out_dims) with ``left + dim + right`` dims.
+    handle_dynamic_dims (default False, as the original's at behavior version 0): True puts the right padding after
+    each sequence's end, False after the padded end (the frames in between keep the source's padding values).
+    """
     axes = as_dims(axes)
     check_dims_in("pad", source, axes)
     padding = [tuple(p) for p in padding]
@@ -121,7 +125,16 @@ def pad(source, *, axes, padding, out_dims=None, mode="constant", value=None, ha
             raise error("pad", "only int paddings are supported, got %r" % (p,))
     if mode not in ("constant", "reflect", "replicate"):
         raise error("pad", "unknown mode %r" % mode)
+    if handle_dynamic_dims is None:
+        handle_dynamic_dims = False  # the original's default at behavior version 0 (True from version 21)
     if out_dims is None:
+        for a, (left, right) in zip(axes, padding):
+            if right and a.dimension is None and not handle_dynamic_dims:
+                raise error("pad", "right padding of the dynamic dim %s with handle_dynamic_dims=False (the default, "
+                            "as the original's at behavior version 0) gives a dim with one length for all sequences "
+                            "(the padded length + %i), which is not supported: pass out_dims=[...] (the values then "
+                            "follow the padded end) or handle_dynamic_dims=True (they follow each sequence's end)" % (
+                                a.short_repr(), left + right))
         out_dims = [left + a + right if (left or right) else a for a, (left, right) in zip(axes, padding)]
     else:
         out_dims = list(out_dims)
@@ -132,8 +145,6 @@ def pad(source, *, axes, padding, out_dims=None, mode="constant", value=None, ha
             if o.dimension is None and o is not a and o.__dict__.get("_derived_from") is None and \
                     o.dyn_size is None and a.dimension is None:
                 o.__dict__["_derived_from"] = ("add", (a, left + right))
-    if handle_dynamic_dims is None:
-        handle_dynamic_dims = True
     out = get_backend_for_tensor(source).pad(
         source, axes=axes, padding=padding, out_dims=out_dims, handle_dynamic_dims=handle_dynamic_dims, mode=mode,
         value=0 if value is None else value)

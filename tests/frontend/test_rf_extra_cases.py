@@ -115,6 +115,9 @@ BAD = {
     "dims_mismatch": ("    (model.lin(x) + x).mark_as_output('y')",
                       r"rf\.combine\('add'\) at <dims_mismatch/model\.py>:22: dims do not match: .*'out'\(2\).*"
                       r"'in'\(3\)"),
+    "pad_dynamic_default": ("    rf.pad(x, axes=[time_dim], padding=[(1, 2)])[0].mark_as_output('y')",
+                            r"rf\.pad at <pad_dynamic_default/model\.py>:22: right padding of the dynamic dim "
+                            r"'time'\(\?\) with handle_dynamic_dims=False \(the default"),
     "concat_wrong_axis": ("    rf.concat((x, in_dim), (model.lin(x), in_dim))[0].mark_as_output('y')",
                           r"rf\.concat at <concat_wrong_axis/model\.py>:22: axis 'in'\(3\) is not a dim of"),
 }
