@@ -436,13 +436,15 @@ def ref_conv2d_norm(i, p):
 # ---------------------------------------------------------------------------------------------------------------
 DYN_CONCAT = '''
 """Dim arithmetic over dynamic dims: rf.concat of two sequences (a + b, packed), rf.pad of a dynamic dim (left only,
-and with handle_dynamic_dims=True), lengths used in computations via get_size_tensor / get_dim_value_tensor."""
+with handle_dynamic_dims=True, and by default with given out_dims: the padding after the padded end), a static
+prefix concatenated before a dynamic dim, lengths used in computations via get_size_tensor / get_dim_value_tensor."""
 import returnn.frontend as rf
 from returnn.tensor import Tensor, Dim, batch_dim
 
 a_time = Dim(None, name="a_time")
 b_time = Dim(None, name="b_time")
 feat_dim = Dim(2, name="feat")
+one_dim = Dim(1, name="one")
 
 extern_data = {
     "a": {"dims": (batch_dim, a_time, feat_dim), "dtype": "float32"},
@@ -471,6 +473,11 @@ def forward_step(*, model, extern_data, **_):
     n = rf.cast(a_time.get_size_tensor() + b_time.get_size_tensor(), "float32")
     mean = rf.reduce_sum(ab, axis=ab_time) / n
     mean.mark_as_output("mean", shape=(batch_dim, feat_dim))
+    raw, (raw_time,) = rf.pad(a, axes=[a_time], padding=[(1, 1)], out_dims=[1 + a_time + 1], value=2.0)
+    raw.mark_as_output("raw", shape=(batch_dim, raw_time, feat_dim))
+    bos = rf.zeros([batch_dim, one_dim, feat_dim])
+    with_bos, bos_time = rf.concat((bos, one_dim), (a, a_time))
+    with_bos.mark_as_output("with_bos", shape=(batch_dim, bos_time, feat_dim))
     frac = rf.cast(b_time.get_size_tensor(), "float32") / rf.cast(b_time.get_dim_value_tensor(), "float32")
     frac.mark_as_output("frac", shape=(batch_dim,))
     rf.reduce_max(both, axis=both_time).mark_as_output("both_max", shape=(batch_dim, feat_dim))
@@ -498,7 +505,11 @@ def ref_dyn_concat(i, p):
     s.update(sizes_out("ab", 1, sa + sb))
     s.update(sizes_out("left", 1, sa + 2))
     s.update(sizes_out("both", 1, sb + 3))
-    out = {"ab": ab, "left": left, "both": both, "mean": ab.sum(1) / (sa + sb)[:, None],
+    raw = np.concatenate([np.full((B, 1, 2), 2.0), i["a"], np.full((B, 1, 2), 2.0)], 1)
+    s.update(sizes_out("raw", 1, sa + 2))
+    with_bos = np.concatenate([np.zeros((B, 1, 2)), i["a"]], 1)
+    s.update(sizes_out("with_bos", 1, sa + 1))
+    out = {"raw": raw, "with_bos": with_bos, "ab": ab, "left": left, "both": both, "mean": ab.sum(1) / (sa + sb)[:, None],
            "frac": sb / float(tb), "both_max": np.max(np.where(mb[:, :, None], both, -np.inf), 1)}
     return {"outputs": out, "sizes": s}
 
@@ -660,6 +671,7 @@ CASES = [
                 "sizes": {"a_time": A_SIZES, "b_time": B_SIZES}, "dim_len": {}},
      "params": {"w": (2,)},
      "outputs": {"ab": out_meta(["B", "D", "S2"]), "left": out_meta(["B", "D", "S2"]),
+                 "raw": out_meta(["B", "D", "S2"]), "with_bos": out_meta(["B", "D", "S2"]),
                  "both": out_meta(["B", "D", "S2"]), "mean": out_meta(["B", "S2"]), "frac": out_meta(["B"]),
                  "both_max": out_meta(["B", "S2"])}},
     {"name": "x_embed_split_train", "task": "train", "grads": True, "model": EMB_TRAIN, "ref": ref_emb_train,
