@@ -457,7 +457,7 @@ class TorchBackend(Backend):
             return _new("reduce_" + mode, rest, fn(x, dim=idx[0]).to(torch.int32), sparse_dim=axes[0])
         if mode in ("sum", "mean"):
             x = _masked(x, dims, dyn, 0)
-            y = torch.sum(x, dim=idx)
+            y = torch.sum(x, dim=idx, dtype=x.dtype)  # ints stay int32 (torch would promote to int64)
             if mode == "mean":
                 if dyn:
                     ones = _masked(torch.ones_like(x), dims, dyn, 0)
