@@ -629,6 +629,173 @@ def ref_lstm_train(i, p):
     return {"outputs": {}, "losses": {"ce": (s, n), "final": (f, float(B))}, "total_loss": s / n + 0.3 * f}
 
 
+# ---------------------------------------------------------------------------------------------------------------
+OPS_MISC = """
+\"\"\"Operators (unary minus, **, //, %, reversed operands, == / != with scalars, >=, <, logical ops), int math on
+sparse indices and their reduction, a reduction over the batch dim (no masking), Dim values in computations,
+expand_dim of a dynamic dim, float -> int cast, range_over_dim of a static dim, rf.maximum/minimum broadcasting all
+sources, rf.ones/rf.full, a param as output, cond with a tuple and with module calls in the branches.\"\"\"
+import returnn.frontend as rf
+from returnn.tensor import Tensor, Dim, batch_dim
+
+time_dim = Dim(None, name="time")
+in_dim = Dim(3, name="in")
+out_dim = Dim(2, name="out")
+
+extern_data = {
+    "x": {"dims": (batch_dim, time_dim, in_dim), "dtype": "float32"},
+    "t": {"dims": (batch_dim, time_dim), "dtype": "int32", "sparse_dim": in_dim},
+}
+
+
+class Model(rf.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = rf.Linear(in_dim, out_dim)
+        self.lin_nb = rf.Linear(in_dim, out_dim, with_bias=False)
+        self.bias = rf.Parameter([out_dim])
+
+
+def get_model(*, epoch, step, **_):
+    return Model()
+
+
+def forward_step(*, model, extern_data, **_):
+    x, t = extern_data["x"], extern_data["t"]
+    shape = (batch_dim, time_dim, in_dim)
+    ((-x) ** 2 + 1.0 - x * 0.5 + 2.0 / (rf.abs(x) + 1.0) - x // 0.5 + x % 0.7).mark_as_output("arith", shape=shape)
+    cmp = rf.cast(x >= 0.0, "float32") + rf.cast(x < -0.5, "float32") * 2.0 + rf.cast(t != 1, "float32") * 4.0
+    (cmp + rf.cast(t == 2, "float32") * 8.0).mark_as_output("cmp", shape=shape)
+    rf.cast(rf.logical_not(rf.logical_and(x > 0.0, x < 1.0)), "int32").mark_as_output("logic", shape=shape)
+    (t * 2 + 1 - t // 2).mark_as_output("int_ops", shape=(batch_dim, time_dim))
+    rf.reduce_sum(t, axis=time_dim).mark_as_output("t_sum", shape=(batch_dim,))
+    rf.reduce_max(t, axis=time_dim).mark_as_output("t_max", shape=(batch_dim,))
+    rf.reduce_mean(x, axis=batch_dim).mark_as_output("batch_mean", shape=(time_dim, in_dim))
+    scale = rf.cast(time_dim.get_dim_value_tensor(), "float32") + rf.cast(batch_dim.get_dim_value_tensor(), "float32")
+    (x / scale).mark_as_output("dimval", shape=shape)
+    (time_dim.get_size_tensor() * 2).mark_as_output("sizes2", shape=(batch_dim,))
+    rf.cast(time_dim.get_dim_value_tensor(), "float32").mark_as_output("max_len", shape=())
+    rf.expand_dim(rf.reduce_sum(x, axis=time_dim), time_dim).mark_as_output("expanded", shape=shape)
+    rf.cast(x * 3.0, "int32").mark_as_output("trunc", shape=shape)
+    (x + rf.range_over_dim(in_dim, dtype="float32")).mark_as_output("ranged", shape=shape)
+    mn = rf.minimum(x, model.bias, allow_broadcast_all_sources=True)
+    mn.mark_as_output("min_bc", shape=(batch_dim, time_dim, in_dim, out_dim))
+    rf.maximum(x, 0.25).mark_as_output("max_s", shape=shape)
+    (rf.ones([batch_dim, in_dim]) + rf.full(dims=[in_dim], fill_value=2.5)).mark_as_output("ones", shape=(batch_dim, in_dim))
+    (model.lin.weight * 2.0).mark_as_output("weight2", shape=(in_dim, out_dim))
+    a, b = rf.cond(time_dim.get_dim_value_tensor() > 3, lambda: (x, x * 2.0), lambda: (x * 3.0, x))
+    (a + b).mark_as_output("cond_tuple", shape=shape)
+    y = rf.cond(time_dim.get_dim_value_tensor() > 9, lambda: model.lin(x), lambda: model.lin_nb(x))
+    y.mark_as_output("cond_module", shape=(batch_dim, time_dim, out_dim))
+    act = rf.sigmoid(x) + rf.log(rf.abs(x) + 1.0) + rf.silu(x) + rf.softplus(x) + rf.log_sigmoid(x)
+    (act + rf.rsqrt(rf.abs(x) + 1.0) + rf.square(x) + rf.tanh(x) + rf.relu(x)).mark_as_output("acts", shape=shape)
+"""
+
+
+def ref_ops_misc(i, p):
+    x, t = i["x"], i["t"]
+    m = mask_bt()
+    out = {
+        "arith": (-x) ** 2 + 1.0 - x * 0.5 + 2.0 / (np.abs(x) + 1.0) - np.floor_divide(x, 0.5) + np.mod(x, 0.7),
+        "cmp": (x >= 0) * 1.0 + (x < -0.5) * 2.0 + (t != 1)[..., None] * 4.0 + (t == 2)[..., None] * 8.0,
+        "logic": np.logical_not((x > 0) & (x < 1)).astype("int32"),
+        "int_ops": t * 2 + 1 - t // 2,
+        "t_sum": np.sum(np.where(m, t, 0), 1), "t_max": np.max(np.where(m, t, -2 ** 31), 1),
+        "batch_mean": x.mean(0),
+        "dimval": x / (T + B), "sizes2": np.asarray(SIZES) * 2, "max_len": np.float64(T),
+        "expanded": np.broadcast_to(np.sum(np.where(m[..., None], x, 0), 1)[:, None], x.shape),
+        "trunc": (x.astype("float32") * np.float32(3.0)).astype("int32"),
+        "ranged": x + np.arange(3), "min_bc": np.minimum(x[..., None], p["bias"]), "max_s": np.maximum(x, 0.25),
+        "ones": np.ones((B, 3)) + 2.5, "weight2": p["lin.weight"] * 2.0, "cond_tuple": x * 3.0,
+        "cond_module": x @ p["lin_nb.weight"],
+        "acts": sigmoid(x) + np.log(np.abs(x) + 1.0) + x * sigmoid(x) + np.log1p(np.exp(x)) + np.log(sigmoid(x))
+        + 1.0 / np.sqrt(np.abs(x) + 1.0) + x ** 2 + np.tanh(x) + np.maximum(x, 0),
+    }
+    s = {}
+    for k in ("arith", "cmp", "logic", "int_ops", "dimval", "expanded", "trunc", "ranged", "min_bc", "max_s",
+              "cond_tuple", "cond_module", "acts"):
+        s.update(sizes_out(k, 1))
+    s["out:batch_mean:size0"] = np.asarray(SIZES, "int32")
+    return {"outputs": out, "sizes": s}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+CONV_POOL = """
+\"\"\"Conv1d over the dynamic time dim with padding valid and stride 2, rf.max_pool (valid, stride 2),
+rf.max_pool1d (default stride = pool size), matmul reducing over time (masked), softmax over time, a CE on probs,
+LayerNorm with its own eps and Linear without bias, the LSTM run step by step in a Python loop.\"\"\"
+import returnn.frontend as rf
+from returnn.tensor import Tensor, Dim, batch_dim, single_step_dim
+
+time_dim = Dim(None, name="time")
+in_dim = Dim(3, name="in")
+out_dim = Dim(2, name="out")
+
+extern_data = {
+    "x": {"dims": (batch_dim, time_dim, in_dim), "dtype": "float32"},
+    "t": {"dims": (batch_dim, time_dim), "dtype": "int32", "sparse_dim": in_dim},
+}
+
+
+class Model(rf.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = rf.Conv1d(in_dim, out_dim, 3, padding="valid", strides=2)
+        self.norm = rf.LayerNorm(in_dim, eps=1e-3)
+        self.proj = rf.Linear(in_dim, out_dim, with_bias=False)
+        self.lstm = rf.LSTM(in_dim, out_dim)
+
+
+def get_model(*, epoch, step, **_):
+    return Model()
+
+
+def forward_step(*, model, extern_data, **_):
+    x, t = extern_data["x"], extern_data["t"]
+    c, c_time = model.conv(x, in_spatial_dim=time_dim)
+    c.mark_as_output("conv", shape=(batch_dim, c_time, out_dim))
+    p, (p_time,) = rf.max_pool(x, pool_size=3, strides=2, padding="valid", in_spatial_dims=[time_dim])
+    p.mark_as_output("pool", shape=(batch_dim, p_time, in_dim))
+    p1, p1_time = rf.max_pool1d(x, pool_size=2, in_spatial_dim=time_dim)
+    p1.mark_as_output("pool1d", shape=(batch_dim, p1_time, in_dim))
+    h = model.proj(model.norm(x))
+    h.mark_as_output("proj", shape=(batch_dim, time_dim, out_dim))
+    rf.matmul(x, h, reduce=time_dim).mark_as_output("xtx", shape=(batch_dim, in_dim, out_dim))
+    rf.softmax(x, axis=time_dim).mark_as_output("sm_t", shape=(batch_dim, time_dim, in_dim))
+    ce = rf.cross_entropy(estimated=rf.softmax(x, axis=in_dim), estimated_type="probs", target=t, axis=in_dim)
+    ce.mark_as_output("ce_probs", shape=(batch_dim, time_dim))
+    state = model.lstm.default_initial_state(batch_dims=[batch_dim])
+    for step_i in range(3):
+        y, state = model.lstm(rf.gather(x, axis=time_dim, indices=step_i), state=state, spatial_dim=single_step_dim)
+    y.mark_as_output("lstm3", shape=(batch_dim, out_dim))
+"""
+
+
+def ref_conv_pool(i, p):
+    x, t = i["x"], i["t"]
+    sizes = np.asarray(SIZES)
+    w, b = p["conv.filter"], p["conv.bias"]  # [out, in, 3]
+    conv = np.stack([np.einsum("bki,oik->bo", x[:, 2 * j:2 * j + 3], w) + b for j in range(3)], 1)
+    pool = np.stack([x[:, 2 * j:2 * j + 3].max(1) for j in range(3)], 1)
+    pool1d = np.stack([x[:, 2 * j:2 * j + 2].max(1) for j in range(3)], 1)
+    h = layer_norm(x, p["norm.scale"], p["norm.bias"], eps=1e-3) @ p["proj.weight"]
+    m = mask_bt()[..., None]
+    xtx = np.einsum("bti,bto->bio", np.where(m, x, 0), h)
+    ce = -np.log(np.take_along_axis(softmax(x, -1), t[..., None], -1)[..., 0])
+    hs, cs = np.zeros((B, 2)), np.zeros((B, 2))
+    for k in range(3):
+        hs, cs = lstm_step(x[:, k], hs, cs, p, "lstm.")
+    s = {}
+    s.update(sizes_out("conv", 1, -(-(sizes - 2) // 2)))
+    s.update(sizes_out("pool", 1, -(-(sizes - 2) // 2)))
+    s.update(sizes_out("pool1d", 1, sizes // 2))
+    for k in ("proj", "sm_t", "ce_probs"):
+        s.update(sizes_out(k, 1))
+    return {"outputs": {"conv": conv, "pool": pool, "pool1d": pool1d, "proj": h, "xtx": xtx,
+                        "sm_t": softmax(x, 1, np.broadcast_to(m, x.shape)), "ce_probs": ce, "lstm3": hs},
+            "sizes": s}
+
+
 def _inputs(data, sizes=None, dim_len=None):
     return {"data": data, "sizes": sizes or {"time": SIZES}, "dim_len": dim_len or {"T": T}}
 
@@ -683,4 +850,28 @@ CASES = [
      "inputs": _inputs({"x": ((B, "T", 3), "float32", None), "classes": ((B, "T"), "int32", 4)}),
      "params": {"h0": (3,), "lstm.ff_weight": (12, 3), "lstm.rec_weight": (12, 3), "lstm.bias": (12,),
                 "out.weight": (3, 4), "out.bias": (4,)}, "outputs": {}},
+]
+
+CASES += [
+    {"name": "x_ops_misc", "task": "forward", "model": OPS_MISC, "ref": ref_ops_misc,
+     "inputs": _inputs({"x": ((B, "T", 3), "float32", None), "t": ((B, "T"), "int32", 3)}),
+     "params": {"lin.weight": (3, 2), "lin.bias": (2,), "lin_nb.weight": (3, 2), "bias": (2,)},
+     "outputs": {"arith": out_meta(["B", "D", "S3"]), "cmp": out_meta(["B", "D", "S3"]),
+                 "logic": out_meta(["B", "D", "S3"], "int32"), "int_ops": out_meta(["B", "D"], "int32"),
+                 "t_sum": out_meta(["B"], "int32"), "t_max": out_meta(["B"], "int32"),
+                 "batch_mean": {"dims": ["D", "S3"], "dtype": "float32", "size_dims": {"0": "B"}},
+                 "dimval": out_meta(["B", "D", "S3"]), "sizes2": out_meta(["B"], "int32"), "max_len": out_meta([]),
+                 "expanded": out_meta(["B", "D", "S3"]), "trunc": out_meta(["B", "D", "S3"], "int32"),
+                 "ranged": out_meta(["B", "D", "S3"]), "min_bc": out_meta(["B", "D", "S3", "S2"]),
+                 "max_s": out_meta(["B", "D", "S3"]), "ones": out_meta(["B", "S3"]), "weight2": out_meta(["S3", "S2"]),
+                 "cond_tuple": out_meta(["B", "D", "S3"]), "cond_module": out_meta(["B", "D", "S2"]),
+                 "acts": out_meta(["B", "D", "S3"])}},
+    {"name": "x_conv_pool_strided", "task": "forward", "model": CONV_POOL, "ref": ref_conv_pool,
+     "inputs": _inputs({"x": ((B, "T", 3), "float32", None), "t": ((B, "T"), "int32", 3)}),
+     "params": {"conv.filter": (2, 3, 3), "conv.bias": (2,), "norm.scale": (3,), "norm.bias": (3,),
+                "proj.weight": (3, 2), "lstm.ff_weight": (8, 3), "lstm.rec_weight": (8, 2), "lstm.bias": (8,)},
+     "outputs": {"conv": out_meta(["B", "D", "S2"]), "pool": out_meta(["B", "D", "S3"]),
+                 "pool1d": out_meta(["B", "D", "S3"]), "proj": out_meta(["B", "D", "S2"]),
+                 "xtx": out_meta(["B", "S3", "S2"]), "sm_t": out_meta(["B", "D", "S3"]),
+                 "ce_probs": out_meta(["B", "D"]), "lstm3": out_meta(["B", "S2"])}},
 ]
