@@ -163,6 +163,8 @@ class ReturnnLayersBackend(Backend):
         t = a if is_tensor(a) else b
         dtype = t.dtype
         sparse = t.sparse_dim if dtype.startswith("int") else None
+        if _broadcast_all(a, b):  # the combine layer matches feature axes; the rf op broadcasts by dims only
+            return _combine_op(a, kind, b, dims, dtype, sparse)
         if not (is_tensor(a) and is_tensor(b) and a.dtype != b.dtype) and kind in _COMBINE_LAYER_KINDS and \
                 (dtype != "int32" or kind != "truediv"):
             if sparse is not None and (not is_tensor(a) or not is_tensor(b) or a.sparse_dim != b.sparse_dim):
@@ -178,7 +180,7 @@ class ReturnnLayersBackend(Backend):
             return _emit("compare", [a], dims, "bool", kind=kind, value=_scalar(b), name=kind)
         if not is_tensor(a):
             return _emit("compare", [b], dims, "bool", kind=_SWAPPED.get(kind, kind), value=_scalar(a), name=kind)
-        if a.dtype != b.dtype:
+        if a.dtype != b.dtype or _broadcast_all(a, b):
             return _combine_op(a, kind, b, dims, "bool", None, operand_dtype=a.dtype)
         return _emit("compare", [a, b], dims, "bool", kind=kind, name=kind)
 
@@ -240,7 +242,8 @@ class ReturnnLayersBackend(Backend):
             dtype, sparse = "bool", None
         else:
             dtype, sparse = source.dtype, None
-        if mode not in _REDUCE_LAYER_MODES or (mode in ("any", "all")) != (source.dtype == "bool"):
+        if mode not in _REDUCE_LAYER_MODES or (mode in ("any", "all")) != (source.dtype == "bool") or \
+                source.sparse_dim is not None:  # the reduce layer refuses sparse inputs
             return _make("reduce", [source], rest, dtype, sparse_dim=sparse,
                          opts={"mode": mode, "axes": axes, "use_mask": use_mask}, name="reduce_" + mode)
         return _emit("reduce", [source], rest, dtype, sparse_dim=sparse, mode=mode, axes=axes,
@@ -326,7 +329,7 @@ class ReturnnLayersBackend(Backend):
                              axis=axis)
             return _make("gather", [source], dims, source.dtype, sparse_dim=source.sparse_dim,
                          opts={"axis": axis, "clip_to_valid": clip_to_valid, "index_value": indices})
-        common = [d for d in indices.dims if d in source.dims]
+        common = [d for d in indices.dims if d in source.dims and d != axis]
         src_rest = [d for d in source.dims if d not in common and d != axis]
         idx_rest = [d for d in indices.dims if d not in common]
         # natural order: source dims with axis replaced by the (new) index dims
@@ -598,6 +601,14 @@ _ACTIVATIONS = {"relu_square": "tf.square(tf.nn.relu(x))", "gelu": "tf.nn.gelu(x
 
 def _scalar(v):
     return v.tolist() if hasattr(v, "tolist") else v
+
+
+def _broadcast_all(a, b):
+    """Whether neither operand has all dims of the result (allow_broadcast_all_sources)."""
+    if not (is_tensor(a) and is_tensor(b)):
+        return False
+    sa, sb = set(a.dims), set(b.dims)
+    return not (sa <= sb or sb <= sa)
 
 
 def _combine_op(a, kind, b, dims, dtype, sparse, operand_dtype=None):
