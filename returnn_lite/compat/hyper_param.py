@@ -31,14 +31,15 @@ class HyperParam:
 
 def check_no_hyper_params(value, where):
     """Raise ValueError naming ``where`` (and the key path) if ``value`` contains a :class:`HyperParam`."""
-    stack = [(where, value)]
+    stack = [((where,), value)]  # (key path, value); the path is formatted only for the error
     while stack:
         path, v = stack.pop()
         if isinstance(v, HyperParam):
             raise ValueError(
                 "%s is a HyperParam placeholder (%r): returnn_lite does not do hyper-parameter tuning; "
-                "put a plain value there (e.g. its default %r)" % (path, v, v.default))
+                "put a plain value there (e.g. its default %r)" % (
+                    path[0] + "".join("[%r]" % (k,) for k in path[1:]), v, v.default))
         if isinstance(v, dict):
-            stack.extend(("%s[%r]" % (path, k), x) for k, x in v.items())
+            stack.extend((path + (k,), x) for k, x in v.items())
         elif isinstance(v, (list, tuple)):
-            stack.extend(("%s[%i]" % (path, i), x) for i, x in enumerate(v))
+            stack.extend((path + (i,), x) for i, x in enumerate(v))
