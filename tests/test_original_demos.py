@@ -41,9 +41,6 @@ FAIL_CLEARLY = {
     "demo-timit-lstm-ctc.config": r"'TimitDataset' from the original's module 'returnn.datasets.generating'",
     # written for Python 2 (print statement): the original cannot load it on Python 3 either
     "demo-tf-contribrnn-lstm.12ax.config": r"demo-tf-contribrnn-lstm.12ax.config:8: Python 2 syntax.*print",
-    # "work in progress" in the original: its decoder is only built in search (only_on_search, an extra search net
-    # via search_train_network_layers)
-    "demo-tf-hard-att-copy.config": r"layer 'output'.*only_on_search=True is not supported",
     # the old line format of the Theano backend: its hidden_type lstm_opt is a Theano layer
     "demo-task12ax.config": r"hidden_type 'lstm_opt' is not supported",
 }
@@ -115,6 +112,28 @@ def test_torch_demo_trains_and_forwards(tmp_path, capsys):
     with h5py.File(str(tmp_path / "out.hdf"), "r") as f:
         lens = f["seqLengths"][:, 0]
         assert len(lens) == 3 and f["inputs"].shape == (lens.sum(), 2)
+
+
+def test_hard_att_copy_demo_search_train_net():
+    # "work in progress" in the original. Its decoder 'output' is only_on_search: the training net has none of its
+    # layers; search_train_network_layers builds it (and the encoder it uses) in an extra search net. There the
+    # demo's eval layer 'energy_in1' broadcasts all its sources (template [B,T,5,K]: the static dim of 't_rel_var'
+    # added, as the original's combine template at behavior_version 0) while its eval function returns [B,T,K]: the
+    # loop state 'att' gets that template and the LSTM 's' reading prev:att fails, naming the layer.
+    from returnn_lite.engine.engine import Engine
+
+    config = Config()
+    config.load_file(os.path.join(DEMOS, "demo-tf-hard-att-copy.config"))
+    with tf.Graph().as_default():
+        net = TFNetwork(config=config, train_flag=True)
+        net.construct_from_dict(config.typed_value("network"))
+        assert not net.layers and not net.losses_dict
+    engine = Engine(config)
+    try:
+        with pytest.raises(Exception, match=r"layer 'output/s' .*output tensor has rank 3 but its template"):
+            engine.init_network_from_config(config)
+    finally:
+        engine.close()
 
 
 def _train(tmp_path, capsys, name, *args):

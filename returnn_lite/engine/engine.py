@@ -332,6 +332,17 @@ class Engine:
                                      search_flag=self.task == "search")
             with returnn_import_hook(), global_config_ctx(config):
                 self.network.construct_from_dict(net_dict)
+                if train and self.task not in ("forward", "search") and config.list("search_train_network_layers"):
+                    from ..extra_net import construct_search_train_net
+
+                    names = config.list("search_train_network_layers")
+                    unknown = [name for name in names if name not in net_dict]
+                    if unknown:
+                        raise EngineError("search_train_network_layers %r: no layer(s) %s in the network" % (
+                            names, ", ".join(repr(name) for name in unknown)))
+                    layers = construct_search_train_net(self.network, net_dict, names)
+                    self.log.v3("search train network layers: %s" % ", ".join(
+                        "%s %r #: %s" % (x.layer_class, x.name, x.output.dim) for x in layers))
             self.network.get_global_train_step_var()
             extra_vars = []
             if self.dist is not None:
