@@ -30,7 +30,7 @@ from .extern_data import DataNotFound, ExternData
 from .extra_net import only_on_search_layers, search_only_deps
 from .layer_options import check_explicit_output, iter_nested_layer_descs, validate_layer_desc
 from .layer_ref import data_key, is_layer_target, parse_layer_ref
-from .layers.base import InternalLayer, LayerBase, get_layer_class
+from .layers.base import InternalLayer, LayerBase, apply_out_dim, get_layer_class
 from .losses.holder import LossHolder  # noqa: F401 (part of this module's API, as in the original)
 from .network_api import NetworkAPIMixin, strip_net_dict_meta
 from .util import NotSpecified, did_you_mean
@@ -323,6 +323,7 @@ class TFNetwork(NetworkAPIMixin):
             output = layer_class.get_out_data_from_opts(name=name, network=self, **layer_desc)
             if output is None:
                 raise ValueError("%s.get_out_data_from_opts returned no template" % layer_class.__name__)
+            output = apply_out_dim(layer_class, output, layer_desc, name)  # the option out_dim of every layer
             assign_output_beam(layer_class, output, layer_desc)
             layer = layer_class(name=name, network=self, output=output, **layer_desc)
         layer.kwargs = layer_desc

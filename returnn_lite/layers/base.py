@@ -79,6 +79,11 @@ class LayerBase:
     :param out_shape: the expected output dims (a set of Dims, as the original): the output template must have
         exactly these (inside a rec loop also the loop's time dim), else an error naming the layer; an
         :class:`OutShape` also checks dtype and sparse dim and names where the dims were decided (e.g. the rf call)
+    :param out_dim: the output feature (or sparse) Dim: gives n_out where that is missing, and the output template
+        takes this Dim object as its feature dim (classes with an own ``out_dim`` option handle it themselves)
+    :param in_dim: the input feature Dim: must be the feature dim of the (concatenated) sources (same Dim, or an
+        unnamed one of that size), else an error naming the option
+    :param param_dropout_min_ndim: ``param_dropout`` only on params with at least this many dims (None: all)
     """
 
     layer_class = None
@@ -117,7 +122,8 @@ class LayerBase:
                  param_dropout=None, updater_opts=None, initial_output=None, state=None, need_last=False,
                  rec_previous_layer=None, encapsulate=False, collocate_with=None, trainable=None,
                  custom_param_importer=None, register_as_extern_data=None, control_dependencies_on_output=None,
-                 debug_print_layer_output=None, out_shape=None, **kwargs):
+                 debug_print_layer_output=None, out_shape=None, out_dim=None, in_dim=None,
+                 param_dropout_min_ndim=None, **kwargs):
         if kwargs:
             bad = sorted(kwargs)
             raise TypeError("%s layer %r: unknown option%s %s" % (
@@ -149,6 +155,9 @@ class LayerBase:
         self.param_device = param_device
         self.param_variational_noise = param_variational_noise
         self.param_dropout = param_dropout
+        self.param_dropout_min_ndim = param_dropout_min_ndim
+        if in_dim is not None:
+            check_in_dim(self.layer_class, name, in_dim, sources)
         self.control_dependencies_on_output = control_dependencies_on_output
         self.debug_print_layer_output = debug_print_layer_output
         if out_shape is not None:
@@ -217,6 +226,8 @@ class LayerBase:
             v = d.get(opt.name)
             if v is not None:
                 d[opt.name] = resolve_layer_option(opt, v, get_layer, network)
+        if d.get("out_dim") is not None:
+            out_dim_to_n_out(cls, d)
 
     @classmethod
     def get_layer_option_decls(cls):
@@ -375,7 +386,8 @@ class LayerBase:
             if noise:
                 y = y + tf.random.normal(tf.shape(y), stddev=noise, dtype=y.dtype,
                                          seed=self.network.random_seed_for(self, "param_noise"))
-            if rate and x.shape.rank is not None and x.shape.rank >= 2:
+            min_ndim = getattr(self, "param_dropout_min_ndim", None) or 0
+            if rate and x.shape.rank is not None and x.shape.rank >= min_ndim:
                 y = tf.nn.dropout(y, rate=rate, seed=self.network.random_seed_for(self, "param_dropout"))
             return y
 
@@ -529,6 +541,98 @@ def _layers_in(value):
     elif isinstance(value, dict):
         for x in value.values():
             yield from _layers_in(x)
+
+
+def generic_dim_options(layer_class):
+    """
+    Of ``out_dim`` / ``in_dim``: those that LayerBase handles for this class (no class below it declares them in its
+    ``__init__``; such classes handle their own).
+    """
+    res = _generic_dim_options.get(layer_class)
+    if res is None:
+        res = set()
+        for opt in ("out_dim", "in_dim"):
+            for klass in layer_class.__mro__:
+                init = klass.__dict__.get("__init__")
+                if init is not None and opt in getattr(init, "__code__", _NO_CODE).co_varnames[
+                        :init.__code__.co_argcount + init.__code__.co_kwonlyargcount]:
+                    if klass is LayerBase:
+                        res.add(opt)
+                    break
+        res = _generic_dim_options[layer_class] = frozenset(res)
+    return res
+
+
+_generic_dim_options = {}
+_NO_CODE = (lambda: None).__code__
+
+
+def _check_dim_option(layer_class, name, option, value):
+    if not isinstance(value, Dim):
+        raise ValueError("%s layer %r: option %s must be a Dim, got %r" % (layer_class, name, option, value))
+
+
+def out_dim_to_n_out(layer_class, d):
+    """The option ``out_dim`` (handled by LayerBase) gives ``n_out`` where that is missing (in place, on the dict)."""
+    out_dim = d.get("out_dim")
+    if out_dim is None or "out_dim" not in generic_dim_options(layer_class):
+        return
+    _check_dim_option(layer_class.layer_class, "?", "out_dim", out_dim)
+    if (d.get("n_out", NotSpecified) in (NotSpecified, None) and "out_type" not in d and out_dim.dimension
+            and getattr(layer_class, "n_out_is_output_dim", True) and not issubclass(layer_class, CopyLayer)):
+        d["n_out"] = out_dim.dimension  # (copy-like layers take the input's dim: apply_out_dim checks it)
+
+
+def apply_out_dim(layer_class, output, opts, name):
+    """
+    The option ``out_dim`` (handled by LayerBase): the output template's feature dim (or sparse dim) becomes this
+    Dim; it must have its size. Returns the template (a copy where a dim was replaced).
+    """
+    out_dim = opts.get("out_dim")
+    if out_dim is None or output is None or "out_dim" not in generic_dim_options(layer_class):
+        return output
+    _check_dim_option(layer_class.layer_class, name, "out_dim", out_dim)
+    if out_dim in output.dims or (output.sparse and output.sparse_dim == out_dim):
+        return output
+    if output.sparse and output.sparse_dim.dimension == out_dim.dimension:
+        output = output.copy_template()
+        output.sparse_dim = out_dim
+        return output
+    axis = output.feature_dim_axis
+    if axis is not None and output.dims[axis].dimension == out_dim.dimension:
+        new = output.copy_template_replace_dim_tag(axis, out_dim, name=output.name)
+        if new.feature_dim_axis != axis:
+            new.feature_dim_axis = axis
+        new.beam = output.beam
+        return new
+    from ..errors import LayerOptionError
+
+    raise LayerOptionError("%s layer %r: option out_dim=%s does not match the output %s (%s)" % (
+        layer_class.layer_class, name, out_dim.short_repr(), output.short_repr(),
+        "no feature dim" if axis is None and not output.sparse else "dim %r" % output.dim), "out_dim")
+
+
+def check_in_dim(layer_class, name, in_dim, sources):
+    """
+    The option ``in_dim`` (handled by LayerBase): the feature dim of the (concatenated) sources. Accepted: that very
+    Dim, or (a Dim declared by the config while the sources have an unnamed feature dim) one of the same size.
+    """
+    from ..errors import LayerOptionError
+
+    _check_dim_option(layer_class, name, "in_dim", in_dim)
+    sources = [s for s in sources if s is not None]
+    if not sources:
+        raise LayerOptionError("%s layer %r: option in_dim=%s given, but the layer has no input" % (
+            layer_class, name, in_dim.short_repr()), "in_dim")
+    data = concat_sources_template(sources) if len(sources) > 1 else sources[0].output
+    feat = data.sparse_dim if data.sparse else (
+        data.dims[data.feature_dim_axis] if data.feature_dim_axis is not None else None)
+    if feat is not None and (feat == in_dim or feat.dimension == in_dim.dimension and in_dim not in data.dims):
+        return
+    where = "it is another axis of the input %s" % data.short_repr() if in_dim in data.dims else (
+        "the input %s has feature dim %s" % (data.short_repr(), feat.short_repr() if feat is not None else None))
+    raise LayerOptionError("%s layer %r: option in_dim=%s must be the input's feature dim (%s; returnn_lite takes "
+                           "in_dim only as the feature dim)" % (layer_class, name, in_dim.short_repr(), where), "in_dim")
 
 
 class OutShape(frozenset):

@@ -219,7 +219,7 @@ class ConvLayer(_ConvBase):
     :param filter: layer whose output is used as the filter instead of a param
     :param filter_perm: dict mapping filter axes to reorder the given filter layer's axes
     :param bias: layer whose output is used as the bias instead of a param
-    :param in_dim: the input feature (channel) Dim (default: the input's feature dim)
+    :param in_dim: the input feature (channel) Dim: checked to be the input's feature dim (see LayerBase)
     :param in_spatial_dims: the input's spatial Dims to convolve over (default: all spatial axes)
     :param out_dim: the output feature (channel) Dim (alternative to n_out)
     :param out_spatial_dims: the output spatial Dims (default: new dims computed from the input ones)
@@ -227,14 +227,13 @@ class ConvLayer(_ConvBase):
     """
 
     layer_class = "conv"
-    unsupported_options = {"in_dim": (None,)}
     options_without_effect = {"auto_use_channel_first": "a layout choice for speed; the output is the same"}
 
     def __init__(self, n_out=None, filter_size=None, padding=None, strides=1, dilation_rate=1, groups=1,
                  input_expand_dims=0, input_add_feature_dim=False, input_split_feature_dim=None,
                  auto_use_channel_first=False, with_bias=NotSpecified, activation=None,
                  forward_weights_init="glorot_uniform", bias_init=0.0, filter=None, filter_perm=None, bias=None,
-                 in_dim=None, in_spatial_dims=None, out_dim=None, out_spatial_dims=None, use_time_mask=False,
+                 in_spatial_dims=None, out_dim=None, out_spatial_dims=None, use_time_mask=False,
                  **kwargs):
         super().__init__(**kwargs)
         opts = self._norm_opts(filter_size, strides, dilation_rate)
@@ -335,20 +334,18 @@ class PoolLayer(_ConvBase):
     :param dilation_rate: dilation per spatial axis
     :param strides: stride per spatial axis (default: pool_size)
     :param use_channel_first: use channel-first layout
-    :param in_dim: the input feature (channel) Dim (default: the input's feature dim)
+    :param in_dim: the input feature (channel) Dim: checked to be the input's feature dim (see LayerBase)
     :param in_spatial_dims: the input's spatial Dims to convolve over (default: all spatial axes)
-    :param out_dim: the output feature (channel) Dim (alternative to n_out)
+    :param out_dim: the output feature (channel) Dim, the input's one (the template takes this Dim; see LayerBase)
     :param out_spatial_dims: the output spatial Dims (default: new dims computed from the input ones)
     :param use_time_mask: zero the padded frames of dynamic spatial axes before applying
     """
 
     layer_class = "pool"
-    unsupported_options = {"in_dim": (None,), "out_dim": (None,)}
     options_without_effect = {"use_channel_first": "a layout choice for speed; the output is the same"}
 
     def __init__(self, mode, pool_size, padding="VALID", dilation_rate=1, strides=None, use_channel_first=False,
-                 in_dim=None, in_spatial_dims=None, out_dim=None, out_spatial_dims=None, use_time_mask=False,
-                 **kwargs):
+                 in_spatial_dims=None, out_spatial_dims=None, use_time_mask=False, **kwargs):
         super().__init__(**kwargs)
         pool_size, strides, dilation_rate = self._norm_opts(pool_size, strides, dilation_rate)
         padding = padding.upper()
@@ -418,7 +415,7 @@ class TransposedConvLayer(_ConvBase):
     :param filter: layer whose output is used as the filter instead of a param
     :param filter_perm: dict mapping filter axes to reorder the given filter layer's axes
     :param bias: layer whose output is used as the bias instead of a param
-    :param in_dim: the input feature (channel) Dim (default: the input's feature dim)
+    :param in_dim: the input feature (channel) Dim: checked to be the input's feature dim (see LayerBase)
     :param in_spatial_dims: the input's spatial Dims to convolve over (default: all spatial axes)
     :param out_dim: the output feature (channel) Dim (alternative to n_out)
     :param out_spatial_dims: the output spatial Dims (default: new dims computed from the input ones)
@@ -426,11 +423,11 @@ class TransposedConvLayer(_ConvBase):
     """
 
     layer_class = "transposed_conv"
-    unsupported_options = {"filter_perm": (None,), "in_dim": (None,)}
+    unsupported_options = {"filter_perm": (None,)}
 
     def __init__(self, filter_size, activation=None, strides=None, padding="same", remove_padding=0,
                  output_padding=None, with_bias=True, forward_weights_init="glorot_uniform", bias_init=0.0,
-                 filter=None, filter_perm=None, bias=None, in_dim=None, in_spatial_dims=None, out_dim=None,
+                 filter=None, filter_perm=None, bias=None, in_spatial_dims=None, out_dim=None,
                  out_spatial_dims=None, use_time_mask=False, **kwargs):
         super().__init__(**kwargs)
         filter_size, strides, remove_padding, output_padding = self._norm_opts(

@@ -758,8 +758,11 @@ class AccumulateMeanLayer(ReduceLayer):
     """
 
     layer_class = "accumulate_mean"
+    unsupported_options = {"mode": ("mean",), "keep_dims": (False,)}  # (the reduce options it fixes)
 
     def __init__(self, exp_average, axes="bt", initial_value=None, is_prob_distribution=None, **kwargs):
+        kwargs.pop("mode", None)  # "mean" (others are refused: unsupported_options)
+        kwargs.pop("keep_dims", None)  # False (likewise)
         super().__init__(mode="mean", axes=axes, keep_dims=False, **kwargs)
         out = self.output
         if out.have_batch_axis() or any(d is None for d in out.batch_shape):
@@ -777,6 +780,7 @@ class AccumulateMeanLayer(ReduceLayer):
     @classmethod
     def get_out_data_from_opts(cls, name, sources, axes="bt", **kwargs):
         kwargs.pop("mode", None)
+        kwargs.pop("keep_dims", None)
         for k in ("exp_average", "initial_value", "is_prob_distribution"):
             kwargs.pop(k, None)
         return super().get_out_data_from_opts(name=name, sources=sources, mode="mean", axes=axes, **kwargs)

@@ -161,9 +161,10 @@ class CombineDimsLayer(MergeDimsLayer):
     """Deprecated variant of merge_dims; always keeps the given order of the axes (keep_order=True)."""
 
     layer_class = "combine_dims"
+    unsupported_options = {"keep_order": (True, None)}
 
     def __init__(self, **kwargs):
-        kwargs.pop("keep_order", None)
+        kwargs.pop("keep_order", None)  # True (False is refused: unsupported_options)
         super().__init__(keep_order=True, **kwargs)
 
     @classmethod

@@ -25,7 +25,7 @@ from ...network import assign_output_beam
 from ...subnetwork import Subnetwork
 from ...losses.holder import LossHolder
 from ...util import as_list
-from ..base import InternalLayer, LayerBase, last_hidden_state
+from ..base import InternalLayer, LayerBase, apply_out_dim, last_hidden_state
 from ..search import select_beam_tensor, tile_batch
 
 tf1 = tf.compat.v1
@@ -385,6 +385,7 @@ class RecTemplateBuilder:
 
     def _add_template(self, name, layer_class, **kwargs):
         out = layer_class.get_out_data_from_opts(name=name, network=self.net, **kwargs)
+        out = apply_out_dim(layer_class, out, kwargs, name)  # the option out_dim of every layer
         assign_output_beam(layer_class, out, kwargs)
         layer = _TemplateLayer(name, self.net, out, layer_class, kwargs)
         self.net.layers[name] = layer
