@@ -35,6 +35,7 @@ CONSTRUCT = {
     "demo-rhn-enwik8.config": 10489445,  # the rhn unit (depth 5, 1000 units); its Enwik8Corpus data is not here
 }
 FAIL_CLEARLY = {
+    # (its network built as it is, without task hyper_param_tuning: see test_hyper_param_tuning_demo)
     "demo-hyper-param-tuning.config": r"HyperParam placeholder.*hyper-parameter tuning",
     # the original's neural_transducer is built on tf.contrib.seq2seq (TF 1 only): it cannot build this demo on TF 2 either
     "demo-tf-neural-transducer.12ax.config": r"layer .output.*neural_transducer. is not available in returnn_lite.*tf.contrib",
@@ -135,6 +136,35 @@ def test_hard_att_copy_demo_search_train_net():
             engine.init_network_from_config(config)
     finally:
         engine.close()
+
+
+def test_hyper_param_tuning_demo(tmp_path, capsys):
+    # task hyper_param_tuning: each individual (default, canonical, random, crossed over) trains a fresh model on
+    # the first num_train_steps seqs; the cost is its train score of 'output'; the best settings are printed
+    out = _train(tmp_path, capsys, "demo-hyper-param-tuning.config", "++hyper_param_tuning",
+                 "{'num_train_steps': 10, 'num_tune_iterations': 2, 'num_individuals': 3, 'num_threads': 1}")
+    assert "network['fw0']['n_out']: HyperParam(int, [1, 100], default=20)" in out
+    costs = {name: float(c) for name, c in re.findall(r"Individual (\S+): train cost: ([\d.e+-]+)", out)}
+    assert {"default", "canonical", "1-0"} <= set(costs) and len(costs) >= 4, out[-3000:]
+    best = re.findall(r"Best (\d+) settings:\nIndividual (\S+) cost: ([\d.e+-]+)", out)
+    assert best and float(best[0][2]) == min(costs.values()), out[-3000:]
+    default = out[out.index("Training 'default' using hyper params:"):]
+    assert "learning_rate: HyperParam(float, [1e-06, 1], log=True, default=0.01) -> 0.01" in default
+    assert main([os.path.join(DEMOS, "demo-hyper-param-tuning.config"), "++hyper_param_tuning",
+                 "{'num_individuals': 3, 'num_trian_steps': 5}"]) == 1
+    assert "hyper_param_tuning: unknown option(s) ['num_trian_steps']" in capsys.readouterr().err
+
+
+def test_hyper_params_values():
+    from returnn_lite.compat.hyper_param import HyperParam
+
+    lr = HyperParam(float, [1e-6, 1], log=True, default=0.01)
+    assert lr.get_default_value() == 0.01 and abs(lr.get_initial_value() - 1e-3) < 1e-9  # log-space middle
+    assert HyperParam(int, [1, 100]).get_value(0.5) == 50 and HyperParam(["a", "b", "c"]).get_value(0.99) == "c"
+    assert HyperParam(bool).get_default_value() is False and HyperParam("float").get_initial_value() == 0.0
+    assert lr.merge_values(1e-4, 1e-2) == pytest.approx(1e-3) and HyperParam(int, [0, 9]).merge_values(2, 5) == 3
+    with pytest.raises(ValueError, match=r"bounds must be \[low, high\]"):
+        HyperParam(float, [1, 0])
 
 
 def _train(tmp_path, capsys, name, *args):

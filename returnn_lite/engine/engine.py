@@ -149,7 +149,7 @@ class Engine:
 
     def run(self):
         tasks = {"train": self.train, "eval": self.eval_task, "forward": self.forward_task,
-                 "search": self.search_task}
+                 "search": self.search_task, "hyper_param_tuning": self.hyper_param_tuning_task}
         if self.task not in tasks:
             raise EngineError("unknown task %r; supported: %s" % (self.task, ", ".join(sorted(tasks))))
         for key in ("train", "dev", "eval", "eval_datasets"):  # e.g. Sprint datasets: refused before anything is built
@@ -881,6 +881,17 @@ class Engine:
             raise EngineError("task forward needs 'output_file' (the HDF file to write)")
         self._init_for_inference(dataset)
         self.forward_to_hdf(dataset, output_file)
+
+    def hyper_param_tuning_task(self):
+        """Evolutionary search over the config's HyperParam placeholders (see hyper_param_tuning.py)."""
+        from .hyper_param_tuning import HyperParamTuning
+
+        self._init_train_datasets()
+        try:
+            tuning = HyperParamTuning(self.config, self.train_data, type(self), self.log)
+        except ValueError as exc:
+            raise EngineError(str(exc)) from None
+        tuning.work()
 
     def search_task(self):
         from .search import search_task
