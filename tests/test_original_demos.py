@@ -97,6 +97,16 @@ def test_rf_demo_trains(tmp_path, capsys):
     assert len(scores) == 2 and scores[1] < scores[0], out[-2000:]
 
 
+def test_rf_demo_trains_on_its_torch_backend(tmp_path, capsys):
+    pytest.importorskip("torch")
+    out = _train(tmp_path, capsys, "demo-rf.config", "++num_epochs", "2", "++learning_rate_file", str(tmp_path / "lr"),
+                 "++train", "{'class': 'Task12AXDataset', 'num_seqs': 60}",
+                 "++dev", "{'class': 'Task12AXDataset', 'num_seqs': 10, 'fixed_random_seed': 1}")
+    scores = [float(s) for s in re.findall(r"epoch \d+ score: ([\d.e+-]+)", out)]
+    assert len(scores) == 2 and scores[1] < scores[0], out[-2000:]
+    assert os.path.exists(str(tmp_path / "model.002.pt"))
+
+
 def test_torch_demo_trains_and_forwards(tmp_path, capsys):
     # demo-torch: a plain torch.nn.Module from get_model, losses marked as raw torch tensors (packed frames),
     # forward_step's output dims from model_outputs
