@@ -158,8 +158,8 @@ class TFNetwork(NetworkAPIMixin):
                     or desc.get("register_as_extern_data")):
                 self.construct_layer(net_dict, name, get_layer=get_layer)
         if self.parent_net is None:
-            check_unreached_layers(self, {k: v for k, v in net_dict.items() if k not in search_only and k not in
-                                          search_only_deps(net_dict, search_only)})
+            skipped = search_only | search_only_deps(net_dict, search_only)  # (no warning for those)
+            check_unreached_layers(self, {k: v for k, v in net_dict.items() if k not in skipped} if skipped else net_dict)
 
     def _validate_net_dict(self, net_dict):
         """The options of every layer dict, also of layers that are never built (e.g. an is_output_layer typo)."""
