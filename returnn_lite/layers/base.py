@@ -55,7 +55,8 @@ class LayerBase:
     :param param_device: device of the params (e.g. "CPU")
     :param is_output_layer: build this layer even if nothing depends on it
     :param only_on_eval: the loss only counts in evaluation, not in training
-    :param only_on_search: (refused unless False) the loss only in search
+    :param only_on_search: this layer (and top-level layers depending on it) only in a network with search_flag
+        (search, or the extra net of ``search_train_network_layers`` in training); skipped otherwise
     :param copy_output_loss_from_source_idx: (refused unless None) take the loss of a source
     :param batch_norm: batch normalization of the output (True or a dict of batch_norm options)
     :param L2: L2 constraint factor of the params (adds L2 * sum of squares to the constraints)
@@ -69,7 +70,7 @@ class LayerBase:
     :param need_last: inside a rec unit: keep the last frame (rec_last_output)
     :param rec_previous_layer: inside a rec unit: this layer of the previous step (set by the loop)
     :param encapsulate: (refused unless False) build all sub-layers as one unit
-    :param collocate_with: (refused unless empty) layers to collocate with in a rec loop
+    :param collocate_with: in a rec loop: layers that stay with this one (moved out of the loop only together)
     :param trainable: False: the params are not updated in training
     :param custom_param_importer: function(layer, values_dict, session) loading this layer's params from a checkpoint
     :param register_as_extern_data: register the output as extern data under this key
@@ -98,11 +99,13 @@ class LayerBase:
     dep_attributes = ()  # attributes with layers this layer depends on that are no option (e.g. a subnetwork's output)
     option_types = {"batch_norm": (bool, dict)}  # accepted types where the default's type is not the only one
     # options refused (an error naming them) unless they have one of these values
-    unsupported_options = {"only_on_search": (False, None), "copy_output_loss_from_source_idx": (None,),
-                           "state": (None,), "encapsulate": (False, None), "collocate_with": (None, (), []),
+    unsupported_options = {"copy_output_loss_from_source_idx": (None,),
+                           "state": (None,), "encapsulate": (False, None),
                            "updater_opts": (None, {})}
     # options honoured outside the layer class (checked by tests/test_layer_options.py)
     options_read_elsewhere = {"need_last": "the rec loop (layers/rec/subnet.py)",
+                              "collocate_with": "the rec loop (layers/rec/subnet.py)",
+                              "only_on_search": "the network (network.py construct_from_dict)",
                               "initial_output": "the rec loop (layers/rec/subnet.py)"}
     options_without_effect = {}  # option -> why the behaviour is already the one asked for
     n_out_is_output_dim = True  # an explicit n_out must equal the output's feature dim
