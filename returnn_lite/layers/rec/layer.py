@@ -196,11 +196,11 @@ class RnnCellLayer(_CellMixin, ConcatInputLayer):
     :param unit: the cell name, e.g. "lstm", "nativelstm2", "gru" (required)
     :param unit_opts: dict of options for the cell
     :param initial_state: initial state: "zeros", "ones", "var", "keep_over_epoch", a layer, or a dict per state
-    :param weights_init: initializer of the cell weights; refused
+    :param weights_init: initializer of the cell's params that have no own one (the weight matrices; default
+        glorot_uniform = the original's "xavier"), as the original's variable-scope initializer
     """
 
     layer_class = "rnn_cell"
-    unsupported_options = {"weights_init": (None,)}
     recurrent = True
 
     @classmethod
@@ -211,9 +211,16 @@ class RnnCellLayer(_CellMixin, ConcatInputLayer):
     def __init__(self, unit, unit_opts=None, initial_state=None, initial_output=None, weights_init=None,
                  **kwargs):
         super().__init__(**kwargs)
+        self._weights_init = weights_init
         # over time (moved out of a rec loop), the state params are created in the "rec" scope as the original
         # ("<layer>/rec/initial_c"); inside the loop, the rec loop creates them ("<layer>/initial_c")
         self._build_cell(_cells.get_cell_class(unit, step_only=True), unit_opts, initial_state, 1, "rec/", True)
+
+    def create_param(self, name, shape, initializer=None, **kwargs):
+        """The option weights_init: for the params the cell creates with the default initializer (the weights)."""
+        if getattr(self, "_weights_init", None) is not None and initializer in (None, "glorot_uniform"):
+            initializer = self._weights_init
+        return super().create_param(name, shape, initializer=initializer, **kwargs)
 
     @classmethod
     def transform_config_dict(cls, d, network, get_layer):

@@ -1,0 +1,71 @@
+"""
+Options tools/audit_layer_options.py found accepted but dropped, refused without need or not accepted, now honoured
+(checked by numbers) or refused with an error naming layer, class and option.
+"""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from returnn_lite.data import FeatureDim, SpatialDim, batch_dim
+from returnn_lite.network import NetworkLayerException
+from returnn_lite.testing import build_network, random_feed
+
+tf1 = tf.compat.v1
+EXTERN = {"data": {"dim": 5}, "classes": {"dim": 4, "sparse": True}}
+
+
+def _run(net_dict, fetch_layers=("output",), extern=None, train_flag=False):
+    with tf.Graph().as_default():
+        net = build_network(net_dict, extern or EXTERN, train_flag=train_flag)
+        with tf1.Session() as session:
+            net.initialize_params(session)
+            feed = random_feed(net, [4, 2], seed=1)
+            x = feed[net.extern_data.data["data"].placeholder]
+            outs = session.run([net.get_layer(n).output.placeholder for n in fetch_layers], feed_dict=feed)
+            params = {p.op.name: v for p, v in zip(net.get_params_list(), session.run(net.get_params_list()))}
+    return net, x, outs, params
+
+
+def _error(net_dict, extern=None):
+    with tf.Graph().as_default():
+        with pytest.raises(NetworkLayerException) as info:
+            build_network(net_dict, extern or EXTERN)
+    return str(info.value)
+
+
+@pytest.mark.parametrize("unit", ["LSTMBlock", "GRU"])
+def test_rnn_cell_weights_init(unit):
+    """weights_init: the cell's weight matrices (params without an own initializer); biases keep theirs."""
+    _, _, _, params = _run({"output": {"class": "rnn_cell", "unit": unit, "n_out": 3, "weights_init": 0.25,
+                                       "from": "data"}})
+    weights = {k: v for k, v in params.items() if v.ndim == 2}
+    biases = {k: v for k, v in params.items() if v.ndim == 1}
+    assert weights and biases
+    for k, v in weights.items():
+        np.testing.assert_array_equal(v, 0.25, err_msg=k)
+    for k, v in biases.items():
+        assert not np.all(v == 0.25), k
+
+
+def test_rnn_cell_default_weights_init_is_glorot_uniform():
+    _, _, _, params = _run({"output": {"class": "rnn_cell", "unit": "LSTMBlock", "n_out": 3, "from": "data"}})
+    (w,) = [v for v in params.values() if v.ndim == 2]
+    limit = np.sqrt(6.0 / sum(w.shape))
+    assert np.abs(w).max() <= limit and w.std() > limit / 4
+
+
+@pytest.mark.parametrize("opts, option", [
+    ({"class": "accumulate_mean", "exp_average": 0.1, "mode": "sum"}, "mode"),
+    ({"class": "accumulate_mean", "exp_average": 0.1, "keep_dims": True}, "keep_dims"),
+    ({"class": "combine_dims", "axes": "BT", "keep_order": False}, "keep_order"),
+])
+def test_refused_instead_of_dropped(opts, option):
+    msg = _error({"output": dict(opts, **{"from": "data"})})
+    assert "'output'" in msg and "option %s=" % option in msg and "not supported" in msg and opts["class"] in msg
+
+
+def test_accumulate_mean_mode_mean_accepted():
+    net, x, (y,), _ = _run({"output": {"class": "accumulate_mean", "exp_average": 0.1, "mode": "mean",
+                                       "from": "data"}})
+    np.testing.assert_array_equal(y, 0.0)  # the initial running mean
