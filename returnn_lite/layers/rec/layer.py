@@ -303,10 +303,12 @@ class RecLayer(_CellMixin, ConcatInputLayer):
         no input: the Dim of the new time axis (subnetwork unit only)
     :param in_dim: the input feature Dim (default: the input's feature dim)
     :param out_dim: the output feature Dim (alternative to n_out)
+    :param max_seq_len_via: (refused unless None) a layer giving the maximum number of loop steps
     """
 
     layer_class = "rec"
     default_from = staticmethod(_rec_default_from)
+    unsupported_options = {"max_seq_len_via": (None,)}
     options_read_elsewhere = dict(LayerBase.options_read_elsewhere, include_eos="the rec loop (layers/rec/subnet.py)")
     recurrent = True
 
@@ -314,7 +316,7 @@ class RecLayer(_CellMixin, ConcatInputLayer):
                  max_seq_len=None, forward_weights_init=None, recurrent_weights_init=None, bias_init=None,
                  optimize_move_layers_out=None, cheating=False, unroll=False, back_prop=None,
                  use_global_rec_step_offset=False, include_eos=False, debug=None, axis=None, in_dim=None,
-                 out_dim=None, **kwargs):
+                 out_dim=None, max_seq_len_via=None, **kwargs):
         if not isinstance(unit, str):  # a subnetwork unit: its template (RecSubnetTemplate, see construct_children)
             kwargs.setdefault("dropout", 0)
         super().__init__(**kwargs)
