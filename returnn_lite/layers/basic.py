@@ -52,12 +52,15 @@ class DropoutLayer(CopyLayer):
 
 
 def _filter_grad(x, threshold, axes):
-    """Identity; in backprop, the gradient of a sequence is zeroed where its mean square over ``axes`` <= threshold."""
+    """
+    Identity; in backprop, as the original's filter_grad: the gradient of a sequence is removed (zero) where its
+    max square over ``axes`` is not below the threshold (kept where max(grad**2) < threshold).
+    """
 
     @tf.custom_gradient
     def _identity(v):
         def grad(dy):
-            keep = tf.greater(tf.reduce_mean(tf.square(dy), axis=axes, keepdims=True), threshold)
+            keep = tf.less(tf.reduce_max(tf.square(dy), axis=axes, keepdims=True), threshold)
             return tf.where(tf.logical_and(keep, tf.ones_like(dy, dtype=tf.bool)), dy, tf.zeros_like(dy))
 
         return tf.identity(v), grad
@@ -70,7 +73,8 @@ class LinearLayer(ConcatInputLayer):
 
     :param activation: activation function name (e.g. "relu", "tanh", "softmax") or None for linear output
     :param with_bias: add a bias vector b (default True)
-    :param grad_filter: if set (float threshold): in backprop, zero the gradient of sequences whose mean square is <= it
+    :param grad_filter: if set (float threshold): in backprop, zero the gradient of sequences whose max square is
+        >= it (the original's filter_grad: large gradients are removed)
     :param forward_weights_init: initializer of W (default "glorot_uniform"; name, number or init string)
     :param bias_init: initializer of b (default 0.0)
     :param use_transposed_weights: store W as [n_out, n_in] and transpose it (default False)

@@ -69,3 +69,26 @@ def test_accumulate_mean_mode_mean_accepted():
     net, x, (y,), _ = _run({"output": {"class": "accumulate_mean", "exp_average": 0.1, "mode": "mean",
                                        "from": "data"}})
     np.testing.assert_array_equal(y, 0.0)  # the initial running mean
+
+
+def test_linear_grad_filter_removes_sequences_with_large_grads():
+    """
+    grad_filter (the original's filter_grad): per sequence, the gradient through the linear output is kept where
+    max(grad**2) over the other axes is below the threshold, else zero. The output grads here are c[b] per sequence.
+    """
+    with tf.Graph().as_default():
+        net = build_network({"output": {"class": "linear", "activation": None, "n_out": 2, "grad_filter": 4.0,
+                                        "from": "data"}}, EXTERN, train_flag=True)
+        layer = net.get_layer("output")
+        c = tf.constant([1.0, 3.0])  # seq 0: grad**2 = 1 < 4 (kept); seq 1: 9 >= 4 (removed)
+        x_in = net.extern_data.data["data"]
+        g_x, g_w = tf.gradients(tf.reduce_sum(layer.output.placeholder * c[:, None, None]), [x_in.placeholder,
+                                                                                          layer.params["W"]])
+        with tf1.Session() as session:
+            net.initialize_params(session)
+            feed = random_feed(net, [4, 4], seed=2)
+            gx, gw, w = session.run([g_x, g_w, layer.params["W"]], feed_dict=feed)
+            x = feed[x_in.placeholder]
+    np.testing.assert_allclose(gx[0], np.tile(w.sum(axis=1), (4, 1)), rtol=1e-5)
+    np.testing.assert_array_equal(gx[1], 0.0)
+    np.testing.assert_allclose(gw, np.tile(x[0].sum(axis=0)[:, None], (1, 2)), rtol=1e-5)
