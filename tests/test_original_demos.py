@@ -98,6 +98,25 @@ def test_rf_demo_trains(tmp_path, capsys):
     assert len(scores) == 2 and scores[1] < scores[0], out[-2000:]
 
 
+def test_torch_demo_trains_and_forwards(tmp_path, capsys):
+    # demo-torch: a plain torch.nn.Module from get_model, losses marked as raw torch tensors (packed frames),
+    # forward_step's output dims from model_outputs
+    pytest.importorskip("torch")
+    import h5py
+
+    args = ["++learning_rate_file", str(tmp_path / "lr"),
+            "++dev", "{'class': 'Task12AXDataset', 'num_seqs': 20, 'fixed_random_seed': 1}"]
+    out = _train(tmp_path, capsys, "demo-torch.config", "++num_epochs", "2", "++log_verbosity", "3",
+                 "++train", "{'class': 'Task12AXDataset', 'num_seqs': 100}", *args)
+    scores = re.findall(r"epoch \d+ score: ([\d.e+-]+) error: ([\d.e+-]+)", out)
+    assert len(scores) == 2 and float(scores[1][0]) < float(scores[0][0]) and 0 < float(scores[1][1]) < 0.5, out
+    _train(tmp_path, capsys, "demo-torch.config", "++task", "forward", "++output_file", str(tmp_path / "out.hdf"),
+           "++eval", "{'class': 'Task12AXDataset', 'num_seqs': 3, 'fixed_random_seed': 1}", *args)
+    with h5py.File(str(tmp_path / "out.hdf"), "r") as f:
+        lens = f["seqLengths"][:, 0]
+        assert len(lens) == 3 and f["inputs"].shape == (lens.sum(), 2)
+
+
 def _train(tmp_path, capsys, name, *args):
     rc = main([os.path.join(DEMOS, name), "++model", str(tmp_path / "model"), "++log_verbosity", "3"] + list(args))
     out = capsys.readouterr().out

@@ -165,7 +165,12 @@ class TorchEngine(Engine):
         self.extern_data = TensorDict()
         self.extern_data.update(extern_data_opts, auto_convert=True)
         self.model = config.typed_value("get_model")(epoch=self.epoch or 1, step=self.global_step)
-        self.pt_module = rf_module_to_pt_module(self.model)
+        import torch
+
+        if isinstance(self.model, torch.nn.Module):  # a plain PyTorch model (demos/demo-torch.config)
+            self.pt_module = self.model
+        else:
+            self.pt_module = rf_module_to_pt_module(self.model)
         self.network = _NetworkShim(self)
         self.data_keys = sorted(k for k in self.extern_data.data if k in dataset.get_data_keys()) \
             if dataset is not None else sorted(self.extern_data.data)
@@ -275,7 +280,8 @@ class TorchEngine(Engine):
             for batch in self._batches(dataset, self.epoch, train=False):
                 arrays = batch_to_arrays(dataset, batch, self.data_keys)
                 self._set_extern_data(arrays)
-                rf.init_forward_step_run_ctx(epoch=self.epoch or 1, step=n)
+                rf.init_forward_step_run_ctx(epoch=self.epoch or 1, step=n,
+                                             expected_outputs=self._expected_outputs())
                 self.pt_module.eval()
                 with torch.no_grad():
                     forward_step(model=self.model, extern_data=self.extern_data)
@@ -298,6 +304,30 @@ class TorchEngine(Engine):
         if writer is not None:
             writer.close()
         self.log.v1("forward: wrote %i seqs of output %r to %s" % (n, name, output_file))
+
+    def _expected_outputs(self):
+        """The config's ``model_outputs`` as a TensorDict (dynamic dims get a lengths template that
+        forward_step may fill, as demo-torch does), or None."""
+        import torch
+
+        from ..data import batch_dim
+        from ..tensor.tensor_dict import TensorDict
+        from ..torch.frontend._backend import _new
+
+        opts = self.config.typed_value("model_outputs", None)
+        if not opts:
+            return None
+        outputs = TensorDict()
+        try:
+            outputs.update(opts, auto_convert=True)
+        except Exception as exc:
+            raise EngineError("model_outputs %r: %s" % (opts, exc)) from None
+        for t in outputs.data.values():
+            for d in t.dims:
+                d.reset_eager()
+                if d.dimension is None and not d.is_batch_dim():
+                    d.dyn_size_ext = _new("%s:size" % d.description, [batch_dim], torch.zeros([0], dtype=torch.int32))
+        return outputs
 
 
 def _batch_major(out):

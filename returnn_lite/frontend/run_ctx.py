@@ -87,6 +87,8 @@ class RunCtx:
         from ._utils import is_tensor
 
         site = call_site()
+        if not is_tensor(loss) and _is_raw_tensor(loss):
+            loss = _raw_to_tensor(loss, name, float_=as_error)
         if not is_tensor(loss):
             raise FrontendError("mark_as_loss(%r) at %s: expects an rf Tensor, got %r" % (name, site, loss))
         if self.stage != "train_step":
@@ -110,6 +112,9 @@ class RunCtx:
         from ._utils import is_tensor
 
         site = call_site()
+        if not is_tensor(tensor) and _is_raw_tensor(tensor):
+            tensor = self._raw_output(tensor, name, dims, site)
+            dims = None
         if not is_tensor(tensor):
             raise FrontendError("mark_as_output(%r) at %s: expects an rf Tensor, got %r" % (name, site, tensor))
         if name in self.outputs.data:
@@ -123,6 +128,17 @@ class RunCtx:
         out = get_backend_for_tensor(tensor).make_output_tensor(tensor, dims, name=name)
         self.outputs.data[name] = out
 
+    def _raw_output(self, raw, name, dims, site):
+        """A raw backend tensor as output: its dims from ``dims`` or the expected output (config model_outputs)."""
+        from .array_ import convert_to_tensor
+
+        if dims is None and self.expected_outputs is not None and name in self.expected_outputs.data:
+            dims = self.expected_outputs.data[name].dims
+        if dims is None:
+            raise FrontendError("mark_as_output(%r) at %s: a raw tensor needs dims (shape=...) or an entry %r in the "
+                                "config's model_outputs" % (name, site, name))
+        return convert_to_tensor(raw, dims=dims, name=name)
+
     def mark_as_default_output(self, tensor, *, shape=None):
         self.mark_as_output(tensor, "output", dims=shape)
 
@@ -135,6 +151,25 @@ class RunCtx:
             v = loss.get_scaled_reduced_loss()
             total = v if total is None else total + v
         return 0.0 if total is None else total
+
+
+def _is_raw_tensor(x):
+    """A tensor of a backend (e.g. a torch.Tensor in a plain PyTorch train_step), not a Python number."""
+    return hasattr(x, "shape") and hasattr(x, "dtype") and not isinstance(x, (int, float, bool))
+
+
+def _raw_to_tensor(raw, name, *, float_=False):
+    """A raw loss tensor as Tensor with static dims (as the original's mark_as_loss does); a bool/int error
+    (e.g. frame errors) as float32, so that it sums to the number of errors."""
+    from ..data import Dim
+    from . import math_ as _math
+    from .array_ import convert_to_tensor
+
+    dims = [Dim(int(n), name="%s_dim%i" % (name, i)) for i, n in enumerate(raw.shape)]
+    t = convert_to_tensor(raw, dims=dims, name=name)
+    if float_ and t.dtype not in ("float16", "float32", "float64", "bfloat16"):
+        t = _math.cast(t, "float32")
+    return t
 
 
 def init_train_step_run_ctx(*, train_flag=True, step=0, epoch=1):

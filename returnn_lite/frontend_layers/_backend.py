@@ -15,6 +15,9 @@ rf Tensor's dims, dtype, sparse dim and the rf call site), so construction fails
 a layer's output does not have exactly the frontend's dims. The dim order of a layer's output is the layer class'
 choice; rf Tensors address dims by Dim, and the output layers (make_output_tensor) transpose to the asked order.
 
+:mod:`._norm`: ``batch_norm`` (rf.BatchNorm, with the rf params via ``reuse_params``), ``random``, ``ctc_loss``,
+cross entropy against dense targets (log-softmax + ``dot``).
+
 Params are ``variable`` layers named by the rf param name (``lstm.ff_weight`` -> layer ``lstm/ff_weight`` with the TF
 variable ``lstm/ff_weight/param``). Scalar operands are shared ``constant`` layers (``const``, ``const_1``, ...).
 
@@ -22,12 +25,8 @@ variable ``lstm/ff_weight/param``). Scalar operands are shared ``constant`` laye
 
 - rf.LSTM (``lstm``): the rec layer's LSTM units create their own params in their own layout; rf's
   ff_weight/rec_weight/bias (gate order i, f, g, o) cannot be handed to them.
-- rf.BatchNorm (``batch_norm``): the running mean/variance are rf params updated by the op itself; the batch_norm
-  layer creates and updates its own variables.
-- rf.random (``random``): no layer class draws random floats (rand_int only draws ints).
-- rf.ctc_loss (``ctc_loss``): the ctc_loss layer takes its time axes from the time_dim_axis and needs targets with one
-  class less than the logits; rf names the dims and the blank index.
-- cross entropy against dense (soft) targets: the CE layer class is for sparse targets only.
+- cross entropy with sparse targets of a float dtype or with dims the logits lack (dense targets are log-softmax +
+  ``dot``, see :mod:`._norm`).
 - concat along dynamic dims: the concat layer concatenates padded tensors, rf concatenates per sequence.
 - ops whose operands the layer classes do not take: Tensor-valued pad paddings/values, slice bounds or dropout
   rates, constants/fills over dynamic dims, mixed-dtype combine/compare (and int truediv), casting a sparse non-int,
@@ -41,6 +40,7 @@ from __future__ import annotations
 from ..data import Data, Dim, batch_dim
 from ..frontend._backend import Backend
 from ..frontend._utils import FrontendError, broadcast_dims, call_site, concat_out_dims, dims_str, is_tensor
+from . import _norm
 from ._emit import _const, _emit, _make, _operands, _raw_name, _sources
 from ._net import Layer, get_current_builder
 
@@ -402,24 +402,21 @@ class ReturnnLayersBackend(Backend):
                      source.dtype, sparse_dim=source.sparse_dim, set_dim_tags={in_dim: out_dim}, name="replace_dim")
 
     # ---- losses ----
-    @staticmethod
-    def softmax_cross_entropy_with_logits(*, logits, targets, axis):
+    @classmethod
+    def softmax_cross_entropy_with_logits(cls, *, logits, targets, axis):
         dims = [d for d in logits.dims if d != axis]
         if targets.sparse_dim is not None and set(targets.dims) <= set(dims) and targets.dtype.startswith("int"):
             return _emit("sparse_softmax_cross_entropy_with_logits", None, dims, logits.dtype,
                          logits=_raw_name(logits), targets=_raw_name(targets), axis=axis, name="cross_entropy")
+        if targets.sparse_dim is None and axis in targets.dims:
+            return _norm.dense_cross_entropy(cls, logits=logits, targets=targets, axis=axis)
         return _make("softmax_ce", [logits, targets], dims, logits.dtype, opts={"axis": axis},
                      name="cross_entropy")
 
     @staticmethod
     def ctc_loss(*, logits, targets, input_spatial_dim, targets_spatial_dim, blank_index, max_approx=False):
-        class_dims = [d for d in logits.dims if d not in (batch_dim, input_spatial_dim)]
-        if len(class_dims) != 1 or set(logits.dims) != {batch_dim, input_spatial_dim, class_dims[0]}:
-            raise FrontendError("rf.ctc_loss at %s: logits must have dims [batch, time, classes], got %s" % (
-                call_site(), dims_str(logits.dims)))
-        return _make("ctc_loss", [logits, targets], [batch_dim], logits.dtype,
-                     opts={"input_spatial_dim": input_spatial_dim, "targets_spatial_dim": targets_spatial_dim,
-                           "blank_index": blank_index, "class_dim": class_dims[0]})
+        return _norm.ctc_loss(logits=logits, targets=targets, input_spatial_dim=input_spatial_dim,
+                              targets_spatial_dim=targets_spatial_dim, blank_index=blank_index, max_approx=max_approx)
 
     # ---- random ----
     @staticmethod
@@ -438,20 +435,16 @@ class ReturnnLayersBackend(Backend):
     @staticmethod
     def random(*, dims, dtype, distribution, mean=None, stddev=None, bound=None, minval=None, maxval=None,
                seed=None, sparse_dim=None):
-        if bound is not None:
-            minval, maxval = -bound, bound
-        return _make("random", [], dims, dtype, sparse_dim=sparse_dim,
-                     opts={"distribution": distribution, "mean": mean, "stddev": stddev, "minval": minval,
-                           "maxval": maxval, "seed": seed})
+        return _norm.random(dims=dims, dtype=dtype, distribution=distribution, mean=mean, stddev=stddev, bound=bound,
+                            minval=minval, maxval=maxval, seed=seed, sparse_dim=sparse_dim)
 
     # ---- nn ----
     @staticmethod
     def batch_norm(source, *, in_dim, running_mean, running_variance, gamma, beta, epsilon, momentum, affine,
                    use_mask):
-        sources = [source, running_mean, running_variance] + ([gamma, beta] if affine else [])
-        return _make("batch_norm", sources, source.dims, source.dtype,
-                     opts={"in_dim": in_dim, "epsilon": epsilon, "momentum": momentum, "use_mask": use_mask,
-                           "affine": affine})
+        return _norm.batch_norm(source, in_dim=in_dim, running_mean=running_mean, running_variance=running_variance,
+                                gamma=gamma, beta=beta, epsilon=epsilon, momentum=momentum, affine=affine,
+                                use_mask=use_mask)
 
     @staticmethod
     def conv(source, *, in_dim, out_dim, in_spatial_dims, out_spatial_dims=None, filter, filter_size,  # noqa

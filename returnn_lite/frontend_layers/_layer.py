@@ -542,19 +542,6 @@ def _softmax_ce(layer, inputs, out, axis):
     return to_out(y, rest, out)
 
 
-@op("ctc_loss")
-def _ctc_loss(layer, inputs, out, input_spatial_dim, targets_spatial_dim, blank_index, class_dim):
-    from ..data import batch_dim
-
-    logits, targets = inputs
-    x = align_exact(logits, [input_spatial_dim, batch_dim, class_dim])
-    labels = align_exact(targets, [batch_dim, targets_spatial_dim])
-    loss = tf.nn.ctc_loss(
-        labels=tf.cast(labels, tf.int32), logits=x, label_length=targets_spatial_dim.complete_dyn_size(),
-        logit_length=input_spatial_dim.complete_dyn_size(), logits_time_major=True, blank_index=blank_index)
-    return loss
-
-
 @op("dropout")
 def _dropout(layer, inputs, out, rate, axes, on_forward):
     x = inputs[0].placeholder
@@ -567,53 +554,6 @@ def _dropout(layer, inputs, out, rate, axes, on_forward):
     if on_forward:
         return tf.nn.dropout(x, rate=rate, noise_shape=noise_shape, seed=seed)
     return layer.network.dropout_on_train(x, rate, noise_shape=noise_shape, seed=seed)
-
-
-@op("random")
-def _random(layer, inputs, out, distribution, mean, stddev, minval, maxval, seed):
-    shape = _shape(layer, out)
-    seed = layer.network.random.randint(2 ** 31) if seed is None else seed
-    if distribution == "normal":
-        return tf.random.normal(shape, mean=mean or 0.0, stddev=1.0 if stddev is None else stddev, dtype=out.dtype,
-                                seed=seed)
-    if distribution == "truncated_normal":
-        return tf.random.truncated_normal(shape, mean=mean or 0.0, stddev=1.0 if stddev is None else stddev,
-                                          dtype=out.dtype, seed=seed)
-    if distribution == "uniform":
-        return tf.random.uniform(shape, minval=minval or 0, maxval=1 if maxval is None else maxval,
-                                 dtype=out.dtype, seed=seed)
-    raise ValueError("random: unknown distribution %r" % distribution)
-
-
-@op("batch_norm")
-def _batch_norm(layer, inputs, out, in_dim, epsilon, momentum, use_mask, affine):
-    src, mean_d, var_d = inputs[:3]
-    dims = list(src.dims)
-    x = src.placeholder
-    mean = align(mean_d, dims)
-    var = align(var_d, dims)
-
-    def _norm(m, v):
-        y = (x - m) * tf.math.rsqrt(v + epsilon)
-        if affine:
-            y = y * align(inputs[3], dims) + align(inputs[4], dims)
-        return y
-
-    def _train():
-        axes = [i for i, d in enumerate(dims) if d != in_dim]
-        dyn = [d for d in dims if d.dimension is None and not d.is_batch_dim()] if use_mask else []
-        ones = masked(tf.ones_like(x), dims, dyn, 0.0)
-        n = tf.reduce_sum(ones, axis=axes, keepdims=True)
-        b_mean = tf.reduce_sum(x * ones, axis=axes, keepdims=True) / n
-        b_var = tf.reduce_sum(tf.square(x - b_mean) * ones, axis=axes, keepdims=True) / n
-        mean_var = layer.sources[1].params["param"]
-        var_var = layer.sources[2].params["param"]
-        upd = [tf1.assign(mean_var, mean_var * (1 - momentum) + tf.reshape(b_mean, [-1]) * momentum),
-               tf1.assign(var_var, var_var * (1 - momentum) + tf.reshape(b_var, [-1]) * momentum)]
-        with tf.control_dependencies(upd):
-            return tf.identity(_norm(b_mean, b_var))
-
-    return layer.network.cond_on_train(_train, lambda: _norm(mean, var))
 
 
 def _conv_like(layer, src, in_dim, in_spatial_dims, out_spatial_dims, out, fn):

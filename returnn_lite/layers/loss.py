@@ -166,9 +166,13 @@ class CtcLossLayer(_LogitsTargetsLayer):
     """CTC loss per sequence ([B] float32) of ``logits`` [B,T,N] (unnormalized) against sparse ``targets``.
     :param logits: layer with the (unnormalized) logits (required)
     :param targets: layer with the sparse target labels (required)
-    :param blank_index: index of the blank label (-1: the last one)
+    :param blank_index: index of the blank label (-1: the last one; then the targets have one class less than the
+        logits, else at most as many)
     :param max_approx: use the Viterbi (max) approximation instead of the sum
     :param logits_normalized: the logits are already log-probabilities
+    :param input_spatial_dim: the time dim of the logits (default: their time axis); the logits are then
+        [B, input_spatial_dim, classes] in any order
+    :param targets_spatial_dim: the time dim of the targets (default: their time axis)
     """
 
     layer_class = "ctc_loss"
@@ -176,38 +180,73 @@ class CtcLossLayer(_LogitsTargetsLayer):
                                                    "normalized log-probabilities unchanged"}
     recurrent = True
 
-    def __init__(self, logits, targets, blank_index=-1, max_approx=False, logits_normalized=False, **kwargs):
+    def __init__(self, logits, targets, blank_index=-1, max_approx=False, logits_normalized=False,
+                 input_spatial_dim=None, targets_spatial_dim=None, **kwargs):
         super().__init__(**kwargs)
         self.logits, self.targets = logits, targets
-        lg = logits.output.copy_as_batch_major().copy_with_time_dim_axis(1).copy_with_feature_last()
-        tg = targets.output.copy_as_batch_major()
-        num_classes = lg.dim
+        lg, tg = self._logits_targets(logits.output, targets.output, input_spatial_dim, targets_spatial_dim)
+        num_classes = lg.dims[2].dimension
         if blank_index < 0:
             blank_index += num_classes
+        logit_length, label_length = _lengths(lg.dims[1]), _lengths(tg.dims[1])
         if max_approx:  # only the best (Viterbi) alignment
             from ..losses.ctc import ctc_loss_viterbi
 
             self.output.placeholder = ctc_loss_viterbi(
-                logits=lg.copy_as_time_major().placeholder, logits_seq_lens=lg.get_sequence_lengths(),
-                targets=tg.placeholder, targets_seq_lens=tg.get_sequence_lengths(), blank_index=blank_index)
+                logits=lg.copy_as_time_major().placeholder, logits_seq_lens=logit_length,
+                targets=tg.placeholder, targets_seq_lens=label_length, blank_index=blank_index)
             return
         self.output.placeholder = tf.nn.ctc_loss(
             labels=tf.cast(tg.placeholder, tf.int32), logits=lg.placeholder,
-            label_length=tg.get_sequence_lengths(), logit_length=lg.get_sequence_lengths(),
+            label_length=label_length, logit_length=logit_length,
             logits_time_major=False, blank_index=blank_index)
 
+    @staticmethod
+    def _logits_targets(lg, tg, input_spatial_dim=None, targets_spatial_dim=None):
+        """logits as [B,T,N], targets as [B,T'] (batch-major, time axis 1)."""
+        lg = lg.copy_as_batch_major()
+        if input_spatial_dim is None:
+            lg = lg.copy_with_time_dim_axis(1).copy_with_feature_last()
+        else:
+            lg = lg.copy_move_axis(lg.dims.index(input_spatial_dim), 1)
+        tg = tg.copy_as_batch_major()
+        if targets_spatial_dim is not None:
+            tg = tg.copy_move_axis(tg.dims.index(targets_spatial_dim), 1)
+        return lg, tg
+
     @classmethod
-    def get_out_data_from_opts(cls, name, logits, targets, **kwargs):
+    def get_out_data_from_opts(cls, name, logits, targets, blank_index=-1, input_spatial_dim=None,
+                               targets_spatial_dim=None, **kwargs):
         if not targets.output.sparse:
             raise ValueError("ctc_loss layer %r: targets %r must be sparse" % (name, targets.name))
-        if targets.output.dim is None or logits.output.dim is None:
+        for opt, dim, layer in (("input_spatial_dim", input_spatial_dim, logits),
+                                ("targets_spatial_dim", targets_spatial_dim, targets)):
+            if dim is not None and (dim not in layer.output.dims or dim.dimension is not None):
+                raise ValueError("ctc_loss layer %r: option %r %s is not a dynamic dim of %r %s" % (
+                    name, opt, dim, layer.name, layer.output.short_repr()))
+        lg = logits.output
+        if input_spatial_dim is not None:
+            if lg.batch_dim_axis is None or lg.batch_ndim != 3:
+                raise ValueError("ctc_loss layer %r: logits %r must be [B, input_spatial_dim, classes], got %s" % (
+                    name, logits.name, lg.short_repr()))
+            num_classes = [d for i, d in enumerate(lg.dims) if i != lg.batch_dim_axis and d != input_spatial_dim][
+                0].dimension
+        else:
+            num_classes = lg.dim
+        if targets.output.dim is None or num_classes is None:
             raise ValueError("ctc_loss layer %r: options 'logits' (dim %r) and 'targets' (%r classes) need known dims" % (
-                name, logits.output.dim, targets.output.dim))
-        if targets.output.dim + 1 != logits.output.dim:
+                name, num_classes, targets.output.dim))
+        if blank_index == -1 and targets.output.dim + 1 != num_classes:
             raise ValueError("ctc_loss layer %r: logits dim %r must be the targets' %r classes + 1 (blank)" % (
-                name, logits.output.dim, targets.output.dim))
-        out = logits.output
-        return Data(name="%s_output" % name, dims=[out.dims[out.batch_dim_axis]], dtype="float32")
+                name, num_classes, targets.output.dim))
+        if blank_index != -1 and not (-num_classes <= blank_index < num_classes and targets.output.dim <= num_classes):
+            raise ValueError("ctc_loss layer %r: blank_index %r must be in [0, %i) (the logits dim) and the targets' "
+                             "%r classes at most that many" % (name, blank_index, num_classes, targets.output.dim))
+        return Data(name="%s_output" % name, dims=[lg.dims[lg.batch_dim_axis]], dtype="float32")
+
+
+def _lengths(dim):
+    return dim.dyn_size if dim.dyn_size is not None else dim.complete_dyn_size()
 
 
 class SparseSoftmaxCrossEntropyWithLogitsLayer(_LogitsTargetsLayer):

@@ -30,9 +30,14 @@ def moments(x, axes, keepdims=False):
     return mean, variance
 
 
-def _moments_cur_batch(data, masked_time):
-    """Mean and variance over all axes except the feature axis (only the valid frames with masked_time)."""
+def _moments_cur_batch(data, masked_time, mask_all_dynamic=False):
+    """
+    Mean and variance over all axes except the feature axis (only the valid frames with masked_time: of the time
+    axis, or with mask_all_dynamic of every dynamic axis).
+    """
     x = data.placeholder
+    if masked_time and mask_all_dynamic:
+        return _masked_moments(data)
     f = data.feature_dim_axis
     t = data.time_dim_axis
     if masked_time and t is not None and data.have_batch_axis() and data.dims[t].dyn_size is not None:
@@ -47,10 +52,25 @@ def _moments_cur_batch(data, masked_time):
     return moments(x, axes)
 
 
+def _masked_moments(data):
+    """Mean and (biased) variance over all axes except the feature axis, weighting out the padding of each axis."""
+    x = data.placeholder
+    f = data.feature_dim_axis
+    axes = [i for i in range(data.batch_ndim) if i != f]
+    weight = tf.ones_like(x)
+    for i in data.get_dynamic_axes():
+        if i != f and data.dims[i].dyn_size is not None:
+            weight = tf.where(data.get_sequence_mask_broadcast(i), weight, tf.zeros_like(weight))
+    n = tf.reduce_sum(weight, axis=axes)
+    mean = tf.reduce_sum(x * weight, axis=axes) / n
+    centered = x - tf.stop_gradient(tf.reshape(mean, _bc_shape(data)))
+    return mean, tf.reduce_sum(tf.square(centered) * weight, axis=axes) / n
+
+
 def apply_batch_norm(layer, data, use_shift=True, use_std=True, use_sample=0.0, force_sample=False,
                      momentum=NotSpecified, epsilon=1e-3, update_sample_only_in_training=NotSpecified,
                      delay_sample_update=NotSpecified, param_version=NotSpecified, gamma_init=1.0, beta_init=0.0,
-                     masked_time=NotSpecified):
+                     masked_time=NotSpecified, in_dim=None):
     """
     Batch normalization of data (a Data with placeholder) with params under ``<layer>/batch_norm/``.
     Defaults are those of behavior version 0: momentum 0.99 (weight of the current batch in the running
@@ -58,6 +78,8 @@ def apply_batch_norm(layer, data, use_shift=True, use_std=True, use_sample=0.0, 
     immediately (no delay), param_version 0 (names ``<layer>_<data name>_mean`` etc., broadcast shapes),
     masked_time True. Training uses the current batch statistics, eval the running ones (use_sample=1).
     The update ops are registered via network.register_post_control_dependencies.
+    in_dim: the normalized axis (a Dim of data) instead of the feature axis; then masked_time masks every dynamic
+    axis (as rf.BatchNorm's use_mask), not only the time axis.
     :rtype: tf.Tensor
     """
     if momentum is NotSpecified:
@@ -70,6 +92,12 @@ def apply_batch_norm(layer, data, use_shift=True, use_std=True, use_sample=0.0, 
         param_version = 0
     if masked_time is NotSpecified:
         masked_time = True
+    if in_dim is not None:
+        if in_dim not in data.dims:
+            raise ValueError("batch_norm on layer %r: option 'in_dim' %s is not a dim of the input %s" % (
+                layer.name, in_dim, data.short_repr()))
+        data = data.copy()
+        data.feature_dim_axis = data.dims.index(in_dim)
     if data.feature_dim_axis is None or data.sparse:
         raise ValueError("batch_norm on layer %r: input %s needs a dense feature axis" % (layer.name, data.short_repr()))
     if param_version == 0:
@@ -95,7 +123,7 @@ def apply_batch_norm(layer, data, use_shift=True, use_std=True, use_sample=0.0, 
         need_cur = update_sample or (use_sample != 1 and (force_sample or train))
         mean_cur = var_cur = None
         if need_cur:
-            mean_cur, var_cur = _moments_cur_batch(data, masked_time)
+            mean_cur, var_cur = _moments_cur_batch(data, masked_time, mask_all_dynamic=in_dim is not None)
             mean_cur = tf.reshape(mean_cur, stats_shape)
             var_cur = tf.reshape(var_cur, stats_shape)
         sm, sv = sample_mean, sample_variance
@@ -156,7 +184,7 @@ def apply_batch_norm(layer, data, use_shift=True, use_std=True, use_sample=0.0, 
 
 _BN_OPTS = ("use_shift", "use_std", "use_sample", "force_sample", "momentum", "epsilon",
             "update_sample_only_in_training", "delay_sample_update", "param_version", "gamma_init", "beta_init",
-            "masked_time")
+            "masked_time", "in_dim")
 
 
 class BatchNormLayer(CopyLayer):
@@ -173,6 +201,8 @@ class BatchNormLayer(CopyLayer):
     :param gamma_init: initializer of the scale gamma
     :param beta_init: initializer of the shift beta
     :param masked_time: compute the statistics only over the non-padded frames
+    :param in_dim: the normalized dim (default: the feature axis); statistics over all other axes, and with
+        masked_time without the padding of every dynamic axis (rf.BatchNorm on the layers backend)
     """
 
     layer_class = "batch_norm"
@@ -182,7 +212,7 @@ class BatchNormLayer(CopyLayer):
                  force_sample=NotSpecified, momentum=NotSpecified, epsilon=NotSpecified,
                  update_sample_only_in_training=NotSpecified, delay_sample_update=NotSpecified,
                  param_version=NotSpecified, gamma_init=NotSpecified, beta_init=NotSpecified,
-                 masked_time=NotSpecified, **kwargs):
+                 masked_time=NotSpecified, in_dim=NotSpecified, **kwargs):
         local = dict(locals())
         super().__init__(**kwargs)
         opts = {k: local[k] for k in _BN_OPTS if local[k] is not NotSpecified}

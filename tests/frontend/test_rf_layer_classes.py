@@ -21,7 +21,7 @@ tf1 = tf.compat.v1
 ORDINARY = {"variable", "dot", "combine", "compare", "activation", "cast", "copy", "reduce", "softmax_over_spatial",
             "norm", "concat", "pad", "gather", "slice", "split_dims", "merge_dims", "expand_dims", "squeeze",
             "reinterpret_data", "dropout", "switch", "constant", "range_in_axis", "transpose",
-            "sparse_softmax_cross_entropy_with_logits", "scaled_grad", "length"}
+            "sparse_softmax_cross_entropy_with_logits", "scaled_grad", "length", "batch_norm", "random", "ctc_loss"}
 
 
 def _model_and_step():
@@ -97,6 +97,42 @@ def test_net_dict_uses_ordinary_layer_classes():
     np.testing.assert_allclose(res["cat"][:, 4:], np.argmax(res["mean"], -1)[:, None] * np.ones((2, 2)))
     np.testing.assert_array_equal(res["pos"], np.arange(5))
     np.testing.assert_array_equal(res["sizes"], [5 + 50 + 200, 3 + 50 + 200])
+
+
+def test_batch_norm_random_ctc_and_dense_ce_use_layer_classes():
+    """rf.BatchNorm, rf.random, rf.ctc_loss, cross entropy with dense targets: no frontend_op (issue 16)."""
+    time_dim, label_time, in_dim = Dim(None, name="time"), Dim(None, name="label-time"), Dim(3, name="in")
+    classes, labels = Dim(4, name="classes"), Dim(3, name="labels")
+
+    class Model(rf.Module):
+        def __init__(self):
+            super().__init__()
+            self.bn = rf.BatchNorm(in_dim)
+            self.lin = rf.Linear(in_dim, classes)
+
+    def step(*, model, extern_data, **_):
+        x = model.bn(extern_data["data"]) + rf.random_normal([batch_dim, time_dim, in_dim], stddev=0.1)
+        logits = model.lin(x)
+        rf.ctc_loss(logits=logits, targets=extern_data["targets"], input_spatial_dim=time_dim,
+                    targets_spatial_dim=label_time, blank_index=3).mark_as_loss("ctc")
+        soft = rf.softmax(rf.random_uniform([batch_dim, time_dim, classes]), axis=classes)
+        rf.cross_entropy(estimated=logits, estimated_type="logits", target=soft, axis=classes).mark_as_loss("ce")
+
+    extern_data = {"data": {"dims": (batch_dim, time_dim, in_dim), "dtype": "float32"},
+                   "targets": {"dims": (batch_dim, label_time), "dtype": "int32", "sparse_dim": labels}}
+    config = Config({"extern_data": extern_data, "get_model": lambda **_: Model(), "task": "train",
+                     "train_step": step})
+    rf.select_backend_returnn_layers_tf()
+    with tf.Graph().as_default(), global_config_ctx(config):
+        net_dict, _ = get_net_dict(epoch=1, step=0)
+        classes_used = {d["class"] for d in net_dict.values()}
+        assert classes_used <= ORDINARY, classes_used - ORDINARY
+        assert {"batch_norm", "random", "ctc_loss"} <= classes_used
+        net = TFNetwork(config=config, train_flag=True)
+        net.construct_from_dict(net_dict)
+        assert sorted(v.op.name for v in net.get_params_list()) == [
+            "bn/beta/param", "bn/gamma/param", "bn/running_mean/param", "bn/running_variance/param",
+            "lin/bias/param", "lin/weight/param"]
 
 
 def test_out_shape_mismatch_names_origin():

@@ -32,7 +32,9 @@ def _build_and_run(extern_data, get_model, step, inputs, *, train_flag=False, ta
             for d in t.dims:
                 if d.is_dynamic():
                     feed[d.dyn_size_ext.raw_tensor] = inputs["size:" + d.name]
-        res = session.run(fetches, feed_dict=feed)
+        post = net.get_post_control_dependencies()  # e.g. batch_norm's running stats updates (run by the engine)
+        res = session.run(dict(fetches, _post=post) if post else fetches, feed_dict=feed)
+        res.pop("_post", None)
         params = {}
         if fetch_params:
             by_name = {v.op.name: v for v in net.get_params_list()}

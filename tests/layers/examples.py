@@ -28,6 +28,7 @@ INTERNAL = {
 NO_INPUT_GRADIENT = {
     "accumulate_mean": "the output is the running mean variable",
     "constant": "no input",
+    "random": "no input",
     "variable": "no input, only its param",
     "gradient": "dy/dx of a linear y is constant (no second-order path)",
     "relative_positional_encoding": "depends only on the input's shape",
@@ -105,6 +106,7 @@ EXAMPLES = {
     'prefix_in_time': {},
     'print': {},
     'rand_int': {"shape": (3,), "maxval": 5, "from": []},
+    'random': {"shape": (3, 4), "distribution": "normal", "from": []},
     'range': {'limit': 5, 'from': []},
     'range_from_length': {'from': 'len', '_net': {'len': {'class': 'length', 'from': 'data'}}},
     'range_in_axis': {'axis': 'T'},
