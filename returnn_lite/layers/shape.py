@@ -879,7 +879,8 @@ class RepeatLayer(ConcatInputLayer):
     @staticmethod
     def _reps_bt(rep, data):
         """repetitions as int32 tensor broadcastable to [B,T] of data (batch-major, repeated axis at 1)."""
-        rep = rep.copy_as_batch_major()
+        if rep.have_batch_axis():
+            rep = rep.copy_as_batch_major()
         if not rep.dtype.startswith("int"):
             raise ValueError("repeat: repetitions must be int, got %s" % rep.short_repr())
         x = rep.placeholder

@@ -92,3 +92,12 @@ def test_linear_grad_filter_removes_sequences_with_large_grads():
     np.testing.assert_allclose(gx[0], np.tile(w.sum(axis=1), (4, 1)), rtol=1e-5)
     np.testing.assert_array_equal(gx[1], 0.0)
     np.testing.assert_allclose(gw, np.tile(x[0].sum(axis=0)[:, None], (1, 2)), rtol=1e-5)
+
+
+@pytest.mark.parametrize("rep_layer", [{"class": "constant", "value": 2},
+                                       {"class": "constant", "value": 2, "with_batch_dim": True}])
+def test_repeat_scalar_or_batch_repetitions_layer(rep_layer):
+    net, x, (y,), _ = _run({"r": rep_layer, "output": {"class": "repeat", "repetitions": "r", "axis": "T",
+                                                       "from": "data"}})
+    np.testing.assert_array_equal(y[0], np.repeat(x[0], 2, axis=0))  # seq 0: 4 frames -> 8
+    np.testing.assert_array_equal(y[1, :4], np.repeat(x[1, :2], 2, axis=0))  # seq 1: 2 frames -> 4
