@@ -239,3 +239,10 @@ def test_combine_allow_broadcast_all_sources():
 def test_refused_options_named(opts, option):
     msg = _error({"output": opts})
     assert "'output'" in msg and "option %s=" % option in msg and "not supported" in msg, msg
+
+
+def test_rnn_cell_out_dim_gives_the_units():
+    out = FeatureDim("lstm", 3)
+    net, x, (y,), params = _run({"output": {"class": "rnn_cell", "unit": "GRU", "out_dim": out, "from": "data"}})
+    assert net.get_layer("output").output.feature_dim is out and y.shape[-1] == 3
+    assert {v.shape[-1] for v in params.values()} == {3, 6}  # candidate (3 units), gates (2 * 3)
