@@ -101,3 +101,27 @@ def test_repeat_scalar_or_batch_repetitions_layer(rep_layer):
                                                        "from": "data"}})
     np.testing.assert_array_equal(y[0], np.repeat(x[0], 2, axis=0))  # seq 0: 4 frames -> 8
     np.testing.assert_array_equal(y[1, :4], np.repeat(x[1, :2], 2, axis=0))  # seq 1: 2 frames -> 4
+
+
+@pytest.mark.parametrize("noise_shape, same_over_batch, same_over_time", [
+    (None, True, True),  # the original's default (Data.get_bc_shape): one mask for all batch entries and frames
+    ({"*": None}, False, False),
+    ({"T": None}, True, False),
+    ({"B": None}, False, True),
+    ({"F": 1, "*": None}, False, False),
+])
+def test_dropout_noise_shape_default_broadcasts_over_batch_and_time(noise_shape, same_over_batch, same_over_time):
+    opts = {"class": "copy", "dropout": 0.5, "from": "data"}
+    if noise_shape is not None:
+        opts["dropout_noise_shape"] = noise_shape
+    with tf.Graph().as_default():
+        net = build_network({"output": opts}, {"data": {"dim": 16}}, train_flag=True)
+        data = net.extern_data.data["data"]
+        with tf1.Session() as session:
+            y = session.run(net.get_layer("output").output.placeholder, {
+                data.placeholder: np.ones((8, 6, 16), "float32"), data.size_placeholder[0]: [6] * 8})
+    assert set(np.unique(y)) <= {0.0, 2.0}
+    kept = y != 0
+    assert (kept == kept[:1]).all() == same_over_batch
+    assert (kept == kept[:, :1]).all() == same_over_time
+    assert (kept == kept[:, :, :1]).all() == (noise_shape == {"F": 1, "*": None})
