@@ -431,29 +431,38 @@ class TFNetwork(NetworkAPIMixin):
         return tf.cond(self.train_flag, fn_train, fn_eval)
 
     def apply_dropout(self, data, rate, noise_shape=None, on_forward=False, seed=None):
-        """Dropout on data in training (or always with on_forward); noise_shape as axis description dict."""
+        """
+        Dropout on data in training (or always with on_forward), as the original's layer input dropout
+        (``dropout``/``dropout_noise_shape`` options): noise_shape None or a dict {axis description: 1 (broadcast) or
+        None (not)}; axes not given broadcast (one mask for them) if they are the batch or a spatial axis (the
+        original's ``Data.get_bc_shape``: only the feature axis gets its own values), unless the key "*" gives the
+        value for all axes not given. A list/tuple is the noise shape itself.
+        """
         if not rate or (self.train_flag is False and not on_forward):
             return data
         x = data.placeholder
-        shape = None
-        if noise_shape:
-            if isinstance(noise_shape, dict):
-                dims = [None] * data.batch_ndim
-                default = noise_shape.get("*", NotGiven)
-                for k, v in noise_shape.items():
-                    if k == "*":
-                        continue
-                    for a in data.get_axes_from_description(k):
-                        dims[a] = v
-                shape = []
-                for i in range(data.batch_ndim):
-                    v = dims[i] if dims[i] is not None else (default if default is not NotGiven else None)
-                    if v != 1 and i == data.batch_dim_axis and data.beam is None and data.dims[i] is _batch_dim:
-                        shape.append(self.get_data_batch_dim())  # cached: no shape op per dropout
-                    else:
-                        shape.append(1 if v == 1 else data.get_dim(i))
-            else:
-                shape = list(noise_shape)
+        if noise_shape is None or isinstance(noise_shape, dict):
+            dims = {}
+            default = NotGiven
+            for k, v in (noise_shape or {}).items():
+                if k == "*":
+                    default = v
+                    continue
+                for a in data.get_axes_from_description(k):
+                    dims[a] = v
+            shape = []
+            for i in range(data.batch_ndim):
+                v = dims.get(i, default)
+                if v is NotGiven:  # the original's default: broadcast over batch and spatial axes
+                    v = None if i == data.feature_dim_axis else 1
+                if v in (1, "x"):
+                    shape.append(1)
+                elif i == data.batch_dim_axis and data.beam is None and data.dims[i] is _batch_dim:
+                    shape.append(self.get_data_batch_dim())  # cached: no shape op per dropout
+                else:
+                    shape.append(data.get_dim(i))
+        else:
+            shape = list(noise_shape)
 
         if on_forward:
             return data.copy(placeholder=tf.nn.dropout(x, rate=rate, noise_shape=shape, seed=seed))

@@ -581,8 +581,9 @@ def out_dim_to_n_out(layer_class, d):
         return
     _check_dim_option(layer_class.layer_class, "?", "out_dim", out_dim)
     if (d.get("n_out", NotSpecified) in (NotSpecified, None) and "out_type" not in d and out_dim.dimension
-            and getattr(layer_class, "n_out_is_output_dim", True) and not issubclass(layer_class, CopyLayer)):
-        d["n_out"] = out_dim.dimension  # (copy-like layers take the input's dim: apply_out_dim checks it)
+            and not issubclass(layer_class, CopyLayer)):
+        # (copy-like layers take the input's dim: apply_out_dim checks it; rnn_cell: the units, as without num_proj)
+        d["n_out"] = out_dim.dimension
 
 
 def apply_out_dim(layer_class, output, opts, name):

@@ -196,11 +196,11 @@ class RnnCellLayer(_CellMixin, ConcatInputLayer):
     :param unit: the cell name, e.g. "lstm", "nativelstm2", "gru" (required)
     :param unit_opts: dict of options for the cell
     :param initial_state: initial state: "zeros", "ones", "var", "keep_over_epoch", a layer, or a dict per state
-    :param weights_init: initializer of the cell weights; refused
+    :param weights_init: initializer of the cell's params that have no own one (the weight matrices; default
+        glorot_uniform = the original's "xavier"), as the original's variable-scope initializer
     """
 
     layer_class = "rnn_cell"
-    unsupported_options = {"weights_init": (None,)}
     recurrent = True
 
     @classmethod
@@ -211,9 +211,16 @@ class RnnCellLayer(_CellMixin, ConcatInputLayer):
     def __init__(self, unit, unit_opts=None, initial_state=None, initial_output=None, weights_init=None,
                  **kwargs):
         super().__init__(**kwargs)
+        self._weights_init = weights_init
         # over time (moved out of a rec loop), the state params are created in the "rec" scope as the original
         # ("<layer>/rec/initial_c"); inside the loop, the rec loop creates them ("<layer>/initial_c")
         self._build_cell(_cells.get_cell_class(unit, step_only=True), unit_opts, initial_state, 1, "rec/", True)
+
+    def create_param(self, name, shape, initializer=None, **kwargs):
+        """The option weights_init: for the params the cell creates with the default initializer (the weights)."""
+        if getattr(self, "_weights_init", None) is not None and initializer in (None, "glorot_uniform"):
+            initializer = self._weights_init
+        return super().create_param(name, shape, initializer=initializer, **kwargs)
 
     @classmethod
     def transform_config_dict(cls, d, network, get_layer):
@@ -301,16 +308,17 @@ class RecLayer(_CellMixin, ConcatInputLayer):
     :param axis: the time axis (Dim) to loop over (default: the input's time axis); with an 'end' sub-layer and
         no input: the Dim of the new time axis (subnetwork unit only); with a cell unit also single_step_dim (one
         step on [B, in_dim], the state from the option state)
-    :param in_dim: the input feature Dim (default: the input's feature dim; cell unit only)
-    :param out_dim: the output feature Dim (alternative to n_out; cell unit only)
+    :param in_dim: the input feature Dim (default: the input's feature dim)
+    :param out_dim: the output feature Dim (alternative to n_out)
     :param state: with a cell unit and axis=single_step_dim: the state of the step ({state name: layer})
+    :param max_seq_len_via: (refused unless None) a layer giving the maximum number of loop steps
     """
 
     layer_class = "rec"
     default_from = staticmethod(_rec_default_from)
     # state (cell unit with axis=single_step_dim): the state of this one step, {state name: layer}
     layer_options = (LayerOption("state", "dict"),)
-    unsupported_options = {"state": None}  # (supported here, see __init__)
+    unsupported_options = {"state": None, "max_seq_len_via": (None,)}  # (state: supported here, see __init__)
     options_read_elsewhere = dict(LayerBase.options_read_elsewhere, include_eos="the rec loop (layers/rec/subnet.py)")
     recurrent = True
 
@@ -318,7 +326,7 @@ class RecLayer(_CellMixin, ConcatInputLayer):
                  max_seq_len=None, forward_weights_init=None, recurrent_weights_init=None, bias_init=None,
                  optimize_move_layers_out=None, cheating=False, unroll=False, back_prop=None,
                  use_global_rec_step_offset=False, include_eos=False, debug=None, axis=None, in_dim=None,
-                 out_dim=None, state=None, **kwargs):
+                 out_dim=None, state=None, max_seq_len_via=None, **kwargs):
         if not isinstance(unit, str):  # a subnetwork unit: its template (RecSubnetTemplate, see construct_children)
             kwargs.setdefault("dropout", 0)
         super().__init__(**kwargs)
