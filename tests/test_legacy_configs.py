@@ -306,3 +306,24 @@ def test_python2_config_function_fails_clearly_when_it_runs():
                        "    net = {}\n    for i in xrange(2):\n        pass\n    return net\n", filename="py2f.config")
     with pytest.raises(Exception, match=r"py2f.config:7: Python 2 syntax in config: 'xrange'"):
         get_net_dict_for_epoch(config, 1)
+
+
+def test_util_helpers_of_old_setups(tmp_path, monkeypatch):
+    # Sisyphus/cluster setups clean LD_LIBRARY_PATH at load time with Util.cleanup_env_var_path
+    monkeypatch.setenv("LIBPATH_FOR_TEST", os.pathsep.join(["/opt/glibc217/lib", "/usr/lib", "/opt/glibc217"]))
+    path = tmp_path / "util_helpers.config"
+    path.write_text(
+        "#!crnn/rnn.py\n"
+        "from Util import cleanup_env_var_path, hms, human_bytes_size\n"
+        "from returnn.util.basic import dict_joined\n"
+        "cleanup_env_var_path('LIBPATH_FOR_TEST', '/opt/glibc217')\n"
+        "elapsed = hms(3725)\n"
+        "size = human_bytes_size(1536)\n"
+        "opts = dict_joined({'a': 1}, {'b': 2})\n"
+    )
+    config = Config()
+    config.load_file(str(path))
+    assert os.environ["LIBPATH_FOR_TEST"] == "/usr/lib"
+    assert config.typed_value("elapsed") == "1:02:05"
+    assert config.typed_value("size") == "1.5KB"
+    assert config.typed_value("opts") == {"a": 1, "b": 2}

@@ -7,7 +7,8 @@ from __future__ import annotations
 import getpass
 import os
 
-__all__ = ["get_login_username", "NotSpecified", "BehaviorVersion", "NumbersDict"]
+__all__ = ["get_login_username", "NotSpecified", "BehaviorVersion", "NumbersDict", "cleanup_env_var_path", "hms",
+           "hms_fraction", "human_size", "human_bytes_size", "dict_joined"]
 
 try:
     from returnn_lite.util import NotSpecified
@@ -28,6 +29,52 @@ def get_login_username():
         return getpass.getuser()
     except Exception:  # no passwd entry, e.g. in containers
         return os.environ.get("USER") or os.environ.get("LOGNAME") or "unknown"
+
+
+def cleanup_env_var_path(env_var, path_prefix):
+    """Removes the entries starting with ``path_prefix`` from the ``os.pathsep``-separated env var (if set)."""
+    if env_var not in os.environ:
+        return
+    parts = os.environ[env_var].split(os.pathsep)
+    os.environ[env_var] = os.pathsep.join(p for p in parts if not p.startswith(path_prefix))
+
+
+def hms(seconds):
+    """``3725`` -> ``"1:02:05"``."""
+    minutes, seconds = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return "%i:%02i:%02i" % (hours, minutes, seconds)
+
+
+def hms_fraction(seconds, decimals=4):
+    """``3725.5`` -> ``"1:02:05.5000"``."""
+    minutes, seconds = divmod(float(seconds), 60.0)
+    hours, minutes = divmod(int(minutes), 60)
+    return "%i:%02i:%0*.*f" % (hours, minutes, decimals + 3, decimals, seconds)
+
+
+def human_size(n, factor=1000, frac=0.8, prec=1):
+    """``1200000`` -> ``"1.2M"``."""
+    postfixes = ["", "K", "M", "G", "T", "P"]
+    i = 0
+    while i < len(postfixes) - 1 and n > factor ** (i + 1) * frac:
+        i += 1
+    if i == 0:
+        return str(n)
+    return "%.*f%s" % (prec, float(n) / factor ** i, postfixes[i])
+
+
+def human_bytes_size(n, factor=1024, frac=0.8, prec=1):
+    """``1536`` -> ``"1.5KB"``."""
+    return human_size(n, factor=factor, frac=frac, prec=prec) + "B"
+
+
+def dict_joined(*ds):
+    """The dicts merged left to right."""
+    res = {}
+    for d in ds:
+        res.update(d)
+    return res
 
 
 class BehaviorVersion:
