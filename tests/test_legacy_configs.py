@@ -327,3 +327,14 @@ def test_util_helpers_of_old_setups(tmp_path, monkeypatch):
     assert config.typed_value("elapsed") == "1:02:05"
     assert config.typed_value("size") == "1.5KB"
     assert config.typed_value("opts") == {"a": 1, "b": 2}
+
+
+def test_prev_of_an_eval_of_the_choice_is_sparse_in_the_template():
+    config = _load("transducer_switchout.config")
+    graph, net = _construct(config)
+    sub = net.layers["output"].output
+    assert sub.dim == 8
+    with graph.as_default(), tf1.Session(graph=graph) as session:
+        session.run(tf1.global_variables_initializer())
+        loss = session.run(net.get_objective(), feed_dict=random_feed(net, [6, 4]))
+    assert np.isfinite(loss)

@@ -447,6 +447,11 @@ class RecTemplateBuilder:
                 self.guessed.add(cur)
                 return InternalLayer(name="prev:" + x, network=self.net, output=self.get_layer(
                     init[len("base:"):]).output.copy_template(name="%s_guess" % x))
+            chained = self._guess_via_choice(x)
+            if chained is not None:  # e.g. an eval/copy of the choice: the target's (sparse) frame
+                self.guessed.add(cur)
+                return InternalLayer(name="prev:" + x, network=self.net,
+                                     output=chained.copy_template(name="%s_guess" % x))
             n_out = unit[x].get("n_out")
             if not isinstance(n_out, int) and x not in self.subst:
                 raise _NeedPrev(x, cur)
@@ -460,6 +465,37 @@ class RecTemplateBuilder:
             if isinstance(exc, _NeedPrev) and exc.requester != cur:
                 raise
             raise _NeedPrev(x, cur) from exc
+
+    def _guess_via_choice(self, x):
+        """
+        The template of ``x`` when ``x`` is a chain of copy / eval (without out_type) / dropout layers (one source
+        each) that ends in a choice on a data target: the target's frame (sparse), which is what the chain passes
+        through. None where ``x`` is not such a chain.
+        """
+        seen = set()
+        while x in self.unit and x not in seen:
+            seen.add(x)
+            d = self.unit[x]
+            if not isinstance(d, dict):
+                return None
+            cls = d.get("class")
+            if cls == "choice":
+                target = d.get("target")
+                if (not isinstance(target, str) or target.startswith("layer:")
+                        or d.get("input_type", "prob") == "regression"):
+                    return None
+                try:
+                    return self.resolve("data:" + target).output
+                except Exception:  # noqa: BLE001 (only a guess: the generic guess applies)
+                    return None
+            if cls not in ("copy", "eval", "dropout") or (cls == "eval" and d.get("out_type") is not None):
+                return None
+            src = d.get("from", "data")
+            src = src if isinstance(src, (list, tuple)) else [src]
+            if len(src) != 1 or not isinstance(src[0], str) or ":" in src[0]:
+                return None
+            x = src[0]
+        return None
 
     def _outer_frame_layer(self, ref):
         layer = self.get_layer(ref)
