@@ -139,7 +139,7 @@ class Config:
 
     def _load_json(self, content, filename):
         try:
-            values = json.loads(content)
+            values = json.loads(_strip_json_comments(content))
         except json.JSONDecodeError as exc:
             raise ConfigError("%s:%s: invalid JSON config: %s" % (filename, exc.lineno, exc.msg),
                               filename=filename, lineno=exc.lineno) from exc
@@ -372,6 +372,32 @@ class Config:
 
     def __repr__(self):
         return "<Config files=%r keys=%r>" % (self.files, sorted(self.keys()))
+
+
+def _strip_json_comments(content):
+    """JSON configs of the original's first years carry ``// ...`` (and ``# ...``) comments: blank them out
+    (outside strings, keeping line numbers)."""
+    out, in_str, i, n = [], False, 0, len(content)
+    while i < n:
+        c = content[i]
+        if in_str:
+            out.append(c)
+            if c == "\\" and i + 1 < n:
+                out.append(content[i + 1])
+                i += 1
+            elif c == '"':
+                in_str = False
+        elif c == '"':
+            in_str = True
+            out.append(c)
+        elif c == "#" or content.startswith("//", i):
+            end = content.find("\n", i)
+            i = n if end < 0 else end
+            continue
+        else:
+            out.append(c)
+        i += 1
+    return "".join(out)
 
 
 def _raise_if_python2(exc, content, filename, lineno=None):

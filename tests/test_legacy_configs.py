@@ -338,3 +338,18 @@ def test_prev_of_an_eval_of_the_choice_is_sparse_in_the_template():
         session.run(tf1.global_variables_initializer())
         loss = session.run(net.get_objective(), feed_dict=random_feed(net, [6, 4]))
     assert np.isfinite(loss)
+
+
+def test_json_config_with_comments():
+    config = _load("json_comments.config")
+    assert config.value("train", None).endswith("http://host/x.corpus.gz")
+    graph, net = _construct(config, epoch=1)
+    assert sorted(net.layers) == ["data", "lstm0_bw", "lstm0_fw", "output"]
+    assert net.layers["output"].output.dim == 4
+
+
+def test_json_config_error_keeps_line_numbers(tmp_path):
+    path = tmp_path / "broken.config"
+    path.write_text('{\n// comment\n"num_inputs": 3,\n"network": {,}\n}\n')
+    with pytest.raises(ConfigError, match=r"broken.config:4: invalid JSON config"):
+        Config().load_file(str(path))
