@@ -820,8 +820,9 @@ def _check_output_matches_template(layer):
     if x is None:
         raise ValueError("layer %r did not set its output placeholder" % layer.name)
     if x.shape.rank is not None and x.shape.rank != out.batch_ndim:
-        raise ValueError("layer %r: output tensor has rank %i but its template %s has rank %i" % (
-            layer.name, x.shape.rank, out.short_repr(), out.batch_ndim))
+        srcs = ", ".join("%s %s" % (s.name, s.output.short_repr()) for s in layer.sources if s is not None)
+        raise ValueError("layer %r: output tensor has rank %i but its template %s has rank %i%s" % (
+            layer.name, x.shape.rank, out.short_repr(), out.batch_ndim, " (sources: %s)" % srcs if srcs else ""))
     if x.dtype.base_dtype.name != out.dtype:
         raise ValueError("layer %r: output tensor dtype %s, template says %s" % (layer.name, x.dtype.name, out.dtype))
     if x.shape.rank is not None:
