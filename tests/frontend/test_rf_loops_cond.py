@@ -368,3 +368,39 @@ def test_loop_end_exclude_eos_cum_concat_state():
     res, _ = _run_layers(step)
     assert res["n"].tolist() == [2, 0]
     np.testing.assert_allclose(res["sum"], [3.0, 0.0])  # 2 + 1
+
+
+def test_nested_scan_gradients_match_unrolled_inner_loop():
+    from test_rf_loops import _values_and_grads
+
+    two, hid = Dim(2, name="two"), Dim(4, name="hid")
+
+    class Model(rf.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = rf.Linear(feat, hid), rf.Linear(hid, feat)
+
+        def lin(self, h):
+            return self.b(rf.tanh(self.a(h)))
+
+    def step(*, model, extern_data, **_):
+        x = extern_data["data"]
+
+        def inner(x_t, s):
+            _, h, _ = rf.scan(spatial_dim=two, xs=None, initial=s, ys=None,
+                              body=lambda _x, h_: (h_, rf.tanh(model.lin(h_) + x_t)))
+            return h, h
+
+        def unrolled(x_t, s):
+            for _ in range(2):
+                s = rf.tanh(model.lin(s) + x_t)
+            return s, s
+
+        for name, body in (("nested", inner), ("ref", unrolled)):
+            ys, _, _ = rf.scan(spatial_dim=time_dim, xs=x, initial=rf.zeros([batch_dim, feat]), ys=None, body=body)
+            rf.reduce_sum(ys, axis=[batch_dim, time_dim, feat]).mark_as_output(name, shape=())
+
+    (v, g), (v_ref, g_ref) = _values_and_grads(Model, step, ["nested", "ref"])
+    np.testing.assert_allclose(v, v_ref, rtol=1e-5)
+    for a, b in zip(g, g_ref):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
