@@ -246,6 +246,10 @@ class _LoopRecorder:
 
     def _emit(self, stacked):
         unit, name = self.sub.net_dict, self.name
+        for d in unit.values():
+            for key, v in d.items():
+                if key not in ("unit", "subnetwork"):
+                    d[key] = self._route_outer_prev(v)
         cum_states = {}
         for st_name, init, _prev, new in self.states + self.hidden:
             cc = self._cum_concat_of([st_name], new)
@@ -290,14 +294,33 @@ class _LoopRecorder:
             finals.append(self.final(st))
         return ys, finals, dims
 
+    def _route_outer_prev(self, v):
+        """A reference ``base:prev:X`` of the body (the previous value of an enclosing loop) -> ``base:X_prev``, a copy
+        layer in that loop's unit (a nested rec layer resolves its base: references as layers there)."""
+        if isinstance(v, (list, tuple)):
+            return type(v)(self._route_outer_prev(x) for x in v)
+        if type(v) is dict:
+            return {k: self._route_outer_prev(x) for k, x in v.items()}
+        if not isinstance(v, str) or not v.startswith("base:"):
+            return v
+        rest, level = v, 0
+        while rest.startswith("base:"):
+            rest, level = rest[len("base:"):], level + 1
+        if not rest.startswith("prev:"):
+            return v
+        b = self.sub
+        for _ in range(level):
+            b = b.parent
+        copies = b.__dict__.setdefault("_prev_copies", {})
+        if rest not in copies:
+            copies[rest] = b.add_layer(rest[len("prev:"):] + "_prev", {"class": "copy", "from": [rest]},
+                                       absolute=True).name
+        return "base:" * level + copies[rest]
+
     def _outer_name(self, t):
         """t's layer in the outer net dict; a ``prev:`` value of an enclosing loop as a copy layer (the initial
         output of a nested loop's state is taken from the outer unit's layers)."""
-        name = _ref_in(self.outer, t)
-        if name.startswith("prev:"):
-            name = self.outer.add_layer(name[len("prev:"):] + "_prev", {"class": "copy", "from": [name]},
-                                        absolute=True).name
-        return name
+        return self._route_outer_prev("base:" + _ref_in(self.outer, t))[len("base:"):]
 
     def _frames(self, unit_name, t):
         """The stacked frames of a unit layer (t: its frame) over the loop's axis."""

@@ -404,3 +404,25 @@ def test_nested_scan_gradients_match_unrolled_inner_loop():
     np.testing.assert_allclose(v, v_ref, rtol=1e-5)
     for a, b in zip(g, g_ref):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_nested_loop_with_end_uses_outer_prev_state():
+    def step(*, model, extern_data, **_):
+        def body(x_t, s):
+            loop = rf.Loop(max_seq_len=5)
+            loop.state.v = rf.reduce_sum(x_t, axis=feat) * 0.0 + 3.0
+            with loop:
+                loop.end(loop.state.v <= 0.0, include_eos=False)  # frames with v = 3, 2, 1
+                y = loop.stack(loop.state.v + s)  # s: the outer loop's previous state (via a copy layer)
+                last = loop.last(loop.state.v)
+                loop.state.v = loop.state.v - 1.0
+            return rf.reduce_sum(y, axis=loop.axis) + last, s + 1.0
+
+        ys, _, _ = rf.scan(spatial_dim=time_dim, xs=extern_data["data"], initial=rf.zeros([batch_dim]), ys=None,
+                           body=body)
+        ys.mark_as_output("ys", shape=(batch_dim, time_dim))
+
+    res, net_dict = _run_layers(step)
+    assert net_dict["loop"]["unit"]["state_prev"] == {"class": "copy", "from": ["prev:state"]}
+    np.testing.assert_allclose(res["ys"][0], [7.0, 10.0, 13.0, 16.0])  # 3 + 2 + 1 + 3 * t, last v: 1
+    np.testing.assert_allclose(res["ys"][1, :2], [7.0, 10.0])
