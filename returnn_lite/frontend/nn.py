@@ -373,7 +373,8 @@ def dot_attention(query, keys, values, *, key_dim, axis, att_dropout=0.0, att_dr
     energy = math_.matmul(query, keys, reduce=key_dim)
     att_weights = math_.softmax(energy, axis=axis)
     att_weights = dropout(att_weights, att_dropout, axis=axis if att_dropout_broadcast else None)
-    return math_.matmul(att_weights, values, reduce=axis)
+    # no mask needed (as the original): the softmax gave the padded frames of axis weight 0.0
+    return math_.matmul(att_weights, values, reduce=axis, use_mask=False)
 
 
 class GenericSelfAttention(Module):

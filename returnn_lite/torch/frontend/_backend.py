@@ -144,6 +144,18 @@ def _is_dyn(d):
     return d.dimension is None and not d.is_batch_dim()
 
 
+def _clip_gather_indices(indices, axis, padded_len):
+    """Raw indices clipped into [0, size - 1]: per sequence where the axis is dynamic and the indices have the dims
+    of its lengths (as the original), else into the padded length."""
+    idx = indices.placeholder
+    if _is_dyn(axis):
+        sizes, sdims = _sizes(axis)
+        if all(s in indices.dims for s in sdims):
+            upper = _align(_new("size", sdims, sizes.to(idx.dtype)), indices.dims) - 1
+            return torch.maximum(torch.minimum(idx, upper.clamp(min=0)), torch.zeros((), dtype=idx.dtype))
+    return idx.clamp(0, max(padded_len - 1, 0))
+
+
 def _masked(x, dims, axes, value):
     for d in axes:
         if _is_dyn(d):
@@ -445,7 +457,7 @@ class TorchBackend(Backend):
             return _new("reduce_" + mode, rest, fn(x, dim=idx[0]).to(torch.int32), sparse_dim=axes[0])
         if mode in ("sum", "mean"):
             x = _masked(x, dims, dyn, 0)
-            y = torch.sum(x, dim=idx)
+            y = torch.sum(x, dim=idx, dtype=x.dtype)  # ints stay int32 (torch would promote to int64)
             if mode == "mean":
                 if dyn:
                     ones = _masked(torch.ones_like(x), dims, dyn, 0)
@@ -574,13 +586,17 @@ class TorchBackend(Backend):
         x = source.placeholder
         ai = dims.index(axis)
         if isinstance(indices, int):
+            if clip_to_valid:  # static axis (rf.gather refuses a dynamic one): no wrap-around of negative indices
+                indices = min(max(indices, 0), x.shape[ai] - 1)
             return _new("gather", [d for d in dims if d != axis], x.select(ai, indices), sparse_dim=source.sparse_dim)
         idx = indices.placeholder
         if clip_to_valid:
-            idx = idx.clamp(0, x.shape[ai] - 1)
+            idx = _clip_gather_indices(indices, axis, x.shape[ai])
         if idx.dtype not in (torch.int64, torch.int32):
             idx = idx.long()
-        common = [d for d in indices.dims if d in dims]
+        if idx is not indices.placeholder:
+            indices = _new(indices.name, indices.dims, idx, sparse_dim=indices.sparse_dim)
+        common = [d for d in indices.dims if d in dims and d != axis]
         if not common:
             # out dims: source dims with axis replaced by the index dims
             out = dims[:ai] + list(indices.dims) + dims[ai + 1:]
@@ -761,8 +777,9 @@ class TorchBackend(Backend):
             raw = torch.randn(shape, generator=gen, dtype=tdt) * (1.0 if stddev is None else stddev) + (mean or 0.0)
         elif distribution == "truncated_normal":
             raw = torch.empty(shape, dtype=tdt)
-            torch.nn.init.trunc_normal_(raw, mean=mean or 0.0, std=1.0 if stddev is None else stddev,
-                                        a=-2.0, b=2.0, generator=gen)
+            mean, stddev = mean or 0.0, 1.0 if stddev is None else stddev  # cut at 2 stddev around the mean (as TF)
+            torch.nn.init.trunc_normal_(raw, mean=mean, std=stddev, a=mean - 2 * stddev, b=mean + 2 * stddev,
+                                        generator=gen)
         elif distribution == "uniform":
             lo, hi = minval or 0, 1 if maxval is None else maxval
             if tdt.is_floating_point:
