@@ -796,6 +796,75 @@ def ref_conv_pool(i, p):
             "sizes": s}
 
 
+# ---------------------------------------------------------------------------------------------------------------
+LOSS_SHAPES = """
+\"\"\"Losses of other shapes: [B,F] (normalized by B*F, scaled), [B,T,F] (by the frames times F), a param-only loss
+[in,out], a scalar, a custom scalar inverse norm from Dim.get_dim_value_tensor(), a normalized error and a loss with
+scale 0; gradients through cond, where, clip_by_value, gather (clip_to_valid) and a dynamic concat.\"\"\"
+import returnn.frontend as rf
+from returnn.tensor import Tensor, Dim, batch_dim
+
+time_dim = Dim(None, name="time")
+in_dim = Dim(3, name="in")
+out_dim = Dim(2, name="out")
+
+extern_data = {"x": {"dims": (batch_dim, time_dim, in_dim), "dtype": "float32"}}
+
+
+class Model(rf.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = rf.Linear(in_dim, out_dim)
+        self.gate = rf.Parameter([in_dim])
+
+
+def get_model(*, epoch, step, **_):
+    return Model()
+
+
+def train_step(*, model, extern_data, **_):
+    x = extern_data["x"]
+    h = rf.cond(time_dim.get_dim_value_tensor() > 4, lambda: x * model.gate, lambda: x + model.gate)
+    h = rf.where(h > 0.0, h, rf.clip_by_value(h * model.gate, -0.2, 0.2))
+    y = model.lin(h)
+    pos = rf.range_over_dim(time_dim)
+    prev_idx = rf.combine(pos - 1, "+", rf.zeros([batch_dim], dtype="int32"), allow_broadcast_all_sources=True)
+    prev = rf.gather(y, axis=time_dim, indices=prev_idx, clip_to_valid=True)
+    both, both_time = rf.concat((y, time_dim), (prev * 0.5, time_dim))
+    rf.reduce_sum(y * y, axis=time_dim).mark_as_loss("bf", use_normalized_loss=True, scale=2.0)
+    (prev * y).mark_as_loss("btf", use_normalized_loss=True)
+    (model.lin.weight * model.lin.weight).mark_as_loss("l2", use_normalized_loss=True, scale=0.5)
+    rf.reduce_sum(rf.tanh(both), axis=(batch_dim, both_time, out_dim)).mark_as_loss("scalar", scale=0.01)
+    rf.reduce_sum(y, axis=out_dim).mark_as_loss(
+        "custom", custom_inv_norm_factor=time_dim.get_dim_value_tensor(), use_normalized_loss=True)
+    rf.reduce_sum(h, axis=in_dim).mark_as_loss("err", as_error=True, use_normalized_loss=True)
+    rf.reduce_sum(x, axis=in_dim).mark_as_loss("zero", scale=0.0)
+"""
+
+
+def ref_loss_shapes(i, p):
+    x = i["x"]
+    sizes = np.asarray(SIZES)
+    m = mask_bt()
+    h = x * p["gate"]
+    h = np.where(h > 0, h, np.clip(h * p["gate"], -0.2, 0.2))
+    y = h @ p["lin.weight"] + p["lin.bias"]
+    prev_idx = np.clip(np.arange(T)[None, :] - 1, 0, (sizes - 1)[:, None])
+    prev = np.stack([y[b, prev_idx[b]] for b in range(B)])
+    n = float(sizes.sum())
+    bf = np.sum(np.where(m[..., None], y * y, 0))
+    btf = np.sum(np.where(m[..., None], prev * y, 0))
+    l2 = np.sum(p["lin.weight"] ** 2)
+    scalar = sum(np.sum(np.tanh(y[b, :sizes[b]])) + np.sum(np.tanh(prev[b, :sizes[b]] * 0.5)) for b in range(B))
+    custom = np.sum(np.where(m[..., None], y, 0))
+    err = np.sum(np.where(m[..., None], h, 0))
+    zero = np.sum(np.where(m[..., None], x, 0))
+    losses = {"bf": (bf, B * 2.0), "btf": (btf, n * 2), "l2": (l2, 6.0), "scalar": (scalar, 1.0),
+              "custom": (custom, float(T)), "err": (err, n), "zero": (zero, n)}
+    total = 2.0 * bf / (B * 2.0) + btf / (n * 2) + 0.5 * l2 / 6.0 + 0.01 * scalar + custom / T
+    return {"outputs": {}, "losses": losses, "total_loss": total}
+
+
 def _inputs(data, sizes=None, dim_len=None):
     return {"data": data, "sizes": sizes or {"time": SIZES}, "dim_len": dim_len or {"T": T}}
 
@@ -874,4 +943,10 @@ CASES += [
                  "pool1d": out_meta(["B", "D", "S3"]), "proj": out_meta(["B", "D", "S2"]),
                  "xtx": out_meta(["B", "S3", "S2"]), "sm_t": out_meta(["B", "D", "S3"]),
                  "ce_probs": out_meta(["B", "D"]), "lstm3": out_meta(["B", "S2"])}},
+]
+
+CASES += [
+    {"name": "x_loss_shapes_train", "task": "train", "grads": True, "model": LOSS_SHAPES, "ref": ref_loss_shapes,
+     "inputs": _inputs({"x": ((B, "T", 3), "float32", None)}),
+     "params": {"lin.weight": (3, 2), "lin.bias": (2,), "gate": (3,)}, "outputs": {}},
 ]
