@@ -865,6 +865,70 @@ def ref_loss_shapes(i, p):
     return {"outputs": {}, "losses": losses, "total_loss": total}
 
 
+# ---------------------------------------------------------------------------------------------------------------
+DIMS_RESHAPE = """
+\"\"\"Conv2d over the dynamic time and a feature dim used as spatial dim (same padding, even filter), split_dims of
+the dynamic time (padded to a multiple), merge_dims of time and features (a dynamic merged dim), outputs in other
+dim orders than computed (time-major, batch in the middle).\"\"\"
+import returnn.frontend as rf
+from returnn.tensor import Tensor, Dim, batch_dim
+
+time_dim = Dim(None, name="time")
+in_dim = Dim(3, name="in")
+out_dim = Dim(2, name="out")
+one_dim = Dim(1, name="one")
+win_dim = Dim(2, name="win")
+
+extern_data = {"x": {"dims": (batch_dim, time_dim, in_dim), "dtype": "float32"}}
+
+
+class Model(rf.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = rf.Conv2d(one_dim, out_dim, (3, 2), padding="same")
+        self.lin = rf.Linear(in_dim, out_dim)
+
+
+def get_model(*, epoch, step, **_):
+    return Model()
+
+
+def forward_step(*, model, extern_data, **_):
+    x = extern_data["x"]
+    y, (t1, f1) = model.conv(rf.expand_dim(x, one_dim), in_spatial_dims=[time_dim, in_dim])
+    y.mark_as_output("conv", shape=(batch_dim, t1, f1, out_dim))
+    chunk_dim = Dim(None, name="chunks")
+    chunks = rf.split_dims(x, axis=time_dim, dims=[chunk_dim, win_dim])
+    chunks.mark_as_output("chunks", shape=(batch_dim, chunk_dim, win_dim, in_dim))
+    flat, flat_dim = rf.merge_dims(x, dims=[time_dim, in_dim])
+    (flat * 2.0).mark_as_output("flat", shape=(batch_dim, flat_dim))
+    h = model.lin(x)
+    h.mark_as_output("time_major", shape=(time_dim, out_dim, batch_dim))
+    h.mark_as_output("batch_mid", shape=(out_dim, batch_dim, time_dim))
+"""
+
+
+def ref_dims_reshape(i, p):
+    x = i["x"]
+    sizes = np.asarray(SIZES)
+    w, b = p["conv.filter"], p["conv.bias"]  # [out, one, 3, 2]
+    xp = np.pad(x, ((0, 0), (1, 1), (0, 1)))
+    conv = np.zeros((B, T, 3, 2))
+    for t in range(T):
+        for f in range(3):
+            conv[:, t, f] = np.einsum("bhw,ohw->bo", xp[:, t:t + 3, f:f + 2], w[:, 0]) + b
+    chunks = np.concatenate([x, np.zeros((B, 1, 3))], 1).reshape(B, 4, 2, 3)
+    h = x @ p["lin.weight"] + p["lin.bias"]
+    s = {}
+    s.update(sizes_out("conv", 1))
+    s.update(sizes_out("chunks", 1, -(-sizes // 2)))
+    s.update(sizes_out("flat", 1, sizes * 3))
+    s.update(sizes_out("time_major", 0))
+    s.update(sizes_out("batch_mid", 2))
+    return {"outputs": {"conv": conv, "chunks": chunks, "flat": x.reshape(B, -1) * 2.0,
+                        "time_major": h.transpose(1, 2, 0), "batch_mid": h.transpose(2, 0, 1)}, "sizes": s}
+
+
 def _inputs(data, sizes=None, dim_len=None):
     return {"data": data, "sizes": sizes or {"time": SIZES}, "dim_len": dim_len or {"T": T}}
 
@@ -949,4 +1013,13 @@ CASES += [
     {"name": "x_loss_shapes_train", "task": "train", "grads": True, "model": LOSS_SHAPES, "ref": ref_loss_shapes,
      "inputs": _inputs({"x": ((B, "T", 3), "float32", None)}),
      "params": {"lin.weight": (3, 2), "lin.bias": (2,), "gate": (3,)}, "outputs": {}},
+]
+
+CASES += [
+    {"name": "x_dims_reshape", "task": "forward", "model": DIMS_RESHAPE, "ref": ref_dims_reshape,
+     "inputs": _inputs({"x": ((B, "T", 3), "float32", None)}),
+     "params": {"conv.filter": (2, 1, 3, 2), "conv.bias": (2,), "lin.weight": (3, 2), "lin.bias": (2,)},
+     "outputs": {"conv": out_meta(["B", "D", "S3", "S2"]), "chunks": out_meta(["B", "D", "S2", "S3"]),
+                 "flat": out_meta(["B", "D"]), "time_major": out_meta(["D", "S2", "B"]),
+                 "batch_mid": out_meta(["S2", "B", "D"])}},
 ]
