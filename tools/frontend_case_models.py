@@ -929,6 +929,77 @@ def ref_dims_reshape(i, p):
                         "time_major": h.transpose(1, 2, 0), "batch_mid": h.transpose(2, 0, 1)}, "sizes": s}
 
 
+# ---------------------------------------------------------------------------------------------------------------
+DECODER_STEP = """
+\"\"\"Train: a two-step attention decoder written with single steps: Embedding of target tokens (gather at int
+positions of the target time), rf.LSTM with single_step_dim, rf.dot_attention over the encoder time, concat of the
+static state and context dims, per-step CE losses; param gradients.\"\"\"
+import returnn.frontend as rf
+from returnn.tensor import Tensor, Dim, batch_dim, single_step_dim
+
+time_dim = Dim(None, name="time")
+out_time_dim = Dim(None, name="out_time")
+in_dim = Dim(3, name="in")
+key_dim = Dim(2, name="key")
+vocab_dim = Dim(5, name="vocab")
+emb_dim = Dim(2, name="emb")
+hid_dim = Dim(2, name="hid")
+
+extern_data = {
+    "x": {"dims": (batch_dim, time_dim, in_dim), "dtype": "float32"},
+    "y": {"dims": (batch_dim, out_time_dim), "dtype": "int32", "sparse_dim": vocab_dim},
+}
+
+
+class Model(rf.Module):
+    def __init__(self):
+        super().__init__()
+        self.keys = rf.Linear(in_dim, key_dim)
+        self.query = rf.Linear(hid_dim, key_dim, with_bias=False)
+        self.emb = rf.Embedding(vocab_dim, emb_dim)
+        self.lstm = rf.LSTM(emb_dim, hid_dim)
+        self.out = rf.Linear(hid_dim + in_dim, vocab_dim)
+
+
+def get_model(*, epoch, step, **_):
+    return Model()
+
+
+def train_step(*, model, extern_data, **_):
+    x, y = extern_data["x"], extern_data["y"]
+    keys = model.keys(x)
+    state = model.lstm.default_initial_state(batch_dims=[batch_dim])
+    for i in range(2):
+        prev = rf.gather(y, axis=out_time_dim, indices=i)
+        h, state = model.lstm(model.emb(prev), state=state, spatial_dim=single_step_dim)
+        att = rf.dot_attention(model.query(h), keys, x, key_dim=key_dim, axis=time_dim)
+        both, _ = rf.concat((h, hid_dim), (att, in_dim), out_dim=model.out.in_dim)
+        logits = model.out(both)
+        target = rf.gather(y, axis=out_time_dim, indices=i + 1)
+        ce = rf.cross_entropy(estimated=logits, estimated_type="logits", target=target, axis=vocab_dim)
+        ce.mark_as_loss("ce%i" % i, use_normalized_loss=True)
+"""
+
+
+def ref_decoder_step(i, p):
+    x, y = i["x"], i["y"]
+    m = mask_bt()
+    keys = x @ p["keys.weight"] + p["keys.bias"]
+    h, c = np.zeros((B, 2)), np.zeros((B, 2))
+    losses, total = {}, 0.0
+    for k in range(2):
+        h, c = lstm_step(p["emb.weight"][y[:, k]], h, c, p, "lstm.")
+        q = h @ p["query.weight"]
+        energy = np.einsum("bk,btk->bt", q, keys) / np.sqrt(2.0)
+        w = softmax(energy, 1, m)
+        att = np.einsum("bt,bti->bi", w, x)
+        logits = np.concatenate([h, att], -1) @ p["out.weight"] + p["out.bias"]
+        ce = -np.take_along_axis(log_softmax(logits, -1), y[:, k + 1][:, None], -1)[:, 0]
+        losses["ce%i" % k] = (np.sum(ce), float(B))
+        total += np.sum(ce) / B
+    return {"outputs": {}, "losses": losses, "total_loss": total}
+
+
 def _inputs(data, sizes=None, dim_len=None):
     return {"data": data, "sizes": sizes or {"time": SIZES}, "dim_len": dim_len or {"T": T}}
 
@@ -1022,4 +1093,13 @@ CASES += [
      "outputs": {"conv": out_meta(["B", "D", "S3", "S2"]), "chunks": out_meta(["B", "D", "S2", "S3"]),
                  "flat": out_meta(["B", "D"]), "time_major": out_meta(["D", "S2", "B"]),
                  "batch_mid": out_meta(["S2", "B", "D"])}},
+]
+
+CASES += [
+    {"name": "x_decoder_step_train", "task": "train", "grads": True, "model": DECODER_STEP, "ref": ref_decoder_step,
+     "inputs": {"data": {"x": ((B, 7, 3), "float32", None), "y": ((B, 4), "int32", 5)},
+                "sizes": {"time": SIZES, "out_time": [4, 3, 2]}, "dim_len": {}},
+     "params": {"keys.weight": (3, 2), "keys.bias": (2,), "query.weight": (2, 2), "emb.weight": (5, 2),
+                "lstm.ff_weight": (8, 2), "lstm.rec_weight": (8, 2), "lstm.bias": (8,), "out.weight": (5, 5),
+                "out.bias": (5,)}, "outputs": {}},
 ]
