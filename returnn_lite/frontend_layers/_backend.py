@@ -21,10 +21,14 @@ cross entropy against dense targets (log-softmax + ``dot``).
 Params are ``variable`` layers named by the rf param name (``lstm.ff_weight`` -> layer ``lstm/ff_weight`` with the TF
 variable ``lstm/ff_weight/param``). Scalar operands are shared ``constant`` layers (``const``, ``const_1``, ...).
 
+rf.LSTM (``lstm``) is a ``rec`` layer with the ``nativelstm2`` unit (``axis``: the spatial dim or single_step_dim,
+``initial_state``/``state`` and ``get_last_hidden_state`` layers for the state) whose params are the rf params,
+reordered to the unit's gate order by ``slice``/``concat`` layers and handed over by ``reuse_params`` (see _lstm.py).
+
 ``frontend_op`` (:mod:`._layer`, the frontend computes the output template) remains only where no layer class fits:
 
-- rf.LSTM (``lstm``): the rec layer's LSTM units create their own params in their own layout; rf's
-  ff_weight/rec_weight/bias (gate order i, f, g, o) cannot be handed to them.
+- rf.LSTM with batch dims other than [batch] (or states without exactly [batch, out_dim]): the rec layer's cell
+  units run on [time, batch, feature].
 - cross entropy with sparse targets of a float dtype or with dims the logits lack (dense targets are log-softmax +
   ``dot``, see :mod:`._norm`).
 - concat along dynamic dims: the concat layer concatenates padded tensors, rf concatenates per sequence.
@@ -492,8 +496,14 @@ class ReturnnLayersBackend(Backend):
 
     @staticmethod
     def lstm(source, *, state_h, state_c, ff_weight, rec_weight, bias, spatial_dim, in_dim, out_dim):
+        """A ``rec`` layer with the nativelstm2 unit and the rf params (see _lstm.py); frontend_op for other dims."""
         from ..data import single_step_dim
+        from ._lstm import lstm_layers
 
+        res = lstm_layers(source, state_h=state_h, state_c=state_c, ff_weight=ff_weight, rec_weight=rec_weight,
+                          bias=bias, spatial_dim=spatial_dim, in_dim=in_dim, out_dim=out_dim)
+        if res is not None:
+            return res
         single = spatial_dim is single_step_dim
         dims = [out_dim if d == in_dim else d for d in source.dims]
         gates_dim = [d for d in ff_weight.dims if d != in_dim][0]
@@ -509,9 +519,12 @@ class ReturnnLayersBackend(Backend):
 
     # ---- control flow ----
     @staticmethod
-    def scan(*, spatial_dim, initial, xs, ys, body):
-        from ._loop import scan
+    def scan(*, spatial_dim, initial, xs, ys, body, cond=None, cond_dims=None, cond_before_body=True, max_seq_len=None):
+        from ._loop import scan, scan_cond
 
+        if cond is not None:
+            return scan_cond(spatial_dim=spatial_dim, initial=initial, ys=ys, body=body, cond=cond,
+                             cond_dims=cond_dims, cond_before_body=cond_before_body, max_seq_len=max_seq_len)
         return scan(spatial_dim=spatial_dim, initial=initial, xs=xs, ys=ys, body=body)
 
     @staticmethod

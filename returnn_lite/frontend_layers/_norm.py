@@ -65,6 +65,8 @@ def ctc_loss(*, logits, targets, input_spatial_dim, targets_spatial_dim, blank_i
     if set(targets.dims) != {batch_dim, targets_spatial_dim} or targets.sparse_dim is None:
         raise FrontendError("rf.ctc_loss at %s: targets must be sparse with dims [batch, targets_spatial_dim], got %s"
                             % (call_site(), dims_str(targets.dims)))
+    if blank_index < 0:  # the layer's -1 means "targets have one class less"; rf's -1 only names the last class
+        blank_index += class_dims[0].dimension
     return _emit("ctc_loss", None, [batch_dim], logits.dtype, logits=_raw_name(logits), targets=_raw_name(targets),
                  input_spatial_dim=input_spatial_dim, targets_spatial_dim=targets_spatial_dim,
                  blank_index=blank_index, max_approx=max_approx, name="ctc_loss")

@@ -783,8 +783,9 @@ class TorchBackend(Backend):
             raw = torch.randn(shape, generator=gen, dtype=tdt) * (1.0 if stddev is None else stddev) + (mean or 0.0)
         elif distribution == "truncated_normal":
             raw = torch.empty(shape, dtype=tdt)
-            torch.nn.init.trunc_normal_(raw, mean=mean or 0.0, std=1.0 if stddev is None else stddev,
-                                        a=-2.0, b=2.0, generator=gen)
+            mean, stddev = mean or 0.0, 1.0 if stddev is None else stddev  # cut at 2 stddev around the mean (as TF)
+            torch.nn.init.trunc_normal_(raw, mean=mean, std=stddev, a=mean - 2 * stddev, b=mean + 2 * stddev,
+                                        generator=gen)
         elif distribution == "uniform":
             lo, hi = minval or 0, 1 if maxval is None else maxval
             if tdt.is_floating_point:
@@ -925,9 +926,13 @@ class TorchBackend(Backend):
             loop_vars = body(loop_vars)
 
     @staticmethod
-    def scan(*, spatial_dim, initial, xs, ys, body):
+    def scan(*, spatial_dim, initial, xs, ys, body, cond=None, cond_dims=None, cond_before_body=True, max_seq_len=None):
         """Eager loop over the frames of spatial_dim; the state of a sequence is kept after its length."""
         from ...frontend_layers._loop import _flatten, _pack
+
+        if cond is not None:
+            return _scan_cond(spatial_dim=spatial_dim, initial=initial, ys=ys, body=body, cond=cond,
+                              cond_dims=cond_dims, cond_before_body=cond_before_body, max_seq_len=max_seq_len)
 
         n = _dim_len(spatial_dim)
         xs_flat, state = _flatten(xs), _flatten(initial)
@@ -964,8 +969,9 @@ class TorchBackend(Backend):
 
     @staticmethod
     def loop(*, axis=None, max_seq_len=None):
-        raise FrontendError("rf.Loop at %s: not supported on the torch backend (eager execution cannot repeat a "
-                            "with-block; use rf.scan or rf.while_loop)" % call_site())
+        raise FrontendError("rf.Loop at %s: not supported on the torch backend: as in the original, rf.Loop is the "
+                            "loop of the layers backend (a with-block recorded once into a rec layer; eager execution "
+                            "cannot repeat it); use rf.scan or rf.while_loop" % call_site())
 
     @staticmethod
     def sequence_mask(dims):
@@ -984,6 +990,72 @@ class TorchBackend(Backend):
 
 
 _LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+def _scan_cond(*, spatial_dim, initial, ys, body, cond, cond_dims, cond_before_body, max_seq_len):
+    """rf.scan with cond, eagerly: while cond(None, s) is True for some sequence (and fewer than max_seq_len steps),
+    s = body(None, s) for all; per sequence, its number of steps with cond True (the new dim's lengths), its ys
+    frames and its state after them (a state without cond_dims: after all steps)."""
+    from ...frontend_layers._loop import _flatten, _pack
+
+    site = call_site()
+    cond_dims = list(cond_dims)
+    if spatial_dim is not None and spatial_dim.dyn_size_ext is not None:
+        raise FrontendError("rf.scan at %s: spatial_dim %s already has sizes; with cond it must be a new dim" % (
+            site, spatial_dim.short_repr()))
+    axis = spatial_dim if spatial_dim is not None else Dim(None, kind=Dim.Types.Spatial, description="scan")
+
+    def check(c):
+        if not is_tensor(c) or c.dtype != "bool" or set(c.dims) != set(cond_dims):
+            raise FrontendError("rf.scan at %s: cond must return a bool Tensor with the dims %s (cond_dims), got %r" % (
+                site, dims_str(cond_dims), c))
+        return _transposed(c, cond_dims)
+
+    shape = [_dim_len(d) for d in cond_dims]
+    active = check(cond(None, initial)) if cond_before_body else torch.ones(shape, dtype=torch.bool)
+    limit = None
+    if is_tensor(max_seq_len):
+        limit = _align(max_seq_len, cond_dims) if set(max_seq_len.dims) <= set(cond_dims) else None
+        if limit is None:
+            raise FrontendError("rf.scan at %s: max_seq_len %s has dims not in cond_dims %s" % (
+                site, dims_str(max_seq_len.dims), dims_str(cond_dims)))
+    elif max_seq_len is not None:
+        limit = torch.tensor(int(max_seq_len))
+    state, final = _flatten(initial), list(_flatten(initial))
+    lens = torch.zeros(shape, dtype=torch.int32)
+    frames, y_t, i = [], None, 0
+    while True:
+        if limit is not None:
+            active = active & (i < limit)
+        if not bool(active.any()):
+            break
+        lens = lens + active.to(torch.int32)
+        y_t, s_new = body(None, _pack(initial, state))
+        s_new = _flatten(s_new)
+        if len(s_new) != len(state) or any(set(a.dims) != set(b.dims) for a, b in zip(s_new, state)):
+            raise FrontendError("rf.scan at %s: the new state %r does not match the initial one %r" % (
+                site, s_new, state))
+        for k, (new, old) in enumerate(zip(s_new, final)):
+            raw = _transposed(new, old.dims)
+            if set(cond_dims) <= set(old.dims):  # per sequence: its state after its last step
+                raw = torch.where(_align(_new("active", cond_dims, active), old.dims), raw, old.placeholder)
+            final[k] = _new(old.name, old.dims, raw, sparse_dim=old.sparse_dim)
+        state = s_new
+        frames.append(_flatten(y_t))
+        active = active & check(cond(None, _pack(initial, state)))
+        i += 1
+    _set_sizes(axis, lens, cond_dims)
+    if y_t is None:  # no step for any sequence: the ys (of a body call, as the layers backend) empty along the new dim
+        y_t, _ = body(None, initial)
+        stacked = [_new("scan_y%i" % k, [axis] + list(t.dims), torch.zeros(
+            [0] + [_dim_len(d) for d in t.dims], dtype=t.placeholder.dtype), sparse_dim=t.sparse_dim)
+            for k, t in enumerate(_flatten(y_t))]
+        return _pack(y_t, stacked), _pack(initial, final), axis
+    stacked = []
+    for k, first in enumerate(frames[0]):
+        raw = torch.stack([_transposed(f[k], first.dims) for f in frames], dim=0)
+        stacked.append(_new("scan_y%i" % k, [axis] + list(first.dims), raw, sparse_dim=first.sparse_dim))
+    return _pack(y_t, stacked), _pack(initial, final), axis
 
 
 def _concat_dynamic(sources, dims, out_dim, allow_broadcast):
