@@ -52,12 +52,15 @@ class DropoutLayer(CopyLayer):
 
 
 def _filter_grad(x, threshold, axes):
-    """Identity; in backprop, the gradient of a sequence is zeroed where its mean square over ``axes`` <= threshold."""
+    """
+    Identity; in backprop, as the original's filter_grad: the gradient of a sequence is removed (zero) where its
+    max square over ``axes`` is not below the threshold (kept where max(grad**2) < threshold).
+    """
 
     @tf.custom_gradient
     def _identity(v):
         def grad(dy):
-            keep = tf.greater(tf.reduce_mean(tf.square(dy), axis=axes, keepdims=True), threshold)
+            keep = tf.less(tf.reduce_max(tf.square(dy), axis=axes, keepdims=True), threshold)
             return tf.where(tf.logical_and(keep, tf.ones_like(dy, dtype=tf.bool)), dy, tf.zeros_like(dy))
 
         return tf.identity(v), grad
@@ -70,7 +73,8 @@ class LinearLayer(ConcatInputLayer):
 
     :param activation: activation function name (e.g. "relu", "tanh", "softmax") or None for linear output
     :param with_bias: add a bias vector b (default True)
-    :param grad_filter: if set (float threshold): in backprop, zero the gradient of sequences whose mean square is <= it
+    :param grad_filter: if set (float threshold): in backprop, zero the gradient of sequences whose max square is
+        >= it (the original's filter_grad: large gradients are removed)
     :param forward_weights_init: initializer of W (default "glorot_uniform"; name, number or init string)
     :param bias_init: initializer of b (default 0.0)
     :param use_transposed_weights: store W as [n_out, n_in] and transpose it (default False)
@@ -236,13 +240,15 @@ class CombineLayer(LayerBase):
     :param eval: for kind="eval": a Python expression string (source(i), x) or a callable
     :param eval_locals: extra local names (dict) for the eval expression
     :param eval_for_output_loss: refused unless False (the RETURNN option to eval for the output loss)
+    :param allow_broadcast_all_sources: without effect: sources are always broadcast against each other
     """
 
     layer_class = "combine"
     unsupported_options = {"eval_for_output_loss": (False,)}
+    options_without_effect = {"allow_broadcast_all_sources": "sources are always broadcast against each other"}
 
     def __init__(self, kind, sources, activation=None, with_bias=False, eval=None, eval_locals=None,
-                 eval_for_output_loss=False, **kwargs):
+                 eval_for_output_loss=False, allow_broadcast_all_sources=NotSpecified, **kwargs):
         super().__init__(sources=sources, **kwargs)
         _, xs = _sources_broadcast(self.name, self.sources, tf_broadcast=kind != "eval")
         if kind == "eval":
@@ -508,12 +514,15 @@ class ConstantLayer(LayerBase):
     :param dtype: output dtype (default None: from value, float32 for floats and int32 for ints)
     :param with_batch_dim: tile the constant over a new batch axis in front (default False)
     :param shape: output shape as ints or Dims; a scalar value is filled into it (default None: the value's shape)
+    :param sparse_dim: the output is sparse with this Dim (int values)
+    :param feature_dim: the Dim of ``shape`` that is the feature axis (default: the last static one)
     """
 
     layer_class = "constant"
     default_from = ()
 
-    def __init__(self, value=0.0, dtype=None, with_batch_dim=False, shape=None, **kwargs):
+    def __init__(self, value=0.0, dtype=None, with_batch_dim=False, shape=None, sparse_dim=None, feature_dim=None,
+                 **kwargs):
         super().__init__(**kwargs)
         out = self.output
         x = tf.constant(value, dtype=out.dtype)
@@ -526,7 +535,7 @@ class ConstantLayer(LayerBase):
 
     @classmethod
     def get_out_data_from_opts(cls, name, value=0.0, dtype=None, with_batch_dim=False, shape=None, sparse_dim=None,
-                               **kwargs):
+                               feature_dim=None, **kwargs):
         arr = np.asarray(value)
         if dtype is None:
             dtype = {"f": "float32", "i": "int32", "b": "bool", "u": "int32"}.get(arr.dtype.kind, arr.dtype.name)
@@ -543,7 +552,15 @@ class ConstantLayer(LayerBase):
             from ..data import batch_dim
 
             dims.insert(0, batch_dim)
-        return Data(name="%s_output" % name, dims=dims, dtype=dtype, sparse_dim=sparse_dim)
+        if feature_dim is not None and feature_dim not in dims:
+            raise ValueError("constant layer %r: option feature_dim=%s is not in the shape %s" % (
+                name, feature_dim.short_repr() if isinstance(feature_dim, Dim) else feature_dim, dims))
+        if sparse_dim is not None and dtype.startswith("float"):
+            raise ValueError("constant layer %r: option sparse_dim needs an int value or dtype, got %s" % (name, dtype))
+        out = Data(name="%s_output" % name, dims=dims, dtype=dtype, sparse_dim=sparse_dim)
+        if feature_dim is not None:
+            out.feature_dim_axis = dims.index(feature_dim)
+        return out
 
 
 class CastLayer(CopyLayer):

@@ -694,16 +694,17 @@ class VariableLayer(LayerBase):
     :param init_by_layer: name of a layer whose output initializes the variable (instead of init)
     :param param_name: name of the variable in the checkpoint (default: the layer name)
     :param non_critical_for_restore: a missing value in a checkpoint is no error; refused (only False)
+    :param saveable: whether the variable is saved in checkpoints; refused (only True)
     """
 
     layer_class = "variable"
     layer_options = ("init_by_layer",)
     default_from = ()
     required_options = ("shape",)
-    unsupported_options = {"non_critical_for_restore": (False,)}
+    unsupported_options = {"non_critical_for_restore": (False,), "saveable": (True,)}
 
     def __init__(self, shape, dtype="float32", add_batch_axis=False, add_time_axis=False, trainable=True, init=None,
-                 init_by_layer=None, param_name=None, non_critical_for_restore=False, **kwargs):
+                 init_by_layer=None, param_name=None, non_critical_for_restore=False, saveable=True, **kwargs):
         super().__init__(trainable=trainable, **kwargs)
         if self.sources:
             raise ValueError("variable layer %r: does not take sources" % self.name)

@@ -260,13 +260,14 @@ class SliceNdLayer(ConcatInputLayer):
     :param size: slice size: int, or None/layer for dynamic sizes (slices past the end are padded)
     :param min_size: with a dynamic size: the minimal slice size (default None)
     :param axis: the axis to slice in (default "T")
+    :param out_spatial_dim: the Dim of the slice axis (instead of a new one)
     """
 
     layer_class = "slice_nd"
     layer_options = ("start", "size")  # size: a layer name, or a constant
     recurrent = True
 
-    def __init__(self, start, size, min_size=None, axis="T", **kwargs):
+    def __init__(self, start, size, min_size=None, axis="T", out_spatial_dim=None, **kwargs):
         super().__init__(**kwargs)
         self.start = start
         self.size = size
@@ -290,7 +291,8 @@ class SliceNdLayer(ConcatInputLayer):
             else:
                 sizes = tf.maximum(limit - start_t, min_size or 0)
             size_t = tf.reduce_max(sizes)
-            out_tag.dyn_size = sizes
+            if out_spatial_dim is None or out_tag.dyn_size is None:  # (a given Dim may have its sizes already)
+                out_tag.dyn_size = sizes
         else:
             size_t = _ints("size", size)
         pos = tf.expand_dims(start_t, -1) + tf.range(size_t)  # [B, S..., size]
@@ -328,7 +330,8 @@ class SliceNdLayer(ConcatInputLayer):
         return max(a - 1, 0) if b is not None and b < a else a
 
     @classmethod
-    def get_out_data_from_opts(cls, name, sources=(), start=None, size=None, axis="T", **kwargs):
+    def get_out_data_from_opts(cls, name, sources=(), start=None, size=None, axis="T", out_spatial_dim=None,
+                               **kwargs):
         if start is None:
             raise ValueError("slice_nd needs 'start' (a layer)")
         x = cls._input_bt(concat_sources_template(sources, name="%s_output" % name), axis)
@@ -339,6 +342,11 @@ class SliceNdLayer(ConcatInputLayer):
             raise ValueError("slice_nd: start must be int, got %s" % st.short_repr())
         tag = Dim(None if size is None or isinstance(size, LayerBase) else _ints("size", size),
                   kind=Dim.Types.Spatial, description="%s:slice-nd" % name)
+        if out_spatial_dim is not None:
+            if not isinstance(out_spatial_dim, Dim) or out_spatial_dim.dimension != tag.dimension:
+                raise ValueError("slice_nd: option out_spatial_dim %r does not match the slice size %r" % (
+                    out_spatial_dim, tag.dimension))
+            tag = out_spatial_dim
         n_before = cls._num_axes_before(concat_sources_template(sources), axis)
         dims = [x.dims[0]] + list(x.dims[2:2 + n_before]) + list(st.dims[1:]) + [tag] + list(x.dims[2 + n_before:])
         return make_data("%s_output" % name, dims, like=x)
@@ -692,11 +700,12 @@ class StackLayer(LayerBase):
     """tf.stack of the sources (broadcast to a common shape) on a new spatial axis.
 
     :param axis: position of the new stack axis in the output (default None: after the last axis)
+    :param out_spatial_dim: the Dim of the new axis (size: the number of sources; default a new one)
     """
 
     layer_class = "stack"
 
-    def __init__(self, axis=None, **kwargs):
+    def __init__(self, axis=None, out_spatial_dim=None, **kwargs):
         super().__init__(**kwargs)
         common = Data.get_common_data([s.output for s in self.sources])
         xs = broadcast_all([s.output for s in self.sources], common)
@@ -715,7 +724,7 @@ class StackLayer(LayerBase):
         return axis % n
 
     @classmethod
-    def get_out_data_from_opts(cls, name, sources, axis=None, **kwargs):
+    def get_out_data_from_opts(cls, name, sources, axis=None, out_spatial_dim=None, **kwargs):
         if not sources:
             raise ValueError("stack needs at least one source")
         dtypes = {s.output.dtype for s in sources}
@@ -723,6 +732,11 @@ class StackLayer(LayerBase):
             raise ValueError("stack: sources have different dtypes %s" % sorted(dtypes))
         common = Data.get_common_data([s.output for s in sources], name="%s_output" % name)
         tag = Dim(len(sources), kind=Dim.Types.Spatial, description="%s:stack" % name)
+        if out_spatial_dim is not None:
+            if not isinstance(out_spatial_dim, Dim) or out_spatial_dim.dimension != len(sources):
+                raise ValueError("stack: option out_spatial_dim %r must be a Dim of size %i (the number of sources)" % (
+                    out_spatial_dim, len(sources)))
+            tag = out_spatial_dim
         a = cls._get_axis(common, axis)
         if a is None:
             a = common.get_default_new_axis_for_dim_tag(tag)
@@ -733,11 +747,12 @@ class TileLayer(ConcatInputLayer):
     """tf.tile with multiples per axis ({axis description: int}); tiled dynamic axes multiply their lengths.
 
     :param multiples: dict axis -> int factor (axes as descriptions or dim tags), e.g. {"T": 2}
+    :param out_dims: dict axis (as in multiples) -> the Dim of the tiled axis (instead of a new one)
     """
 
     layer_class = "tile"
 
-    def __init__(self, multiples, **kwargs):
+    def __init__(self, multiples, out_dims=None, **kwargs):
         super().__init__(**kwargs)
         data = self.input_data
         full = [1] * data.batch_ndim
@@ -766,9 +781,16 @@ class TileLayer(ConcatInputLayer):
         return res
 
     @classmethod
-    def get_out_data_from_opts(cls, name, multiples, sources=(), **kwargs):
+    def get_out_data_from_opts(cls, name, multiples, sources=(), out_dims=None, **kwargs):
         data = concat_sources_template(sources, name="%s_output" % name)
         mults = cls._multiples(data, multiples)
+        given = {}
+        for key, d in (out_dims or {}).items():
+            a = data.get_axis_from_description(key)
+            if a not in mults or not isinstance(d, Dim):
+                raise ValueError("tile: option out_dims: key %r is not an axis of multiples %r (or %r no Dim)" % (
+                    key, multiples, d))
+            given[a] = d
         if mults.get(data.batch_dim_axis, 1) != 1:
             dims = rebatch_dims([d for a, d in enumerate(data.dims) if a not in mults or mults[a] == 1], name)
             for a, d in enumerate(data.dims):
@@ -784,6 +806,11 @@ class TileLayer(ConcatInputLayer):
             else:
                 new = Dim(None if tag.dimension is None else tag.dimension * m, kind=tag.kind,
                           description="%s:tile%i" % (name, m))
+            if a in given:
+                if given[a].dimension != new.dimension:
+                    raise ValueError("tile: option out_dims: %r for axis %s, expected size %r" % (
+                        given[a], tag.short_repr(), new.dimension))
+                new = given[a]
             data = data.copy_template_replace_dim_tag(a, new)
         return data
 
@@ -852,7 +879,8 @@ class RepeatLayer(ConcatInputLayer):
     @staticmethod
     def _reps_bt(rep, data):
         """repetitions as int32 tensor broadcastable to [B,T] of data (batch-major, repeated axis at 1)."""
-        rep = rep.copy_as_batch_major()
+        if rep.have_batch_axis():
+            rep = rep.copy_as_batch_major()
         if not rep.dtype.startswith("int"):
             raise ValueError("repeat: repetitions must be int, got %s" % rep.short_repr())
         x = rep.placeholder

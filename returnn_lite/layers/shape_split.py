@@ -293,25 +293,33 @@ class SplitLayer(ConcatInputLayer):
     :param axis: the axis to split (default None: the feature axis); needs a static size
     :param num_splits: number of equal parts (must divide the dim)
     :param size_splits: list of part sizes (sum = the dim); either this or num_splits
+    :param out_dims: the Dims of the parts (their sizes give size_splits where that is not given)
     """
 
     layer_class = "split"
 
-    def __init__(self, axis=None, num_splits=None, size_splits=None, **kwargs):
+    def __init__(self, axis=None, num_splits=None, size_splits=None, out_dims=None, **kwargs):
         super().__init__(**kwargs)
         data = self.input_data
         self.output.placeholder = data.placeholder
-        a, sizes = self._resolve(data, axis, num_splits, size_splits)
+        a, sizes = self._resolve(data, axis, num_splits, size_splits, out_dims)
         parts = tf.split(data.placeholder, sizes, axis=a)
         self.splits = sizes
         self._sub_layers = {}
-        for i, (x, tmpl) in enumerate(zip(parts, self._sub_templates(self.name, data, a, sizes))):
+        for i, (x, tmpl) in enumerate(zip(parts, self._sub_templates(self.name, data, a, sizes, out_dims))):
             tmpl.placeholder = x
             self._sub_layers[str(i)] = InternalLayer(name="%s/%i" % (self.name, i), network=self.network,
                                                      output=tmpl)
 
     @staticmethod
-    def _resolve(data, axis, num_splits, size_splits):
+    def _resolve(data, axis, num_splits, size_splits, out_dims=None):
+        if out_dims is not None:
+            if not all(isinstance(d, Dim) and d.dimension is not None for d in out_dims):
+                raise ValueError("split: option out_dims must be a list of static Dims, got %r" % (out_dims,))
+            if size_splits is None:
+                size_splits = [d.dimension for d in out_dims]
+            elif [d.dimension for d in out_dims] != list(size_splits):
+                raise ValueError("split: option out_dims %r does not match size_splits %r" % (out_dims, size_splits))
         if axis is None:
             if data.feature_dim_axis is None or data.sparse:
                 raise ValueError("split: no axis given and %s has no feature axis" % data.short_repr())
@@ -339,11 +347,11 @@ class SplitLayer(ConcatInputLayer):
         return a, sizes
 
     @staticmethod
-    def _sub_templates(name, data, a, sizes):
+    def _sub_templates(name, data, a, sizes, out_dims=None):
         tag = data.dims[a]
         res = []
         for i, s in enumerate(sizes):
-            new = Dim(s, kind=tag.kind, description="%s/%i:split" % (name, i))
+            new = out_dims[i] if out_dims else Dim(s, kind=tag.kind, description="%s/%i:split" % (name, i))
             res.append(data.copy_template_replace_dim_tag(a, new, name="%s/%i_output" % (name, i)))
         return res
 
@@ -358,15 +366,17 @@ class SplitLayer(ConcatInputLayer):
             return None
         kw = parent_layer_kwargs
         data = concat_sources_template(kw["sources"], name="%s_output" % kw.get("name", "split"))
-        a, sizes = cls._resolve(data, kw.get("axis"), kw.get("num_splits"), kw.get("size_splits"))
+        a, sizes = cls._resolve(data, kw.get("axis"), kw.get("num_splits"), kw.get("size_splits"), kw.get("out_dims"))
         if not 0 <= idx < len(sizes):
             return None
-        return cls._sub_templates(kw.get("name", "split"), data, a, sizes)[idx], kw.get("network"), InternalLayer
+        return cls._sub_templates(kw.get("name", "split"), data, a, sizes, kw.get("out_dims"))[idx], kw.get(
+            "network"), InternalLayer
 
     @classmethod
-    def get_out_data_from_opts(cls, name, sources=(), axis=None, num_splits=None, size_splits=None, **kwargs):
+    def get_out_data_from_opts(cls, name, sources=(), axis=None, num_splits=None, size_splits=None, out_dims=None,
+                               **kwargs):
         data = concat_sources_template(sources, name="%s_output" % name)
-        cls._resolve(data, axis, num_splits, size_splits)
+        cls._resolve(data, axis, num_splits, size_splits, out_dims)
         return data
 
 
@@ -523,6 +533,7 @@ class UnflattenNdLayer(ConcatInputLayer):
     :param num_axes: number N of output axes T_1..T_N
     :param declare_same_sizes_as: dict i -> layer: output axis i gets the dim tag of that layer's time axis
     :param in_dim: the flattened input axis (default "T")
+    :param out_dims: the Dims of the num_axes new axes (instead of new ones)
     """
 
     layer_class = "unflatten_nd"
@@ -530,7 +541,7 @@ class UnflattenNdLayer(ConcatInputLayer):
     required_options = ("sizes",)
     recurrent = True
 
-    def __init__(self, sizes, num_axes, declare_same_sizes_as=None, in_dim="T", **kwargs):
+    def __init__(self, sizes, num_axes, declare_same_sizes_as=None, in_dim="T", out_dims=None, **kwargs):
         super().__init__(**kwargs)
         self.sizes = sizes
         self.declare_same_sizes_as = declare_same_sizes_as or {}
@@ -567,7 +578,7 @@ class UnflattenNdLayer(ConcatInputLayer):
 
     @classmethod
     def get_out_data_from_opts(cls, name, sources, num_axes, sizes=None, declare_same_sizes_as=None, in_dim="T",
-                               **kwargs):
+                               out_dims=None, **kwargs):
         x = cls._input(concat_sources_template(sources, name="%s_output" % name), in_dim)
         num_axes = _ints("num_axes", num_axes)
         if sizes is not None:
@@ -580,9 +591,13 @@ class UnflattenNdLayer(ConcatInputLayer):
                     s.short_repr(), n, num_axes))
         tags = []
         same_sizes_as = {int(i): x for i, x in (declare_same_sizes_as or {}).items()}  # (keys may be given as str)
+        if out_dims is not None and (len(out_dims) != num_axes or not all(isinstance(d, Dim) for d in out_dims)):
+            raise ValueError("unflatten_nd: option out_dims must be %i Dims, got %r" % (num_axes, out_dims))
         for k in range(num_axes):
             other = same_sizes_as.get(k)
-            if other is not None:
+            if out_dims is not None:
+                tags.append(out_dims[k])
+            elif other is not None:
                 tags.append(other.output.get_time_dim_tag())
             else:
                 tags.append(Dim(None, kind=Dim.Types.Spatial, description="%s:unflatten-nd%i" % (name, k)))

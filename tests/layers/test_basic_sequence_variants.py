@@ -168,11 +168,12 @@ def test_combine_mod_pow_and_eval_locals():
     np.testing.assert_allclose(res["e"][0], 3 * x, rtol=1e-5)
 
 
-def test_linear_grad_filter_forward_is_identity_and_zeroes_small_grads():
+def test_linear_grad_filter_forward_is_identity_and_zeroes_large_grads():
+    """As the original's filter_grad: grads whose max(grad**2) is over the threshold are removed (here all: 1)."""
     extern = {"data": {"dim": 3}}
     with tf.Graph().as_default():
         net = TFNetwork(extern_data=ExternData(extern), train_flag=True)
-        net.construct_from_dict({"output": {"class": "linear", "from": "data", "n_out": 2, "grad_filter": 1e6}})
+        net.construct_from_dict({"output": {"class": "linear", "from": "data", "n_out": 2, "grad_filter": 0.5}})
         out = net.get_layer("output").output
         w = net.get_layer("output").params["W"]
         g = tf.gradients(tf.reduce_sum(out.placeholder), [w])[0]

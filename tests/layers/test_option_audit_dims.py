@@ -144,3 +144,105 @@ def test_param_dropout_min_ndim():
     np.testing.assert_array_equal(out(2), 1.0)  # only W (2 dims) gets dropout: b stays
     y = out(None)  # all params, also b: each entry dropped (0) or scaled by 1 / (1 - 0.5)
     assert set(np.unique(y)) <= {0.0, 2.0} and (y == 0).any() and (y == 2).any()
+
+
+# ---- Dim options of the current original beyond the seeds (KNOWN_CURRENT in the audit tool) ----
+
+def test_constant_sparse_dim_and_feature_dim():
+    classes = FeatureDim("classes", 7)
+    net, _, (y,), _ = _run({"output": {"class": "constant", "value": 3, "sparse_dim": classes}})
+    out = net.get_layer("output").output
+    assert out.sparse_dim is classes and out.dim == 7 and y == 3
+    a, b = SpatialDim("a", 2), FeatureDim("b", 3)
+    net, _, (y,), _ = _run({"output": {"class": "constant", "value": 1.5, "shape": [b, a], "feature_dim": b}})
+    out = net.get_layer("output").output
+    assert out.dims == (b, a) and out.feature_dim_axis == 0 and out.dim == 3
+    np.testing.assert_array_equal(y, np.full((3, 2), 1.5, "float32"))
+
+
+def test_split_out_dims():
+    d1, d2 = FeatureDim("p1", 2), FeatureDim("p2", 3)
+    net, x, (y1, y2), _ = _run({"s": {"class": "split", "out_dims": [d1, d2], "from": "data"},
+                                "output": {"class": "copy", "from": "s/0"}, "o2": {"class": "copy", "from": "s/1",
+                                                                                   "is_output_layer": True}},
+                               ("output", "o2"))
+    assert net.get_layer("output").output.feature_dim is d1 and net.get_layer("o2").output.feature_dim is d2
+    np.testing.assert_array_equal(y1, x[..., :2])
+    np.testing.assert_array_equal(y2, x[..., 2:])
+
+
+def test_stack_out_spatial_dim():
+    s = SpatialDim("stack", 2)
+    net, x, (y,), _ = _run({"neg": {"class": "eval", "eval": "-source(0)", "from": "data"},
+                            "output": {"class": "stack", "out_spatial_dim": s, "from": ["data", "neg"]}})
+    out = net.get_layer("output").output
+    a = out.dims.index(s)
+    np.testing.assert_array_equal(np.take(y, 0, axis=a), x)
+    np.testing.assert_array_equal(np.take(y, 1, axis=a), -x)
+    assert "out_spatial_dim" in _error({"output": {"class": "stack", "out_spatial_dim": SpatialDim("x", 3),
+                                                   "from": ["data", "data"]}})
+
+
+def test_tile_out_dims():
+    f2 = FeatureDim("f2", 10)
+    net, x, (y,), _ = _run({"output": {"class": "tile", "multiples": {"F": 2}, "out_dims": {"F": f2},
+                                       "from": "data"}})
+    assert net.get_layer("output").output.feature_dim is f2
+    np.testing.assert_array_equal(y, np.tile(x, (1, 1, 2)))
+    assert "out_dims" in _error({"output": {"class": "tile", "multiples": {"F": 2}, "out_dims": {"F": FeatureDim(
+        "f3", 3)}, "from": "data"}})
+
+
+def test_slice_nd_out_spatial_dim():
+    s = SpatialDim("slice", 2)
+    net, x, (y,), _ = _run({"start": {"class": "constant", "value": 1, "with_batch_dim": True},
+                            "output": {"class": "slice_nd", "start": "start", "size": 2, "out_spatial_dim": s,
+                                       "from": "data"}})
+    out = net.get_layer("output").output
+    assert s in out.dims
+    np.testing.assert_array_equal(y[0], x[0, 1:3])  # seq 0 (length 4)
+    np.testing.assert_array_equal(y[1], x[1, 1:3] * np.array([[1], [0]], "float32"))  # seq 1 (length 2): 1 frame
+
+
+def test_unflatten_nd_out_dims():
+    d1, d2 = SpatialDim("u1"), SpatialDim("u2")
+    extern = {"data": {"dim": 5}, "sizes": {"shape": (2,), "dtype": "int32", "batch_dim_axis": 0,
+                                            "time_dim_axis": None, "feature_dim_axis": None}}
+    with tf.Graph().as_default():
+        net = build_network({"output": {"class": "unflatten_nd", "sizes": "data:sizes", "num_axes": 2,
+                                        "out_dims": [d1, d2], "from": "data"}}, extern)
+        out = net.get_layer("output").output
+        assert out.dims[1] is d1 and out.dims[2] is d2
+        x = np.arange(2 * 6 * 5, dtype="float32").reshape(2, 6, 5)
+        with tf1.Session() as session:
+            y, l1, l2 = session.run([out.placeholder, d1.dyn_size, d2.dyn_size], feed_dict={
+                net.extern_data.data["data"].placeholder: x,
+                net.extern_data.data["data"].size_placeholder[0]: [6, 4],
+                net.extern_data.data["sizes"].placeholder: [[2, 3], [2, 2]]})
+    np.testing.assert_array_equal(l1, [2, 2])
+    np.testing.assert_array_equal(l2, [3, 2])
+    np.testing.assert_array_equal(y[0], x[0].reshape(2, 3, 5))
+    np.testing.assert_array_equal(y[1, :2, :2], x[1, :4].reshape(2, 2, 5))
+
+
+def test_combine_allow_broadcast_all_sources():
+    net, x, (y,), _ = _run({"output": {"class": "combine", "kind": "add", "allow_broadcast_all_sources": True,
+                                       "from": ["data", "data"]}})
+    np.testing.assert_allclose(y, 2 * x)
+
+
+@pytest.mark.parametrize("opts, option", [
+    ({"class": "variable", "shape": (3,), "saveable": False}, "saveable"),
+    ({"class": "rec", "unit": {"output": {"class": "copy", "from": "data:source"}}, "max_seq_len_via": "data",
+      "from": "data"}, "max_seq_len_via"),
+])
+def test_refused_options_named(opts, option):
+    msg = _error({"output": opts})
+    assert "'output'" in msg and "option %s=" % option in msg and "not supported" in msg, msg
+
+
+def test_rnn_cell_out_dim_gives_the_units():
+    out = FeatureDim("lstm", 3)
+    net, x, (y,), params = _run({"output": {"class": "rnn_cell", "unit": "GRU", "out_dim": out, "from": "data"}})
+    assert net.get_layer("output").output.feature_dim is out and y.shape[-1] == 3
+    assert {v.shape[-1] for v in params.values()} == {3, 6}  # candidate (3 units), gates (2 * 3)
