@@ -3,7 +3,8 @@
 Construction cost of rf model code on the RETURNN-layers backend vs the equivalent hand-written layer dict.
 
 Model: a 12-layer pre-norm Transformer encoder (model dim 256, 4 heads, ff 1024, dropout 0.1) + linear output with
-framewise CE, in train mode. Measured in the same process, each in a fresh graph, CPU time, min over repeats:
+framewise CE, in train mode; both the same params (no bias in the attention) and the same dropout masks (residual
+dropout broadcast over time). Measured in the same process, each in a fresh graph, CPU time, min over repeats:
 
 - ``rf``:   ``get_net_dict`` (running the rf code) + ``TFNetwork.construct_from_dict`` + ``get_total_loss``,
 - ``dict``: ``TFNetwork.construct_from_dict`` of the hand-written dict (layer_norm, self_attention, linear, ...)
@@ -41,7 +42,8 @@ def make_rf_config(num_layers):
             super().__init__()
             self.norm1 = rf.LayerNorm(model_dim)
             self.att = rf.SelfAttention(model_dim, model_dim, key_dim_total=Dim(MODEL, name="k"),
-                                        value_dim_total=Dim(MODEL, name="v"), num_heads=HEADS, att_dropout=0.1)
+                                        value_dim_total=Dim(MODEL, name="v"), num_heads=HEADS, att_dropout=0.1,
+                                        with_bias=False)
             self.norm2 = rf.LayerNorm(model_dim)
             self.ff1 = rf.Linear(model_dim, ff_dim)
             self.ff2 = rf.Linear(ff_dim, model_dim)
@@ -73,6 +75,7 @@ def make_rf_config(num_layers):
 
 def make_dict(num_layers):
     net = {"inp": {"class": "linear", "from": "data", "n_out": MODEL}}
+    noise = {"*": None, "T": 1}  # as rf.dropout(axis=model_dim): the mask varies along batch and model dim only
     src = "inp"
     for i in range(num_layers):
         p = "l%i_" % i
@@ -80,13 +83,13 @@ def make_dict(num_layers):
             p + "ln1": {"class": "layer_norm", "from": src},
             p + "att": {"class": "self_attention", "from": p + "ln1", "num_heads": HEADS, "total_key_dim": MODEL,
                         "n_out": MODEL, "attention_dropout": 0.1},
-            p + "att_proj": {"class": "linear", "from": p + "att", "n_out": MODEL},
-            p + "att_drop": {"class": "dropout", "from": p + "att_proj", "dropout": 0.1},
+            p + "att_proj": {"class": "linear", "from": p + "att", "n_out": MODEL, "with_bias": False},
+            p + "att_drop": {"class": "dropout", "from": p + "att_proj", "dropout": 0.1, "dropout_noise_shape": noise},
             p + "res1": {"class": "combine", "kind": "add", "from": [src, p + "att_drop"]},
             p + "ln2": {"class": "layer_norm", "from": p + "res1"},
             p + "ff1": {"class": "linear", "from": p + "ln2", "n_out": FF, "activation": "relu"},
             p + "ff2": {"class": "linear", "from": p + "ff1", "n_out": MODEL},
-            p + "ff_drop": {"class": "dropout", "from": p + "ff2", "dropout": 0.1},
+            p + "ff_drop": {"class": "dropout", "from": p + "ff2", "dropout": 0.1, "dropout_noise_shape": noise},
             p + "res2": {"class": "combine", "kind": "add", "from": [p + "res1", p + "ff_drop"]},
         })
         src = p + "res2"

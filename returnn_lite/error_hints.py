@@ -77,7 +77,9 @@ def precheck_layer_desc(desc):
     if target is not None and not _is_layer_names(target):
         raise TypeError("option 'target' must be a data key (str) or a list of them, got %r" % (target,))
     for key in SIZE_OPTIONS:
-        value = desc.get(key, None)
+        if key not in desc:
+            continue
+        value = desc[key]
         values = value if isinstance(value, (list, tuple)) else [value]
         if any(isinstance(v, int) and not isinstance(v, bool) and v <= 0 for v in values):
             raise ValueError("option %r must be positive, got %r" % (key, value))

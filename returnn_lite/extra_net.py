@@ -46,25 +46,33 @@ def _layers_to_rebuild(net_dict, prefix, search):
             return any(has_choice(v) for v in desc)
         return False
 
-    def refs(desc, res):
-        if isinstance(desc, str) and desc:
-            r = parse_layer_ref(desc)
-            if r.kind == "base":  # (in a rec unit: a layer of the main network)
-                r = parse_layer_ref(r.name)
-            if r.kind == "layer" and r.name in names:
-                res.add(r.name)
-            elif r.kind == "layer" and r.base_name in names:
-                res.add(r.base_name)
-        elif isinstance(desc, dict):
-            for v in desc.values():
-                refs(v, res)
-        elif isinstance(desc, (list, tuple)):
-            for v in desc:
-                refs(v, res)
-        return res
-
     own |= {k for k in names if has_choice(net_dict[k])}
-    deps = {k: refs(net_dict[k], set()) for k in names}
+    return _with_dependents(net_dict, names, own)
+
+
+def _refs(desc, names, res):
+    """The layers of names that desc (a layer dict, or a part of it) refers to (also via base: in a rec unit)."""
+    if isinstance(desc, str) and desc:
+        r = parse_layer_ref(desc)
+        if r.kind == "base":  # (in a rec unit: a layer of the main network)
+            r = parse_layer_ref(r.name)
+        if r.kind == "layer" and r.name in names:
+            res.add(r.name)
+        elif r.kind == "layer" and r.base_name in names:
+            res.add(r.base_name)
+    elif isinstance(desc, dict):
+        for v in desc.values():
+            _refs(v, names, res)
+    elif isinstance(desc, (list, tuple)):
+        for v in desc:
+            _refs(v, names, res)
+    return res
+
+
+def _with_dependents(net_dict, names, own):
+    """own plus every layer of names that (transitively) refers to one of own."""
+    own = set(own)
+    deps = {k: _refs(net_dict[k], names, set()) for k in names}
     changed = True
     while changed:
         changed = False
@@ -75,9 +83,63 @@ def _layers_to_rebuild(net_dict, prefix, search):
     return own
 
 
+def only_on_search_layers(net_dict):
+    """Layers with ``only_on_search=True`` and the layers depending on them: not built without search_flag."""
+    names = {k for k, v in net_dict.items() if isinstance(v, dict) and not k.startswith(EXTRA_PREFIX)}
+    marked = {k for k in names if net_dict[k].get("only_on_search")}
+    return _with_dependents(net_dict, names, marked) if marked else set()
+
+
+def search_only_deps(net_dict, search_only):
+    """The layers that only the search-only layers use (not built in the main net without search: no warning)."""
+    if not search_only:
+        return set()
+    names = {k for k, v in net_dict.items() if isinstance(v, dict) and not k.startswith(EXTRA_PREFIX)}
+    res, todo = set(), list(search_only)
+    while todo:
+        for k in _refs(net_dict[todo.pop()], names, set()):
+            if k not in res and k not in search_only:
+                res.add(k)
+                todo.append(k)
+    return res
+
+
 def layer_from_extra_or_main(net, name):
     """In an extra network: the main network's layer where the extra network does not build its own, else None."""
     parent = getattr(net, "extra_parent_net", None)
     if parent is None or name in net._extra_own or parse_layer_ref(name).kind == "data" or name in net.layers:
         return None
     return parent.get_layer(name)
+
+
+SEARCH_TRAIN_NET = "search_train"
+
+
+def construct_search_train_net(net, net_dict, layer_list):
+    """
+    The config option ``search_train_network_layers`` (training): the layers of layer_list are built in an extra
+    network with ``search_flag=True`` (same train flag as net), as the layers they depend on which net has not
+    built (e.g. those that only only_on_search layers use); the layers net has built are taken from it. Params are
+    shared by name. The losses of the extra network count in training: they join net's losses (layer name, or
+    ``extra.search_train:NAME`` where net has a loss of that name), as its data keys join net's.
+    """
+    unknown = [name for name in layer_list if name not in net_dict]
+    if unknown:
+        raise ValueError("search_train_network_layers %r: no such layer(s) %s in the network" % (layer_list, unknown))
+    nets = net.__dict__.setdefault("_extra_nets", {})
+    extra = type(net)(config=net.config, extern_data=net.extern_data, extra_parent_net=net,
+                      name="extra.%s" % SEARCH_TRAIN_NET, train_flag=net.train_flag, eval_flag=net.eval_flag,
+                      search_flag=True)
+    extra._net_dict = {k: v for k, v in net_dict.items() if not k.startswith(EXTRA_PREFIX)}
+    extra.extra_name = SEARCH_TRAIN_NET
+    extra._extra_own = {k for k in extra._net_dict if k not in net.layers} | set(layer_list)
+    nets[SEARCH_TRAIN_NET] = extra
+    for name in layer_list:
+        extra.construct_layer(extra._net_dict, name)
+    for key, holder in extra.losses_dict.items():
+        if key in net.losses_dict:
+            key = "%s%s:%s" % (EXTRA_PREFIX, SEARCH_TRAIN_NET, key)
+        holder.name = key
+        net.losses_dict[key] = holder
+    net.used_data_keys |= extra.used_data_keys
+    return [extra.layers[name] for name in layer_list]

@@ -47,7 +47,16 @@ def _xavier_initializer(uniform=True, seed=None, dtype=tf.float32):
     return tf1.variance_scaling_initializer(1.0, "fan_avg", "uniform" if uniform else "normal", seed=seed, dtype=dtype)
 
 
+_NAMESPACE = []  # built once (get_initializer of an expression runs once per param)
+
+
 def _eval_namespace():
+    if not _NAMESPACE:
+        _NAMESPACE.append(_make_eval_namespace())
+    return dict(_NAMESPACE[0])  # a copy: the expression must not change it for the next one
+
+
+def _make_eval_namespace():
     ns = {k: getattr(math, k) for k in dir(math) if not k.startswith("_")}
     ns.update({"math": math, "numpy": np, "np": np, "tf": tf, "float": float, "int": int})
     for n, f in _BY_NAME.items():

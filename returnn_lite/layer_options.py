@@ -58,7 +58,8 @@ class LayerOptionsInfo:
         unsupported = {}
         for klass in reversed(layer_class.__mro__):
             unsupported.update(klass.__dict__.get("unsupported_options", {}))
-        self.unsupported = unsupported  # option -> accepted values (anything else is refused)
+        # (a subclass that supports an option a base refuses maps it to None)
+        self.unsupported = {k: v for k, v in unsupported.items() if v is not None}  # option -> accepted values (anything else is refused)
 
 
 def get_layer_options_info(layer_class):

@@ -27,6 +27,7 @@ from .errors import (  # noqa: F401 (re-exported: part of this module's API, as 
     NetworkLayerException,
 )
 from .extern_data import DataNotFound, ExternData
+from .extra_net import only_on_search_layers, search_only_deps
 from .layer_options import check_explicit_output, iter_nested_layer_descs, validate_layer_desc
 from .layer_ref import data_key, is_layer_target, parse_layer_ref
 from .layers.base import InternalLayer, LayerBase, apply_out_dim, get_layer_class
@@ -145,16 +146,20 @@ class TFNetwork(NetworkAPIMixin):
         net_dict = strip_net_dict_meta(net_dict, check=self.parent_net is None)  # "#config"...: metadata
         self._net_dict = net_dict
         self._validate_net_dict(net_dict)
+        search_only = set() if self.search_flag else only_on_search_layers(net_dict)
         # layers registered as extern data first (others may use them as target), as the original
         for name, desc in sorted(net_dict.items(), key=lambda kv: (
                 not (isinstance(kv[1], dict) and kv[1].get("register_as_extern_data")), kv[0])):
             if not isinstance(desc, dict):
                 raise NetworkLayerException("layer description must be a dict, got %r" % (desc,), name, network=self)
+            if name in search_only:  # only_on_search (or depends on such a layer): not without search
+                continue
             if (name == "output" or name.endswith(":output") or desc.get("loss") or desc.get("is_output_layer")
                     or desc.get("register_as_extern_data")):
                 self.construct_layer(net_dict, name, get_layer=get_layer)
         if self.parent_net is None:
-            check_unreached_layers(self, net_dict)
+            skipped = search_only | search_only_deps(net_dict, search_only)  # (no warning for those)
+            check_unreached_layers(self, {k: v for k, v in net_dict.items() if k not in skipped} if skipped else net_dict)
 
     def _validate_net_dict(self, net_dict):
         """The options of every layer dict, also of layers that are never built (e.g. an is_output_layer typo)."""
@@ -539,8 +544,10 @@ class TFNetwork(NetworkAPIMixin):
         return list(self.layers.values())
 
     def get_all_layers_deep(self):
+        """All layers, also of sub networks and of the extra networks (e.g. of search_train_network_layers)."""
         seen, res = set(), []
-        for layer in self.layers.values():
+        extra = [layer for net in self.__dict__.get("_extra_nets", {}).values() for layer in net.layers.values()]
+        for layer in list(self.layers.values()) + extra:
             for sub in [layer] + [x for net in getattr(layer, "get_sub_networks", lambda: [])()
                                   for x in net.get_all_layers_deep()]:
                 if id(sub) not in seen:

@@ -135,7 +135,6 @@ def test_every_option_is_read_or_refused():
 
 
 @pytest.mark.parametrize("opts, option", [
-    ({"only_on_search": True}, "only_on_search"), ({"collocate_with": ["data"]}, "collocate_with"),
     ({"updater_opts": {"optimizer": {"class": "adam"}}}, "updater_opts"), ({"encapsulate": True}, "encapsulate")])
 def test_unsupported_option_refused(opts, option):
     msg = _error({"output": dict({"class": "linear", "activation": None, "n_out": 3}, **opts)})

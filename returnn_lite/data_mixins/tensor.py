@@ -142,6 +142,20 @@ class TensorFrontendMixin:
     def __abs__(self):
         return _rf().abs(self)
 
+    def __eq__(self, other):
+        # ``x == 0`` compares elementwise (as the original); Tensor vs Tensor stays identity (Tensors sit in lists
+        # and dicts of the compiler): use rf.compare(a, "==", b) there
+        if isinstance(other, (bool, int, float)) and self.placeholder is not None:
+            return _rf().compare(self, "equal", other)
+        return self is other
+
+    def __ne__(self, other):
+        if isinstance(other, (bool, int, float)) and self.placeholder is not None:
+            return _rf().compare(self, "not_equal", other)
+        return self is not other
+
+    __hash__ = object.__hash__
+
     def __lt__(self, other):
         return _rf().compare(self, "less", other)
 

@@ -149,7 +149,7 @@ class Engine:
 
     def run(self):
         tasks = {"train": self.train, "eval": self.eval_task, "forward": self.forward_task,
-                 "search": self.search_task}
+                 "search": self.search_task, "hyper_param_tuning": self.hyper_param_tuning_task}
         if self.task not in tasks:
             raise EngineError("unknown task %r; supported: %s" % (self.task, ", ".join(sorted(tasks))))
         for key in ("train", "dev", "eval", "eval_datasets"):  # e.g. Sprint datasets: refused before anything is built
@@ -332,6 +332,17 @@ class Engine:
                                      search_flag=self.task == "search")
             with returnn_import_hook(), global_config_ctx(config):
                 self.network.construct_from_dict(net_dict)
+                if train and self.task not in ("forward", "search") and config.list("search_train_network_layers"):
+                    from ..extra_net import construct_search_train_net
+
+                    names = config.list("search_train_network_layers")
+                    unknown = [name for name in names if name not in net_dict]
+                    if unknown:
+                        raise EngineError("search_train_network_layers %r: no layer(s) %s in the network" % (
+                            names, ", ".join(repr(name) for name in unknown)))
+                    layers = construct_search_train_net(self.network, net_dict, names)
+                    self.log.v3("search train network layers: %s" % ", ".join(
+                        "%s %r #: %s" % (x.layer_class, x.name, x.output.dim) for x in layers))
             self.network.get_global_train_step_var()
             extra_vars = []
             if self.dist is not None:
@@ -870,6 +881,17 @@ class Engine:
             raise EngineError("task forward needs 'output_file' (the HDF file to write)")
         self._init_for_inference(dataset)
         self.forward_to_hdf(dataset, output_file)
+
+    def hyper_param_tuning_task(self):
+        """Evolutionary search over the config's HyperParam placeholders (see hyper_param_tuning.py)."""
+        from .hyper_param_tuning import HyperParamTuning
+
+        self._init_train_datasets()
+        try:
+            tuning = HyperParamTuning(self.config, self.train_data, type(self), self.log)
+        except ValueError as exc:
+            raise EngineError(str(exc)) from None
+        tuning.work()
 
     def search_task(self):
         from .search import search_task

@@ -12,13 +12,22 @@ class FrontendError(Exception):
     """Bad rf usage (dim mismatch, unknown dim, ...); the message names the model code's call site."""
 
 
+_INTERNAL_FILES = {}  # code file name -> whether it is returnn_lite's own (call_site runs once per emitted layer)
+
+
+def _is_internal(filename):
+    internal = _INTERNAL_FILES.get(filename)
+    if internal is None:
+        internal = _INTERNAL_FILES[filename] = not filename.startswith("<") and os.path.abspath(
+            filename).startswith(_PKG_DIR + os.sep)
+    return internal
+
+
 def call_site():
     """'file:line' of the innermost frame outside returnn_lite (the model code that called rf)."""
     f = sys._getframe(1)
     while f is not None:
-        fn = os.path.abspath(f.f_code.co_filename) if not f.f_code.co_filename.startswith("<") else \
-            f.f_code.co_filename
-        if not fn.startswith(_PKG_DIR + os.sep):
+        if not _is_internal(f.f_code.co_filename):
             return "%s:%i" % (f.f_code.co_filename, f.f_lineno)
         f = f.f_back
     return "<unknown>"

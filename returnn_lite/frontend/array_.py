@@ -110,7 +110,11 @@ def concat_features(*sources, allow_broadcast=False):
 
 
 def pad(source, *, axes, padding, out_dims=None, mode="constant", value=None, handle_dynamic_dims=None):
-    """Pad each of ``axes`` by (left, right) ints; -> (Tensor, out_dims) with ``left + dim + right`` dims."""
+    """
+    Pad each of ``axes`` by (left, right) ints; -> (Tensor, out_dims) with ``left + dim + right`` dims.
+    handle_dynamic_dims (default False, as the original's at behavior version 0): True puts the right padding after
+    each sequence's end, False after the padded end (the frames in between keep the source's padding values).
+    """
     axes = as_dims(axes)
     check_dims_in("pad", source, axes)
     padding = [tuple(p) for p in padding]
@@ -121,7 +125,16 @@ def pad(source, *, axes, padding, out_dims=None, mode="constant", value=None, ha
             raise error("pad", "only int paddings are supported, got %r" % (p,))
     if mode not in ("constant", "reflect", "replicate"):
         raise error("pad", "unknown mode %r" % mode)
+    if handle_dynamic_dims is None:
+        handle_dynamic_dims = False  # the original's default at behavior version 0 (True from version 21)
     if out_dims is None:
+        for a, (left, right) in zip(axes, padding):
+            if right and a.dimension is None and not handle_dynamic_dims:
+                raise error("pad", "right padding of the dynamic dim %s with handle_dynamic_dims=False (the default, "
+                            "as the original's at behavior version 0) gives a dim with one length for all sequences "
+                            "(the padded length + %i), which is not supported: pass out_dims=[...] (the values then "
+                            "follow the padded end) or handle_dynamic_dims=True (they follow each sequence's end)" % (
+                                a.short_repr(), left + right))
         out_dims = [left + a + right if (left or right) else a for a, (left, right) in zip(axes, padding)]
     else:
         out_dims = list(out_dims)
@@ -132,8 +145,6 @@ def pad(source, *, axes, padding, out_dims=None, mode="constant", value=None, ha
             if o.dimension is None and o is not a and o.__dict__.get("_derived_from") is None and \
                     o.dyn_size is None and a.dimension is None:
                 o.__dict__["_derived_from"] = ("add", (a, left + right))
-    if handle_dynamic_dims is None:
-        handle_dynamic_dims = True
     out = get_backend_for_tensor(source).pad(
         source, axes=axes, padding=padding, out_dims=out_dims, handle_dynamic_dims=handle_dynamic_dims, mode=mode,
         value=0 if value is None else value)
@@ -141,16 +152,24 @@ def pad(source, *, axes, padding, out_dims=None, mode="constant", value=None, ha
 
 
 def gather(source, *, indices, axis=None, clip_to_valid=False):
-    """source[..., indices, ...] along axis: the axis is replaced by the dims of indices (int: axis removed)."""
+    """
+    source[..., indices, ...] along axis: the axis is replaced by the dims of indices that the source lacks, or the
+    axis itself (int indices: the axis is removed); the other common dims are batch dims.
+    clip_to_valid: indices clipped into [0, size - 1], per sequence for a dynamic axis (as the original).
+    """
     if axis is None:
         if is_tensor(indices) and indices.sparse_dim is not None and indices.sparse_dim in source.dims:
             axis = indices.sparse_dim
         else:
             raise error("gather", "axis not given and indices have no sparse dim of the source")
     check_dims_in("gather", source, [axis])
-    if is_tensor(indices) and axis in indices.dims:
-        raise error("gather", "indices %s must not have the gathered axis %s" % (
-            dims_str(indices.dims), axis.short_repr()))
+    if is_tensor(indices) and not indices.dtype.startswith(("int", "uint")):
+        raise error("gather", "indices must be int, got dtype %s" % indices.dtype)
+    if clip_to_valid and isinstance(indices, int) and axis.dimension is None and not axis.is_batch_dim():
+        raise error("gather", "clip_to_valid with the int index %i on the dynamic axis %s: the per-sequence "
+                    "lengths need indices with their dims (e.g. a Tensor with the batch dim)" % (
+                        indices, axis.short_repr()))
+    # indices may have the gathered axis itself (e.g. range_over_dim(axis) + 1): the output keeps it from there
     return get_backend_for_tensor(source).gather(source, indices=indices, axis=axis, clip_to_valid=clip_to_valid)
 
 

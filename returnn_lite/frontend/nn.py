@@ -257,16 +257,53 @@ class BatchNorm(Module):
 
 # ---- recurrent ----
 class State(dict):
-    """Nested state (attribute access to the dict entries), as rf.State."""
+    """
+    Nested state (attribute access to the dict entries), as rf.State: ``State(h=..., c=...)``, ``State({"h": ...})``,
+    or ``State(x)`` for one non-dict value (``State(state=x)``).
+    """
+
+    def __init__(self, *args, **kwargs):
+        if args and kwargs or len(args) > 1:
+            raise TypeError("State(...): either keyword arguments or one positional argument, got %i and %s" % (
+                len(args), sorted(kwargs)))
+        if args:
+            super().__init__(**args[0]) if isinstance(args[0], dict) else super().__init__(state=args[0])
+        else:
+            super().__init__(**kwargs)
+
+    def __repr__(self):
+        return "%s(%s)" % (type(self).__name__, ", ".join("%s=%r" % (k, v) for k, v in self.items()))
 
     def __getattr__(self, item):
         try:
             return self[item]
         except KeyError:
-            raise AttributeError(item) from None
+            raise AttributeError("%r has no %r" % (self, item)) from None
 
     def __setattr__(self, key, value):
         self[key] = value
+
+    def deep_tensors(self):
+        """All Tensors in this state and its nested dicts / lists / tuples (each once)."""
+        return self.cls_deep_tensors(self)
+
+    @classmethod
+    def cls_deep_tensors(cls, obj):
+        """All Tensors in obj and its nested dicts / lists / tuples (each once, in order)."""
+        res, seen, queue = [], set(), [obj]
+        while queue:
+            x = queue.pop(0)
+            if is_tensor(x):
+                if id(x) not in seen:
+                    seen.add(id(x))
+                    res.append(x)
+            elif isinstance(x, dict) or hasattr(x, "keys") and hasattr(x, "values"):
+                queue[:0] = list(x.values())
+            elif isinstance(x, (list, tuple)):
+                queue[:0] = list(x)
+            elif x is not None and not isinstance(x, (Dim, int, float, bool, str)):
+                raise TypeError("State.cls_deep_tensors: unexpected %r" % (x,))
+        return res
 
 
 class LstmState(State):
@@ -336,7 +373,8 @@ def dot_attention(query, keys, values, *, key_dim, axis, att_dropout=0.0, att_dr
     energy = math_.matmul(query, keys, reduce=key_dim)
     att_weights = math_.softmax(energy, axis=axis)
     att_weights = dropout(att_weights, att_dropout, axis=axis if att_dropout_broadcast else None)
-    return math_.matmul(att_weights, values, reduce=axis)
+    # no mask needed (as the original): the softmax gave the padded frames of axis weight 0.0
+    return math_.matmul(att_weights, values, reduce=axis, use_mask=False)
 
 
 class GenericSelfAttention(Module):
@@ -481,17 +519,40 @@ def while_loop(cond, body, initial):  # noqa: A002
     return get_selected_backend().while_loop(cond, body, initial)
 
 
-def scan(*, spatial_dim=None, initial=None, xs=None, ys=None, body, cond=None, max_seq_len=None, **kwargs):
+def scan(*, spatial_dim=None, cond_dims=None, cond_before_body=True, initial=None, xs=None, ys=None, cond=None,
+         body, max_seq_len=None, return_tensor_arrays=False):
     """
     Loop over ``spatial_dim``: ``body(xs_t, state) -> (ys_t, new_state)`` per frame (xs: tensors with spatial_dim,
     unstacked; ys: per-frame templates or None). Returns ``(ys, final_state, spatial_dim)``; the state of a sequence
-    stays as it is after its length. Only loops over a given spatial_dim are supported (no ``cond``).
+    stays as it is after its length.
+
+    Without spatial_dim (or with a new dynamic one): ``cond(None, state)`` (a bool Tensor with ``cond_dims``, e.g.
+    [batch]) and ``body(None, state)``; a sequence runs while its cond is True (checked before each body call with
+    cond_before_body, else after it: at least one call), at most ``max_seq_len`` (int or int Tensor) calls. Returns
+    ys over a new dim whose lengths are the number of body calls per sequence, and per sequence its state after them.
     """
-    if kwargs:
-        raise error("scan", "unsupported option(s) %s" % sorted(kwargs))
-    if spatial_dim is None or cond is not None or max_seq_len is not None:
-        raise error("scan", "only a loop over a given spatial_dim is supported (cond/max_seq_len are not)")
-    return get_selected_backend().scan(spatial_dim=spatial_dim, initial=initial, xs=xs, ys=ys, body=body)
+    if return_tensor_arrays:
+        raise error("scan", "return_tensor_arrays=True is not supported (ys are stacked Tensors)")
+    backend = get_selected_backend()
+    if cond is None:
+        if spatial_dim is None:
+            raise error("scan", "needs spatial_dim (a loop over it) or cond and cond_dims (a loop while cond)")
+        if max_seq_len is not None or cond_dims is not None:
+            raise error("scan", "max_seq_len / cond_dims are only for a loop with cond (spatial_dim %s is given)" %
+                        spatial_dim.short_repr())
+        return backend.scan(spatial_dim=spatial_dim, initial=initial, xs=xs, ys=ys, body=body)
+    if cond_dims is None:
+        raise error("scan", "with cond, cond_dims (the dims of cond's result, e.g. [batch_dim]) must be given")
+    if xs is not None:
+        raise error("scan", "with cond there is no spatial_dim to unstack xs over (xs must be None)")
+    if max_seq_len is not None and not is_tensor(max_seq_len) and (
+            not isinstance(max_seq_len, int) or isinstance(max_seq_len, bool) or max_seq_len < 0):
+        raise error("scan", "max_seq_len must be an int >= 0 or an int Tensor, got %r" % (max_seq_len,))
+    if spatial_dim is not None and spatial_dim.dimension is not None:
+        raise error("scan", "with cond, spatial_dim must be a new dynamic dim (the loop sets its lengths), got %s" %
+                    spatial_dim.short_repr())
+    return backend.scan(spatial_dim=spatial_dim, initial=initial, xs=None, ys=ys, body=body, cond=cond,
+                        cond_dims=list(cond_dims), cond_before_body=bool(cond_before_body), max_seq_len=max_seq_len)
 
 
 def Loop(*, axis=None, max_seq_len=None):  # noqa: N802 (original's class name)

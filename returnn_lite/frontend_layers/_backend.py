@@ -21,10 +21,14 @@ cross entropy against dense targets (log-softmax + ``dot``).
 Params are ``variable`` layers named by the rf param name (``lstm.ff_weight`` -> layer ``lstm/ff_weight`` with the TF
 variable ``lstm/ff_weight/param``). Scalar operands are shared ``constant`` layers (``const``, ``const_1``, ...).
 
+rf.LSTM (``lstm``) is a ``rec`` layer with the ``nativelstm2`` unit (``axis``: the spatial dim or single_step_dim,
+``initial_state``/``state`` and ``get_last_hidden_state`` layers for the state) whose params are the rf params,
+reordered to the unit's gate order by ``slice``/``concat`` layers and handed over by ``reuse_params`` (see _lstm.py).
+
 ``frontend_op`` (:mod:`._layer`, the frontend computes the output template) remains only where no layer class fits:
 
-- rf.LSTM (``lstm``): the rec layer's LSTM units create their own params in their own layout; rf's
-  ff_weight/rec_weight/bias (gate order i, f, g, o) cannot be handed to them.
+- rf.LSTM with batch dims other than [batch] (or states without exactly [batch, out_dim]): the rec layer's cell
+  units run on [time, batch, feature].
 - cross entropy with sparse targets of a float dtype or with dims the logits lack (dense targets are log-softmax +
   ``dot``, see :mod:`._norm`).
 - concat along dynamic dims: the concat layer concatenates padded tensors, rf concatenates per sequence.
@@ -42,7 +46,7 @@ from ..frontend._backend import Backend
 from ..frontend._utils import FrontendError, broadcast_dims, call_site, concat_out_dims, dims_str, is_tensor
 from . import _norm
 from ._emit import _const, _emit, _make, _operands, _raw_name, _sources
-from ._net import Layer, get_current_builder
+from ._net import Layer, dim_source as _dim_source, get_current_builder
 
 
 class ReturnnLayersBackend(Backend):
@@ -159,6 +163,8 @@ class ReturnnLayersBackend(Backend):
         t = a if is_tensor(a) else b
         dtype = t.dtype
         sparse = t.sparse_dim if dtype.startswith("int") else None
+        if _broadcast_all(a, b):  # the combine layer matches feature axes; the rf op broadcasts by dims only
+            return _combine_op(a, kind, b, dims, dtype, sparse)
         if not (is_tensor(a) and is_tensor(b) and a.dtype != b.dtype) and kind in _COMBINE_LAYER_KINDS and \
                 (dtype != "int32" or kind != "truediv"):
             if sparse is not None and (not is_tensor(a) or not is_tensor(b) or a.sparse_dim != b.sparse_dim):
@@ -174,7 +180,7 @@ class ReturnnLayersBackend(Backend):
             return _emit("compare", [a], dims, "bool", kind=kind, value=_scalar(b), name=kind)
         if not is_tensor(a):
             return _emit("compare", [b], dims, "bool", kind=_SWAPPED.get(kind, kind), value=_scalar(a), name=kind)
-        if a.dtype != b.dtype:
+        if a.dtype != b.dtype or _broadcast_all(a, b):
             return _combine_op(a, kind, b, dims, "bool", None, operand_dtype=a.dtype)
         return _emit("compare", [a, b], dims, "bool", kind=kind, name=kind)
 
@@ -236,7 +242,8 @@ class ReturnnLayersBackend(Backend):
             dtype, sparse = "bool", None
         else:
             dtype, sparse = source.dtype, None
-        if mode not in _REDUCE_LAYER_MODES or (mode in ("any", "all")) != (source.dtype == "bool"):
+        if mode not in _REDUCE_LAYER_MODES or (mode in ("any", "all")) != (source.dtype == "bool") or \
+                source.sparse_dim is not None:  # the reduce layer refuses sparse inputs
             return _make("reduce", [source], rest, dtype, sparse_dim=sparse,
                          opts={"mode": mode, "axes": axes, "use_mask": use_mask}, name="reduce_" + mode)
         return _emit("reduce", [source], rest, dtype, sparse_dim=sparse, mode=mode, axes=axes,
@@ -322,7 +329,7 @@ class ReturnnLayersBackend(Backend):
                              axis=axis)
             return _make("gather", [source], dims, source.dtype, sparse_dim=source.sparse_dim,
                          opts={"axis": axis, "clip_to_valid": clip_to_valid, "index_value": indices})
-        common = [d for d in indices.dims if d in source.dims]
+        common = [d for d in indices.dims if d in source.dims and d != axis]
         src_rest = [d for d in source.dims if d not in common and d != axis]
         idx_rest = [d for d in indices.dims if d not in common]
         # natural order: source dims with axis replaced by the (new) index dims
@@ -489,8 +496,14 @@ class ReturnnLayersBackend(Backend):
 
     @staticmethod
     def lstm(source, *, state_h, state_c, ff_weight, rec_weight, bias, spatial_dim, in_dim, out_dim):
+        """A ``rec`` layer with the nativelstm2 unit and the rf params (see _lstm.py); frontend_op for other dims."""
         from ..data import single_step_dim
+        from ._lstm import lstm_layers
 
+        res = lstm_layers(source, state_h=state_h, state_c=state_c, ff_weight=ff_weight, rec_weight=rec_weight,
+                          bias=bias, spatial_dim=spatial_dim, in_dim=in_dim, out_dim=out_dim)
+        if res is not None:
+            return res
         single = spatial_dim is single_step_dim
         dims = [out_dim if d == in_dim else d for d in source.dims]
         gates_dim = [d for d in ff_weight.dims if d != in_dim][0]
@@ -506,9 +519,12 @@ class ReturnnLayersBackend(Backend):
 
     # ---- control flow ----
     @staticmethod
-    def scan(*, spatial_dim, initial, xs, ys, body):
-        from ._loop import scan
+    def scan(*, spatial_dim, initial, xs, ys, body, cond=None, cond_dims=None, cond_before_body=True, max_seq_len=None):
+        from ._loop import scan, scan_cond
 
+        if cond is not None:
+            return scan_cond(spatial_dim=spatial_dim, initial=initial, ys=ys, body=body, cond=cond,
+                             cond_dims=cond_dims, cond_before_body=cond_before_body, max_seq_len=max_seq_len)
         return scan(spatial_dim=spatial_dim, initial=initial, xs=xs, ys=ys, body=body)
 
     @staticmethod
@@ -587,6 +603,14 @@ def _scalar(v):
     return v.tolist() if hasattr(v, "tolist") else v
 
 
+def _broadcast_all(a, b):
+    """Whether neither operand has all dims of the result (allow_broadcast_all_sources)."""
+    if not (is_tensor(a) and is_tensor(b)):
+        return False
+    sa, sb = set(a.dims), set(b.dims)
+    return not (sa <= sb or sb <= sa)
+
+
 def _combine_op(a, kind, b, dims, dtype, sparse, operand_dtype=None):
     sources, (sa, sb) = _operands([a, b])
     return _make("combine", sources, dims, dtype, sparse_dim=sparse,
@@ -624,11 +648,3 @@ def _conv_layer_fits(source, in_dim, in_spatial_dims):
     return set(source.dims) == {batch_dim, in_dim, *in_spatial_dims} and len(source.dims) == len(in_spatial_dims) + 2 \
         and all(d.dimension is None for d in in_spatial_dims)
 
-
-def _dim_source(dim):
-    """A Tensor of this or the enclosing net dict that has ``dim`` (for range_in_axis), or None."""
-    builder = get_current_builder()
-    for b in (builder, builder.parent):
-        if b is not None and dim in b.dim_sources:
-            return b.dim_sources[dim]
-    return None

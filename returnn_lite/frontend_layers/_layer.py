@@ -455,10 +455,12 @@ def _pad(layer, inputs, out, axes, padding, out_dims, handle_dynamic_dims, mode,
 def _gather(layer, inputs, out, axis, clip_to_valid, index_value=None):
     src = inputs[0]
     if index_value is not None:  # an int index: axis removed
+        if clip_to_valid:  # static axis (rf.gather refuses a dynamic one)
+            index_value = min(max(index_value, 0), axis.dimension - 1)
         x = tf.gather(src.placeholder, index_value, axis=list(src.dims).index(axis))
         return to_out(x, [d for d in src.dims if d != axis], out)
     idx = inputs[1]
-    common = [d for d in idx.dims if d in src.dims]
+    common = [d for d in idx.dims if d in src.dims and d != axis]
     src_rest = [d for d in src.dims if d not in common and d != axis]
     idx_rest = [d for d in idx.dims if d not in common]
     params = align_exact(src, common + src_rest + [axis])

@@ -11,18 +11,36 @@ is the per-frame body (recorded once), as a hand-written RETURNN rec unit reads:
 
 Stacked tensors (``loop.stack``, scan's ys) are the rec layer's sub-layers seen from outside (``loop/add``, over the
 loop's axis). The final value of a state is its frame at the sequence length (the state of a sequence stays as it is
-after its length). A loop without axis (``rf.while_loop``, ``rf.Loop(max_seq_len=...)`` with ``loop.end``) gets a new
-dim as its axis and an ``end`` sub-layer; ``rf.cum_concat_step`` in a body is a ``cum_concat`` sub-layer.
-Sub-layers are not moved out of the loop: the layers of the frontend carry their per-frame output templates.
+after its length). ``rf.cum_concat_step`` in a body is a ``cum_concat`` sub-layer.
+
+A loop without axis gets a new dim and an ``end`` sub-layer (a sequence ends with the frame where it is True; the
+rec layer runs at least one frame, at most its ``max_seq_len``):
+
+- ``rf.scan(cond=, cond_dims=)`` and ``rf.while_loop``: the body, then the cond of the new state in each frame (no
+  body call on a state whose cond is False). A sequence whose cond(initial) is False (or max_seq_len <= 0) still
+  ends after one frame; a ``loop_frames`` op re-tags the stacked frames to the new dim with length 0 there, and its
+  final state is the initial one (``where``).
+- ``rf.Loop(max_seq_len=)`` with ``loop.end(flag, include_eos=True)``: the end frame is part of the sequence. With
+  ``include_eos=False`` the rec layer runs over its own axis (one frame more per sequence) and the stacked frames
+  are sliced (``slice_end=-1``) to ``loop.axis``; final states and ``loop.last`` are the previous values at the end
+  frame (a ``prev:`` copy; the initial value / zeros for an empty sequence).
+- An int ``max_seq_len`` is the rec layer's bound; an int Tensor (scalar or [batch]) a step counter state that
+  ends each sequence at it (the rec layer unbounded).
+
+Sub-layers are not moved out of the loop: the layers of the frontend carry their per-frame output templates. A loop
+inside a loop body is refused (the rec layer's templates have no nested rec layers).
 """
 
 from __future__ import annotations
 
 import contextlib
 
+import tensorflow as tf
+
 from ..data import Data, Dim
 from ..frontend._utils import FrontendError, call_site, dims_str, is_tensor
-from ._emit import _raw_name
+from ._emit import _make, _raw_name
+from ._layer import op, to_out
 from ._net import Layer, NetDictBuilder, _current, get_current_builder
 
 _UNBOUNDED = 2 ** 31 - 1  # max_seq_len of a loop ended only by its condition (rf.while_loop)
@@ -88,22 +106,34 @@ class _LoopRecorder:
     """Records a loop body into the unit dict of a ``rec`` layer and emits the rec layer and its results."""
 
     def __init__(self, func, axis, *, dynamic_end=False, max_seq_len=None, site=None):
+        """max_seq_len (a loop without axis): an int bound on the frames, or a scalar / [batch] int Tensor (a step
+        counter state ends each sequence at it)."""
         self.func, self.site = func, site or call_site()
         self.outer = get_current_builder()
         b = self.outer
         while b is not None:
             if getattr(b, "loop_recorder", None) is not None:
-                raise self.error("a loop inside a loop body is not supported on the layers backend")
+                raise self.error("a loop inside a loop body is not supported on the layers backend (a rec layer in "
+                                 "the unit of a rec layer; the torch backend runs nested loops)")
             b = b.parent
         self.sub = NetDictBuilder(parent=self.outer)
         self.sub.scope = list(self.outer.scope)
         self.sub.loop_recorder = self
-        self.axis, self.dynamic_end, self.max_seq_len = axis, dynamic_end, max_seq_len
+        self.axis, self.dynamic_end = axis, dynamic_end
+        self.max_seq_len = max_seq_len if not is_tensor(max_seq_len) else None
+        self.max_seq_tensor = max_seq_len if is_tensor(max_seq_len) else None
+        self.step_init = None
+        if self.max_seq_tensor is not None:  # the counter's initial value, in the outer net dict
+            from ..frontend import array_
+
+            self.step_init = array_.zeros([], dtype="int32")
         self.name = self.outer.unique_name("_".join(self.outer.scope + ["loop"]), absolute=True)
         self.outer.net_dict[self.name] = {}  # reserved (stacked results refer to it before emit)
         self.sub.net_dict["output"] = {}
         self.sub.net_dict["end"] = {}
         self.states = []  # [unit name, initial Tensor, prev Tensor, new Tensor]
+        self.hidden = []  # the same for the loop's own states (a cond flag, a step counter, loop.last values)
+        self.exclude_end = False  # the end frame is not part of the sequence (include_eos=False, scan with cond)
         self.cum_concat = {}  # cum_concat unit layer name -> (state name, source unit layer name, accum axis)
         self.end_set = False
 
@@ -136,11 +166,11 @@ class _LoopRecorder:
                                                        "axis": self.axis})
         return _tensor(layer.name, [d for d in x.dims if d != self.axis], x, layer)
 
-    def prev_state(self, path, init):
+    def prev_state(self, path, init, *, hidden=False):
         name = self.sub.unique_name(path, absolute=True)
         self.sub.net_dict[name] = {}  # reserved; set in set_new_states
         prev = _tensor(path, init.dims, init, Layer("prev:" + name, {}, self.sub))
-        self.states.append([name, init, prev, None])
+        (self.hidden if hidden else self.states).append([name, init, prev, None])
         return prev
 
     def set_new_states(self, new_flat):
@@ -154,12 +184,37 @@ class _LoopRecorder:
                     st[0], dims_str(t.dims), dims_str(st[1].dims)))
             st[3] = t
 
-    def set_end(self, flag):
-        if set(flag.dims) - {d for d in flag.dims if d.is_batch_dim()} or flag.dtype != "bool":
+    def set_end(self, flag, *, include_eos=True):
+        """Inside the body: the sequence ends with the frame where flag is True (without it: include_eos=False);
+        a Tensor max_seq_len adds a step counter (flag None: only that ends the loop)."""
+        from ..frontend import math_
+
+        if flag is not None and (set(flag.dims) - {d for d in flag.dims if d.is_batch_dim()} or flag.dtype != "bool"):
             raise self.error("the end flag must be a bool scalar or [batch], got %s %s" % (
                 flag.dtype, dims_str(flag.dims)))
+        self.exclude_end = not include_eos
+        if self.max_seq_tensor is not None:
+            step = self.prev_state("step", self.step_init, hidden=True)  # frames before this one
+            self.hidden[-1][3] = step + 1
+            limit = math_.greater_equal(step if self.exclude_end else step + 1, self.max_seq_tensor)
+            flag = limit if flag is None else math_.logical_or(flag, limit, allow_broadcast_all_sources=True)
         self.sub.net_dict["end"] = {"class": "copy", "from": [self.ref(flag)]}
         self.end_set = True
+
+    def last_included(self, t):
+        """Inside the body, with the end frame excluded (loop.last): a hidden state holding t (zeros before the first
+        frame), whose previous value at the end frame is t at the last frame of the sequence."""
+        from ..frontend import array_
+
+        prev = _current[0]
+        _current[0] = self.outer
+        try:
+            init = array_.zeros(list(t.dims), dtype=t.dtype, sparse_dim=t.sparse_dim)
+        finally:
+            _current[0] = prev
+        self.prev_state("last", init, hidden=True)
+        self.hidden[-1][3] = t
+        return self.hidden[-1]
 
     def cum_concat_step(self, source, prev_accum, axis, out_spatial_dim):
         st = next((s for s in self.states if s[2].placeholder is prev_accum.placeholder), None)
@@ -197,7 +252,7 @@ class _LoopRecorder:
     def _emit(self, stacked):
         unit, name = self.sub.net_dict, self.name
         cum_states = {}
-        for st_name, init, _prev, new in self.states:
+        for st_name, init, _prev, new in self.states + self.hidden:
             cc = self._cum_concat_of([st_name], new)
             if cc is not None:
                 cum_states[st_name] = cc
@@ -219,24 +274,50 @@ class _LoopRecorder:
         if out is None:
             raise self.error("the loop body has no state and stacks nothing")
         unit["output"] = {"class": "copy", "from": [out]}
-        d = {"class": "rec", "from": [], "unit": unit, "axis": self.axis, "optimize_move_layers_out": False}
+        # with the end frame excluded, the rec layer runs over its own axis (one more frame per sequence, the end
+        # frame), and the stacked frames are sliced to the loop's axis
+        self.rec_axis = self.axis if not self.exclude_end else Dim(
+            None, kind=Dim.Types.Spatial, description="%s:with_end_frame" % self.axis.description)
+        d = {"class": "rec", "from": [], "unit": unit, "axis": self.rec_axis, "optimize_move_layers_out": False}
         if self.dynamic_end:
-            d["max_seq_len"] = self.max_seq_len or _UNBOUNDED
+            d["max_seq_len"] = _UNBOUNDED if self.max_seq_len is None else self.max_seq_len + int(self.exclude_end)
         self.outer.net_dict[name] = d
-        ys = [_tensor(x, [self.axis] + list(t.dims), t, Layer("%s/%s" % (name, x), {}, self.outer))
-              for x, t in stacked]
+        ys = [self._frames(x, t) for x, t in stacked]
         finals, dims = [], {}
-        for st_name, init, _prev, new in self.states:
+        for st in self.states:
+            st_name, init, _prev, new = st
             if st_name in cum_states:
                 _st, src, accum_axis = self.cum_concat[cum_states[st_name]]
                 dims[accum_axis] = self.axis  # after the loop: all frames (the loop's lengths)
-                finals.append(_tensor(st_name, [self.axis] + [d for d in new.dims if d in init.dims], new,
-                                      Layer("%s/%s" % (name, src), {}, self.outer)))
+                finals.append(self._frames(src, _tensor(st_name, [d for d in new.dims if d in init.dims], new,
+                                                        None)))
                 continue
-            layer = self.outer.add_layer("%s_%s" % (name, st_name), {
-                "class": "rec_last_output", "rec_layer": name, "sub_layer_name": st_name}, absolute=True)
-            finals.append(_tensor(layer.name, new.dims, new, layer))
+            finals.append(self.final(st))
         return ys, finals, dims
+
+    def _frames(self, unit_name, t):
+        """The stacked frames of a unit layer (t: its frame) over the loop's axis."""
+        y = _tensor(unit_name, [self.rec_axis] + list(t.dims), t, Layer("%s/%s" % (self.name, unit_name), {},
+                                                                       self.outer))
+        if not self.exclude_end:
+            return y
+        from ._emit import _emit
+
+        return _emit("slice", [y], [self.axis] + list(t.dims), t.dtype, sparse_dim=t.sparse_dim, axis=self.rec_axis,
+                     slice_end=-1, out_dim=self.axis, name="%s_%s" % (self.name, unit_name.replace("/", "_")),
+                     absolute=True)
+
+    def final(self, st):
+        """The final value of a (hidden) state: its frame at the sequence's last frame; with the end frame excluded,
+        its previous value at the end frame (the initial value for an empty sequence)."""
+        st_name, _init, _prev, new = st
+        src = st_name
+        if self.exclude_end:
+            src = self.sub.add_layer(st_name + "_final", {"class": "copy", "from": ["prev:" + st_name]},
+                                     absolute=True).name
+        layer = self.outer.add_layer("%s_%s" % (self.name, st_name), {
+            "class": "rec_last_output", "rec_layer": self.name, "sub_layer_name": src}, absolute=True)
+        return _tensor(layer.name, new.dims, new, layer)
 
     def last(self, unit_name, t):
         layer = self.outer.add_layer("%s_last_%s" % (self.name, unit_name.replace("/", "_")), {
@@ -257,7 +338,8 @@ def _strings(v):
 
 # options of the emitted layer classes that name layers of the same net dict
 _REF_OPTIONS = frozenset({"from", "initial_output", "rec_layer", "condition", "true_layer", "false_layer", "loss_opts",
-                          "logits", "targets", "position", "true_from", "false_from", "filter", "bias", "scale"})
+                          "logits", "targets", "position", "true_from", "false_from", "filter", "bias", "scale",
+                          "initial_state", "state", "reuse_params"})
 
 
 def outer_refs(layer_dict):
@@ -300,10 +382,114 @@ def scan(*, spatial_dim, initial, xs, ys, body):
     return _pack(y_t, ys_out), _pack(initial, finals, dims), spatial_dim
 
 
+def _check_max_seq_len(func, max_seq_len, site, min_int=1):
+    if max_seq_len is None or isinstance(max_seq_len, int) and not isinstance(max_seq_len, bool) and \
+            max_seq_len >= min_int:
+        return
+    if is_tensor(max_seq_len) and max_seq_len.dtype.startswith("int") and all(d.is_batch_dim()
+                                                                                for d in max_seq_len.dims):
+        return
+    raise FrontendError("rf.%s at %s: max_seq_len must be an int >= %i or an int Tensor (scalar or [batch]), got %r" % (
+        func, site, min_int, max_seq_len))
+
+
+def scan_cond(*, spatial_dim, initial, ys, body, cond, cond_dims, cond_before_body, max_seq_len):
+    """
+    ``rf.scan`` with ``cond`` (no spatial_dim to iterate over): while ``cond(None, state)`` is True per sequence,
+    ``ys_t, state = body(None, state)``. A rec layer whose frame i runs the body and ends the sequence (the frame
+    included) where the cond of the new state is False (or at max_seq_len, by the rec layer's bound or a step counter);
+    as the cond comes after the body, a sequence whose cond(initial) is False (cond_before_body) ends after one
+    frame, and a ``loop_frames`` op gives the new dim its lengths 0 there (the final state: the initial one).
+    """
+    from ..frontend import math_
+
+    site = call_site()
+    cond_dims = list(cond_dims or [])
+    if any(not d.is_batch_dim() for d in cond_dims):
+        raise FrontendError("rf.scan at %s: cond_dims %s: on the layers backend only [] or [batch]" % (
+            site, dims_str(cond_dims)))
+    _check_max_seq_len("scan", max_seq_len, site, min_int=0)
+    if is_tensor(max_seq_len) and not set(max_seq_len.dims) <= set(cond_dims):
+        raise FrontendError("rf.scan at %s: max_seq_len %s has dims not in cond_dims %s" % (
+            site, dims_str(max_seq_len.dims), dims_str(cond_dims)))
+    b = get_current_builder()
+    while spatial_dim is not None and b is not None:
+        if spatial_dim in b.dim_sources:
+            raise FrontendError("rf.scan at %s: spatial_dim %s already has sizes (a dim of %r); with cond it must be "
+                                "a new dim" % (site, spatial_dim.short_repr(), b.dim_sources[spatial_dim].name))
+        b = b.parent
+    axis = spatial_dim if spatial_dim is not None else Dim(None, kind=Dim.Types.Spatial, description="scan")
+    ok = None  # per sequence: whether it has any step (None: all have)
+    if cond_before_body:
+        ok = cond(None, initial)
+        _check_cond(ok, cond_dims, site)
+    if is_tensor(max_seq_len):
+        positive = math_.greater(max_seq_len, 0)
+        ok = positive if ok is None else math_.logical_and(ok, positive, allow_broadcast_all_sources=True)
+    elif max_seq_len == 0:
+        from ..frontend import array_
+
+        ok = array_.full(dims=cond_dims, fill_value=False, dtype="bool")
+        max_seq_len = 1
+    rec_axis = axis if ok is None else Dim(None, kind=Dim.Types.Spatial, description="%s:frames" % axis.description)
+    rec = _LoopRecorder("scan", rec_axis, dynamic_end=True, max_seq_len=max_seq_len, site=site)
+    with rec.sub, _abort_on_error(rec):
+        s_prev = [rec.prev_state(path, s) for path, s in _named(initial, "")]
+        y_t, s_new = body(None, _pack(initial, s_prev))
+        rec.set_new_states(_flatten(s_new))
+        for st in rec.states:
+            if rec._cum_concat_of(st, st[3]) is not None:
+                raise rec.error("rf.cum_concat_step in rf.scan with cond is not supported on the layers backend")
+        c = cond(None, s_new)
+        _check_cond(c, cond_dims, site)
+        end = math_.logical_not(c)
+        if ok is not None:  # a sequence without steps ends at once (not to run the loop longer)
+            end = math_.logical_or(end, math_.logical_not(ok), allow_broadcast_all_sources=True)
+        rec.set_end(end)
+        y_flat = _flatten(y_t)
+        for i, (t, tpl) in enumerate(zip(y_flat, _flatten(ys))):
+            if set(t.dims) != set(tpl.dims):
+                raise rec.error("body output y%i has dims %s, expected %s" % (i, dims_str(t.dims), dims_str(tpl.dims)))
+        stacked = [(rec.unit_layer(t, "y%i" % i), t) for i, t in enumerate(y_flat)]
+        if not stacked and ok is not None:  # the new dim gets its lengths from a stacked layer
+            stacked.append((rec.unit_layer(c, "frame_cond"), c))
+    ys_out, finals, dims = rec.emit(stacked)
+    if ok is not None:
+        ys_out = [_make("loop_frames", [y, ok], [axis if d == rec_axis else d for d in y.dims], y.dtype,
+                        sparse_dim=y.sparse_dim, opts={"in_dim": rec_axis, "out_dim": axis}) for y in ys_out]
+        if ys_out:
+            rec.outer.dim_sources.setdefault(axis, ys_out[0])
+        any_ok = None  # for a state without the dims of ok: whether the loop had any step
+        for i, (f, st) in enumerate(zip(finals, rec.states)):
+            if not set(ok.dims) <= set(f.dims) and any_ok is None:
+                any_ok = math_.reduce_any(ok, axis=list(ok.dims))
+            finals[i] = math_.where(ok if set(ok.dims) <= set(f.dims) else any_ok, f, st[1])
+    return _pack(y_t, ys_out[:len(y_flat)]), _pack(initial, finals, dims), axis
+
+
+@op("loop_frames")
+def _loop_frames(layer, inputs, out, in_dim, out_dim):
+    """The frames of src over out_dim instead of in_dim (a loop's frames), out_dim's lengths those of in_dim where
+    ok (scalar or [batch]) is True, else 0."""
+    src, ok = inputs
+    if out_dim.complete_dyn_size() is None:
+        lens = in_dim.complete_dyn_size()
+        flag = ok.copy_as_batch_major().placeholder if ok.have_batch_axis() else ok.placeholder
+        out_dim.dyn_size = tf.where(flag, lens, tf.zeros_like(lens))
+    return to_out(src.placeholder, [out_dim if d == in_dim else d for d in src.dims], out)
+
+
+def _check_cond(c, cond_dims, site):
+    if not is_tensor(c) or c.dtype != "bool" or set(c.dims) != set(cond_dims):
+        raise FrontendError("rf.scan at %s: cond must return a bool Tensor with the dims %s (cond_dims), got %r" % (
+            site, dims_str(cond_dims), c))
+
+
 def while_loop(cond, body, initial):
     """``s = initial; while cond(s): s = body(s)`` with a scalar bool Tensor cond -> the final s. The rec layer's
-    step i computes s_i = body(s_(i-1)) and ends when not cond(s_i); zero iterations (cond(initial) False) give
-    initial (the loop ran one step whose result is not taken)."""
+    step i computes s_i = body(s_(i-1)) and ends when not cond(s_i) (cond comes after the body: no body call on a
+    state whose cond is False); zero iterations (cond(initial) False) give initial: the rec layer still runs one
+    step, whose result is not taken (a cum_concat_step state gets length 0 by a ``loop_frames`` op)."""
     from ..frontend import math_
 
     site = call_site()
@@ -325,8 +511,14 @@ def while_loop(cond, body, initial):
         rec.set_end(math_.logical_not(c))
     _ys, finals, dims = rec.emit([])
     if is_tensor(c0):
-        finals = [f if st[0] in rec.cum_state_names else math_.where(c0, f, st[1])
-                  for f, st in zip(finals, rec.states)]
+        steps = Dim(None, kind=Dim.Types.Spatial, description="while_loop:steps") if rec.cum_state_names else None
+        for i, (f, st) in enumerate(zip(finals, rec.states)):
+            if st[0] in rec.cum_state_names:  # the frames of all steps, none without steps
+                finals[i] = _make("loop_frames", [f, c0], [steps if d == axis else d for d in f.dims], f.dtype,
+                                  sparse_dim=f.sparse_dim, opts={"in_dim": axis, "out_dim": steps})
+            else:
+                finals[i] = math_.where(c0, f, st[1])
+        dims = {k: steps if v == axis else v for k, v in dims.items()}
     return _pack(initial, finals, dims)
 
 
@@ -343,7 +535,7 @@ class Loop:
     ``rf.Loop(axis=time_dim)``: ``loop.state.x = initial`` before, ``with loop:`` the per-frame body with
     ``loop.unstack(x)``, ``loop.state.x`` (previous / new value), ``y = loop.stack(y_t)``, ``loop.last(y_t)``; after
     the block the stacked tensors and ``loop.state.x`` (final values) are available. Without axis the loop ends by
-    ``loop.end(flag, include_eos=True)`` (a new dim ``loop.axis``; ``max_seq_len``: an int bound).
+    ``loop.end(flag, include_eos=...)`` (a new dim ``loop.axis``; ``max_seq_len``: an int or an int Tensor bound).
     """
 
     def __init__(self, *, axis=None, max_seq_len=None):
@@ -351,9 +543,7 @@ class Loop:
         if axis is not None and max_seq_len is not None:
             raise FrontendError("rf.Loop at %s: max_seq_len is only for a loop without axis (ended by loop.end)" %
                                 site)
-        if max_seq_len is not None and not (isinstance(max_seq_len, int) and max_seq_len > 0):
-            raise FrontendError("rf.Loop at %s: max_seq_len must be a positive int on the layers backend, got %r" % (
-                site, max_seq_len))
+        _check_max_seq_len("Loop", max_seq_len, site)
         dynamic = axis is None
         if dynamic:
             axis = Dim(None, kind=Dim.Types.Spatial, description="loop")
@@ -379,7 +569,10 @@ class Loop:
             if exc_type is None:
                 rec.set_new_states(self.state._new_values())
                 stacked = [(rec.unit_layer(t, name or "stack"), t) for t, _r, name in self._stacked]
-                last = [(rec.unit_layer(t, name or "last"), t, r) for t, r, name in self._last]
+                if rec.exclude_end:  # the last frame within the sequence: the previous frame at the end frame
+                    last = [(rec.last_included(t), t, r) for t, r, _name in self._last]
+                else:
+                    last = [(rec.unit_layer(t, name or "last"), t, r) for t, r, name in self._last]
         finally:
             rec.sub.__exit__(exc_type, exc, tb)
         if exc_type is not None:
@@ -389,7 +582,7 @@ class Loop:
         for (_t, result, _n), y in zip(self._stacked, ys):
             result.placeholder, result.name = y.placeholder, y.name
         for unit_name, t, result in last:
-            y = rec.last(unit_name, t)
+            y = rec.last(unit_name, t) if not rec.exclude_end else rec.final(unit_name)
             result.placeholder, result.name = y.placeholder, y.name
         self.state._exit(finals, dims)
         object.__setattr__(self, "_phase", "done")
@@ -418,15 +611,18 @@ class Loop:
         return result
 
     def end(self, source, *, include_eos):
-        """The loop (without axis) ends after the frame where source (bool, scalar or [batch]) is True."""
+        """The loop (without axis) ends with the frame where source (bool, scalar or [batch]) is True; that frame
+        is part of the sequence with include_eos=True, else not (then the states after the loop and loop.last are
+        those of the last frame before it)."""
         self._check_body("end")
         if not self._rec.dynamic_end:
             raise FrontendError("rf.Loop.end at %s: the loop runs over the axis %s; loop.end is for a loop without "
                                 "axis" % (call_site(), self.axis.short_repr()))
-        if include_eos is not True:
-            raise FrontendError("rf.Loop.end at %s: include_eos=%r is not supported on the layers backend (the end "
-                                "frame is part of the sequence: include_eos=True)" % (call_site(), include_eos))
-        self._rec.set_end(source)
+        if self._rec.end_set:
+            raise FrontendError("rf.Loop.end at %s: the end of the loop is already set" % call_site())
+        if not isinstance(include_eos, bool):
+            raise FrontendError("rf.Loop.end at %s: include_eos must be a bool, got %r" % (call_site(), include_eos))
+        self._rec.set_end(source, include_eos=include_eos)
         return source
 
     def _check_body(self, what):
@@ -465,6 +661,30 @@ class _LoopState:
         if key in self._values:
             return self._values[key]
         raise AttributeError("loop state has no %r" % key)
+
+    def __getitem__(self, key):
+        try:
+            return self.__getattr__(key)
+        except AttributeError:
+            raise KeyError(key) from None
+
+    def __setitem__(self, key, value):
+        self.__setattr__(key, value)
+
+    def keys(self):
+        return list(self._names)
+
+    def values(self):
+        return [getattr(self, key) for key in self._names]
+
+    def __len__(self):
+        return len(self._names)
+
+    def deep_tensors(self):
+        """All Tensors of the current state values (see rf.State.deep_tensors)."""
+        from ..frontend.nn import State
+
+        return State.cls_deep_tensors(self.values())
 
     def _enter(self):
         rec = self._loop._rec

@@ -87,3 +87,12 @@ def get_current_builder():
         raise RuntimeError("rf (layers backend): no net dict under construction; rf calls must run inside "
                            "returnn_lite.frontend_layers.get_net_dict() (or NetDictBuilder())")
     return _current[0]
+
+
+def dim_source(dim):
+    """A Tensor of this or the enclosing net dict that has ``dim`` (for range_in_axis), or None."""
+    builder = get_current_builder()
+    for b in (builder, builder.parent):
+        if b is not None and dim in b.dim_sources:
+            return b.dim_sources[dim]
+    return None

@@ -8,6 +8,7 @@ from __future__ import annotations
 from ..data import Dim, batch_dim
 from ..frontend._utils import FrontendError, call_site, dims_str
 from ._emit import _emit, _raw_name
+from ._net import dim_source
 
 
 def batch_norm(source, *, in_dim, running_mean, running_variance, gamma, beta, epsilon, momentum, affine, use_mask):
@@ -35,12 +36,10 @@ def batch_norm(source, *, in_dim, running_mean, running_variance, gamma, beta, e
 def random(*, dims, dtype, distribution, mean=None, stddev=None, bound=None, minval=None, maxval=None, seed=None,
            sparse_dim=None):
     """The ``random`` layer; its dynamic dims take their lengths from a layer that has them (``shape_deps``)."""
-    from ._backend import _dim_source
-
     deps = []
     for d in dims:
         if d.dimension is None and not d.is_batch_dim():
-            src = _dim_source(d)
+            src = dim_source(d)
             if src is None and d.complete_dyn_size() is None:
                 raise FrontendError("rf.random at %s: no layer of this net dict has the dim %s yet" % (
                     call_site(), d))
@@ -66,6 +65,8 @@ def ctc_loss(*, logits, targets, input_spatial_dim, targets_spatial_dim, blank_i
     if set(targets.dims) != {batch_dim, targets_spatial_dim} or targets.sparse_dim is None:
         raise FrontendError("rf.ctc_loss at %s: targets must be sparse with dims [batch, targets_spatial_dim], got %s"
                             % (call_site(), dims_str(targets.dims)))
+    if blank_index < 0:  # the layer's -1 means "targets have one class less"; rf's -1 only names the last class
+        blank_index += class_dims[0].dimension
     return _emit("ctc_loss", None, [batch_dim], logits.dtype, logits=_raw_name(logits), targets=_raw_name(targets),
                  input_spatial_dim=input_spatial_dim, targets_spatial_dim=targets_spatial_dim,
                  blank_index=blank_index, max_approx=max_approx, name="ctc_loss")

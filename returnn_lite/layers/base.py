@@ -55,7 +55,8 @@ class LayerBase:
     :param param_device: device of the params (e.g. "CPU")
     :param is_output_layer: build this layer even if nothing depends on it
     :param only_on_eval: the loss only counts in evaluation, not in training
-    :param only_on_search: (refused unless False) the loss only in search
+    :param only_on_search: this layer (and top-level layers depending on it) only in a network with search_flag
+        (search, or the extra net of ``search_train_network_layers`` in training); skipped otherwise
     :param copy_output_loss_from_source_idx: (refused unless None) take the loss of a source
     :param batch_norm: batch normalization of the output (True or a dict of batch_norm options)
     :param L2: L2 constraint factor of the params (adds L2 * sum of squares to the constraints)
@@ -69,7 +70,7 @@ class LayerBase:
     :param need_last: inside a rec unit: keep the last frame (rec_last_output)
     :param rec_previous_layer: inside a rec unit: this layer of the previous step (set by the loop)
     :param encapsulate: (refused unless False) build all sub-layers as one unit
-    :param collocate_with: (refused unless empty) layers to collocate with in a rec loop
+    :param collocate_with: in a rec loop: layers that stay with this one (moved out of the loop only together)
     :param trainable: False: the params are not updated in training
     :param custom_param_importer: function(layer, values_dict, session) loading this layer's params from a checkpoint
     :param register_as_extern_data: register the output as extern data under this key
@@ -98,11 +99,13 @@ class LayerBase:
     dep_attributes = ()  # attributes with layers this layer depends on that are no option (e.g. a subnetwork's output)
     option_types = {"batch_norm": (bool, dict)}  # accepted types where the default's type is not the only one
     # options refused (an error naming them) unless they have one of these values
-    unsupported_options = {"only_on_search": (False, None), "copy_output_loss_from_source_idx": (None,),
-                           "state": (None,), "encapsulate": (False, None), "collocate_with": (None, (), []),
+    unsupported_options = {"copy_output_loss_from_source_idx": (None,),
+                           "state": (None,), "encapsulate": (False, None),
                            "updater_opts": (None, {})}
     # options honoured outside the layer class (checked by tests/test_layer_options.py)
     options_read_elsewhere = {"need_last": "the rec loop (layers/rec/subnet.py)",
+                              "collocate_with": "the rec loop (layers/rec/subnet.py)",
+                              "only_on_search": "the network (network.py construct_from_dict)",
                               "initial_output": "the rec loop (layers/rec/subnet.py)"}
     options_without_effect = {}  # option -> why the behaviour is already the one asked for
     n_out_is_output_dim = True  # an explicit n_out must equal the output's feature dim
@@ -468,6 +471,8 @@ class LayerBase:
         kwargs = self.kwargs or {}
         values = [kwargs.get(opt.name) for opt in self.get_layer_option_decls() if opt.dependency]
         values += [getattr(self, attr, None) for attr in self.dep_attributes]
+        if isinstance(self.reuse_params, _ReuseParams):
+            values += self.reuse_params.dep_layers()
         for x in _layers_in(values):
             if x not in deps:
                 deps.append(x)
@@ -700,6 +705,9 @@ class _ReuseParams:
             for k, v in (opts.get("map") or {}).items():
                 if isinstance(v, dict) and v.get("reuse_layer"):
                     v = dict(v, reuse_layer=get_layer(v["reuse_layer"]))
+                if isinstance(v, dict) and v.get("layer_output") is not None:  # that layer's output is the param
+                    lo = v["layer_output"]
+                    v = dict(v, layer_output=lo if isinstance(lo, LayerBase) else get_layer(lo))
                 param_map[k] = v
             layer = get_layer(opts["reuse_layer"]) if opts.get("reuse_layer") else None
             return cls(layer=layer, param_map=param_map)
@@ -710,8 +718,17 @@ class _ReuseParams:
             return self.layer.get_absolute_name_scope_prefix() + self.layer.tf_scope_name
         return None
 
+    def dep_layers(self):
+        """The layers whose outputs are params (map entries with ``layer_output``): dependencies of the layer."""
+        return [v["layer_output"] for _, v in sorted(self.param_map.items())
+                if isinstance(v, dict) and isinstance(v.get("layer_output"), LayerBase)]
+
     def get_variable(self, layer, name, shape):
         spec = self.param_map.get(name)
+        if spec is None and name.startswith("rec/"):  # a rec layer's cell params: "W" for "rec/W" (as the original)
+            spec = self.param_map.get(name[len("rec/"):])
+        if isinstance(spec, dict) and spec.get("layer_output") is not None:
+            return _layer_output_as_param(layer, name, spec, shape)
         if isinstance(spec, dict):
             if spec.get("reuse_layer") is not None:
                 src = spec["reuse_layer"]
@@ -722,6 +739,29 @@ class _ReuseParams:
             layer.params[name] = var
             return var
         return None
+
+
+def _layer_output_as_param(layer, name, spec, shape):
+    """
+    reuse_params map entry ``{"layer_output": <layer>, "shape": ...}``: that layer's output is the param ``name``
+    (as the original). ``shape``: Dims (the output is transposed to this order) or ints; it must match the shape the
+    layer asks for. The param is no param of this layer (the source layer owns its variables).
+    """
+    src = spec["layer_output"]
+    out = src.output
+    want = spec.get("shape")
+    if want is not None and all(isinstance(d, Dim) for d in want):
+        if set(want) != set(out.dims) or len(want) != len(out.dims):
+            raise ValueError("layer %r: reuse_params map %r: layer_output %r has dims %s, shape asks for %s" % (
+                layer.name, name, src.name, out.dims, list(want)))
+        out = out.copy_transpose(list(want))
+        want = [d.dimension for d in want]
+    got = [d.dimension for d in out.dims]
+    for what, dims in (("shape", want), ("the param shape", list(shape))):
+        if dims is not None and [int(d) if d is not None else None for d in dims] != got:
+            raise ValueError("layer %r: reuse_params map %r: layer_output %r has shape %s, %s is %s" % (
+                layer.name, name, src.name, got, what, list(dims)))
+    return out.placeholder
 
 
 def _with_shared_feature(sources, name):

@@ -163,7 +163,7 @@ def apply_batch_norm(layer, data, use_shift=True, use_std=True, use_sample=0.0, 
     flag = layer.network.train_flag
     if isinstance(flag, bool):
         bn, updates = calc(flag)
-        ops = [u.op if isinstance(u, tf.Tensor) else u for u in updates]
+        ops = [u if isinstance(u, tf.Operation) else u.op for u in updates]  # (resource var assigns: no Tensor)
     else:
         def branch(train):
             bn_, ups = calc(train)
@@ -173,7 +173,11 @@ def apply_batch_norm(layer, data, use_shift=True, use_std=True, use_sample=0.0, 
 
         bn, dummy = tf.cond(flag, lambda: branch(True), lambda: branch(False))
         ops = [dummy.op]
-    if ops:
+    graph = tf1.get_default_graph()
+    if ops and (graph.building_function or graph._get_control_flow_context() is not None):  # noqa (no public API)
+        with tf.control_dependencies(ops):  # inside a loop: no op can be fetched from outside, the output runs them
+            bn = tf.identity(bn)
+    elif ops:
         layer.network.register_post_control_dependencies(ops)
     if gamma is not None:
         bn = bn * tf.reshape(gamma, bc_shape)

@@ -20,11 +20,16 @@ from .base import InternalLayer, LayerBase, last_hidden_state
 
 
 # ---- beams of sources (used by the network, once for all layers) ----
+_SCALARS = frozenset((str, int, float, bool))  # option values that are no layer (skipped fast: twice per layer)
+
+
 def layers_in_options(desc):
     """The layers named in a layer's (transformed) options, in order, without duplicates."""
     res, seen = [], set()
 
     def visit(v):
+        if v is None or type(v) in _SCALARS:
+            return
         if isinstance(v, (list, tuple)):
             for x in v:
                 visit(x)

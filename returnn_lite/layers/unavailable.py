@@ -4,7 +4,8 @@ fail at once with one line naming what is missing (instead of "unknown layer cla
 
 - ``kenlm``: the KenLM library and its TF op (the original compiles it from the KenLM sources).
 - ``twod_lstm``: the original's multi-dimensional LSTM native CUDA op (MDLSTM).
-- ``neural_transducer``: the original's neural transducer layer and loss (an extra module of the original).
+- ``neural_transducer``: the original's neural transducer layer and loss (an extra module of the original, built on
+  ``tf.contrib.seq2seq`` / ``tf.contrib.rnn``, which TF 2 removed: the original cannot build it on TF 2 either).
 """
 
 from __future__ import annotations
@@ -43,5 +44,6 @@ class NeuralTransducerLayer(_UnavailableLayer):
     """Neural transducer: not available."""
 
     layer_class = "neural_transducer"
-    _why = ("the neural transducer layer and its loss live in an extra module of the original that returnn_lite "
-            "does not reimplement (an RNN-T style rec layer with a 'rnnt' loss expresses a similar model).")
+    _why = ("the original's neural transducer layer and loss (an extra module) are built on tf.contrib.seq2seq, "
+            "which TF 2 removed, so the original cannot build them on TF 2 either; returnn_lite does not "
+            "reimplement them (an RNN-T style rec layer with a 'rnnt' loss expresses a similar model).")

@@ -78,7 +78,8 @@ class Loss:
 
     @classmethod
     def transform_config_dict(cls, d, network, get_layer):
-        pass
+        if isinstance(d.get("custom_inv_norm_factor"), str):  # a layer name (e.g. from rf mark_as_loss)
+            d["custom_inv_norm_factor"] = get_layer(d["custom_inv_norm_factor"])
 
     @classmethod
     def get_auto_output_layer_dim(cls, target_dim):

@@ -135,6 +135,35 @@ def test_batch_norm_random_ctc_and_dense_ce_use_layer_classes():
             "lin/bias/param", "lin/weight/param"]
 
 
+def test_rf_lstm_model_has_no_frontend_op():
+    """rf.LSTM (over time, and one step in an rf.scan) is a rec layer with a cell unit, params via reuse_params."""
+    time_dim, in_dim, hid = Dim(None, name="time"), Dim(3, name="in"), Dim(4, name="hid")
+
+    class Model(rf.Module):
+        def __init__(self):
+            super().__init__()
+            self.lstm = rf.LSTM(in_dim, hid)
+
+    def step(*, model, extern_data, **_):
+        x = extern_data["data"]
+        y, st = model.lstm(x, state=model.lstm.default_initial_state(batch_dims=[batch_dim]), spatial_dim=time_dim)
+        ys, _, _ = rf.scan(spatial_dim=time_dim, xs=x, initial=st, ys=None, body=lambda x_t, s: model.lstm(
+            x_t, state=s, spatial_dim=rf.single_step_dim))
+        ys.mark_as_output("y", shape=(batch_dim, time_dim, hid))
+
+    config = Config({"extern_data": {"data": {"dims": (batch_dim, time_dim, in_dim), "dtype": "float32"}},
+                     "get_model": lambda **_: Model(), "task": "forward", "forward_step": step})
+    rf.select_backend_returnn_layers_tf()
+    with tf.Graph().as_default(), global_config_ctx(config):
+        net_dict, _ = get_net_dict(epoch=1, step=0)
+        classes = {d["class"] for d in net_dict.values()} | {d["class"] for d in net_dict["loop"]["unit"].values()}
+        assert classes <= ORDINARY | {"rec", "get_last_hidden_state", "rec_unstack", "rec_last_output"}, classes
+        net = TFNetwork(config=config, train_flag=False)
+        net.construct_from_dict(net_dict)
+        assert sorted(v.op.name for v in net.get_params_list()) == [
+            "lstm/bias/param", "lstm/ff_weight/param", "lstm/rec_weight/param"]
+
+
 def test_out_shape_mismatch_names_origin():
     time_dim, feat = Dim(None, name="time"), Dim(3, name="feat")
     extern = {"data": {"dims": (batch_dim, time_dim, feat), "dtype": "float32"}}

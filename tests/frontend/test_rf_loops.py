@@ -250,7 +250,7 @@ def test_cum_concat_step_in_loop_self_attention_like():
     np.testing.assert_allclose(res["k"], [X[0].sum(0), X[1, :2].sum(0)], rtol=1e-5)
 
 
-@pytest.mark.parametrize("case", ["end_with_axis", "include_eos", "cum_concat_outside", "accum_as_value", "nested",
+@pytest.mark.parametrize("case", ["end_with_axis", "end_twice", "cum_concat_outside", "accum_as_value", "nested",
                                   "int_state"])
 def test_loop_errors(case):
     def step(*, model, extern_data, **_):
@@ -263,13 +263,14 @@ def test_loop_errors(case):
         if case == "cum_concat_outside":
             h = Dim(0, name="h")
             rf.cum_concat_step(rf.reduce_sum(x, axis=time_dim), prev_accum=rf.zeros([batch_dim, h, feat]), axis=h)
-        loop = rf.Loop(axis=time_dim) if case != "include_eos" else rf.Loop(max_seq_len=3)
+        loop = rf.Loop(axis=time_dim) if case != "end_twice" else rf.Loop(max_seq_len=3)
         loop.state.k = rf.zeros([batch_dim, Dim(0, name="hist0"), feat])
         with loop:
             if case == "end_with_axis":
                 loop.end(rf.reduce_max(x, axis=[time_dim, feat]) > 0.0, include_eos=True)
-            if case == "include_eos":
+            if case == "end_twice":
                 loop.end(rf.reduce_max(x, axis=[time_dim, feat]) > 0.0, include_eos=False)
+                loop.end(rf.reduce_max(x, axis=[time_dim, feat]) > 0.0, include_eos=True)
             x_t = loop.unstack(x)
             prev_k = loop.state.k
             k, _ = rf.cum_concat_step(x_t, prev_accum=prev_k, axis=prev_k.dims[1])
@@ -278,7 +279,7 @@ def test_loop_errors(case):
 
     config = Config({"extern_data": extern_data, "get_model": lambda **_: _Empty(), "task": "forward",
                      "forward_step": step})
-    match = {"end_with_axis": "loop.end is for a loop without axis", "include_eos": "include_eos=False",
+    match = {"end_with_axis": "loop.end is for a loop without axis", "end_twice": "already set",
              "cum_concat_outside": "only inside the body", "accum_as_value": "only be the prev_accum",
              "nested": "a loop inside a loop body", "int_state": "unsupported element 5"}[case]
     with global_config_ctx(config), pytest.raises(rf.FrontendError, match=match) as exc:

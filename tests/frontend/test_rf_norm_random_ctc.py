@@ -189,9 +189,9 @@ def _ctc_ref(logits_btc, labels, logit_lens, label_lens, blank):
         return session.run(loss)
 
 
-@pytest.mark.parametrize("class_first", [False, True])
-def test_ctc_loss_named_dims_and_blank_index(class_first):
-    """blank 0, targets with the logits' classes (blank included); logits [B,T,C] or [B,C,T] (named dims)."""
+@pytest.mark.parametrize("class_first,blank", [(False, 0), (True, 0), (False, -1)])
+def test_ctc_loss_named_dims_and_blank_index(class_first, blank):
+    """blank 0 or -1 (last), targets with the logits' classes (blank included); logits [B,T,C] or [B,C,T]."""
     time_dim, label_time, classes = Dim(None, name="time"), Dim(None, name="label-time"), Dim(5, name="classes")
     dims = (batch_dim, classes, time_dim) if class_first else (batch_dim, time_dim, classes)
     extern_data = {"logits": {"dims": dims, "dtype": "float32"},
@@ -199,20 +199,20 @@ def test_ctc_loss_named_dims_and_blank_index(class_first):
 
     def step(*, model, extern_data, **_):
         loss = rf.ctc_loss(logits=extern_data["logits"], targets=extern_data["targets"], input_spatial_dim=time_dim,
-                           targets_spatial_dim=label_time, blank_index=0)
+                           targets_spatial_dim=label_time, blank_index=blank)
         loss.mark_as_output("ctc", shape=[batch_dim])
 
     rng = np.random.RandomState(7)
     logits = rng.randn(3, 6, 5).astype("float32")
-    labels = rng.randint(1, 5, (3, 3)).astype("int32")
+    labels = rng.randint(1, 5, (3, 3)).astype("int32") - (1 if blank == -1 else 0)  # not the blank
     lens, label_lens = np.array([6, 5, 3], "int32"), np.array([3, 2, 1], "int32")
     feed_logits = np.transpose(logits, (0, 2, 1)) if class_first else logits
     res, net_dict, _, _ = _run(extern_data, rf.Module, step, {
         "logits": feed_logits, "targets": labels, "size:time": lens, "size:label-time": label_lens},
         grads_of=[("logits", "ctc")])
     layer = net_dict["ctc_loss"]
-    assert layer["class"] == "ctc_loss" and layer["blank_index"] == 0 and layer["input_spatial_dim"] == time_dim
-    np.testing.assert_allclose(res["ctc"], _ctc_ref(logits, labels, lens, label_lens, 0), rtol=1e-5)
+    assert layer["class"] == "ctc_loss" and layer["blank_index"] == blank % 5 and layer["input_spatial_dim"] == time_dim
+    np.testing.assert_allclose(res["ctc"], _ctc_ref(logits, labels, lens, label_lens, blank % 5), rtol=1e-5)
     grad = np.transpose(res["grad:logits"], (0, 2, 1)) if class_first else res["grad:logits"]
     assert np.all(grad[2, 3:] == 0) and np.all(np.isfinite(grad))  # nothing beyond the lengths
 
@@ -252,3 +252,46 @@ def test_cross_entropy_dense_targets_values_and_gradients():
     np.testing.assert_allclose(res["ce"], -(soft * log_sm).sum(-1), rtol=1e-5)
     np.testing.assert_allclose(res["grad:logits"], np.exp(log_sm) - soft, rtol=1e-4, atol=1e-6)
     np.testing.assert_allclose(res["grad:soft"], -log_sm, rtol=1e-5)
+
+
+def test_batch_norm_in_loop_body_train_step():
+    """Inside rf.scan (a rec unit): the running stats update runs with the output (per step, batch statistics)."""
+    time_dim, feat = Dim(None, name="time"), Dim(3, name="feat")
+    extern_data = {"data": {"dims": (batch_dim, time_dim, feat), "dtype": "float32"}}
+
+    def step(*, model, extern_data, **_):
+        def body(x_t, s):
+            return model.bn(x_t) + rf.random_normal([batch_dim, feat], stddev=0.0), s
+
+        ys, _, _ = rf.scan(spatial_dim=time_dim, xs=extern_data["data"], initial=rf.zeros([batch_dim]), ys=None,
+                           body=body)
+        ys.mark_as_output("ys", shape=(batch_dim, time_dim, feat))
+
+    x = np.random.RandomState(11).randn(3, 4, 3).astype("float32")
+    res, net_dict, after, _ = _run(extern_data, _bn_model(feat), step, {"data": x, "size:time": np.array([4, 4, 4])},
+                                   train_flag=True)
+    assert net_dict["loop"]["unit"]["bn/batch_norm"]["reuse_params"]["map"]["batch_norm/v2_mean"]["reuse_layer"] == \
+        "base:bn/running_mean"
+    mean, var = x.mean(0), x.var(0)  # [T, F]: per step over the batch
+    np.testing.assert_allclose(res["ys"], (x - mean) / np.sqrt(var + 1e-3), rtol=1e-4, atol=1e-4)
+    running = np.zeros(3)
+    for t in range(4):
+        running = 0.9 * running + 0.1 * mean[t]
+    np.testing.assert_allclose(after["bn.running_mean"], running, rtol=1e-4, atol=1e-6)
+
+
+def test_random_statistics_on_the_torch_backend_too():
+    """The torch backend draws with the same statistics (not the same numbers), truncated normal cut at 2 stddev."""
+    torch = pytest.importorskip("torch")
+    big = Dim(20000, name="big")
+    rf.select_backend_torch()
+    try:
+        t = rf.random(dims=[big], distribution="truncated_normal", mean=1.0, stddev=0.5).raw_tensor.numpy()
+        n = rf.random_normal([big], mean=1.0, stddev=2.0).raw_tensor.numpy()
+        u = rf.random_uniform([big], minval=-1.0, maxval=3.0).raw_tensor.numpy()
+        assert isinstance(rf.random_normal([big]).raw_tensor, torch.Tensor)
+    finally:
+        rf.select_backend_returnn_layers_tf()
+    assert t.min() >= 0.0 and t.max() <= 2.0 and abs(t.mean() - 1.0) < 0.02 and 0.42 < t.std() < 0.46
+    assert abs(n.mean() - 1.0) < 0.05 and abs(n.std() - 2.0) < 0.05
+    assert u.min() >= -1.0 and u.max() < 3.0 and abs(u.mean() - 1.0) < 0.05

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from ...data import Data, Dim, batch_dim
+from ...data import Data, Dim, batch_dim, single_step_dim
 from ...layer_ref import LayerOption, is_layer_target
 from ...util import NotSpecified
 from ..base import ConcatInputLayer, LayerBase, concat_sources_template, last_hidden_state
@@ -248,11 +248,13 @@ class GetLastHiddenStateLayer(LayerBase):
     """The (last) state of a cell layer, all parts concatenated ([B, n_out]).
     :param combine: how several states are combined: only "concat" is supported
     :param key: which state of the source rec layer ("*" for all, or e.g. "h", "c")
+    :param out_dim: the feature Dim of the output (alternative to n_out)
     """
 
     layer_class = "get_last_hidden_state"
 
-    def __init__(self, n_out, combine="concat", key="*", **kwargs):
+    def __init__(self, n_out=NotSpecified, combine="concat", key="*", out_dim=None, **kwargs):
+        n_out = out_dim.dimension if out_dim is not None and n_out in (NotSpecified, None) else n_out
         super().__init__(n_out=n_out, **kwargs)
         if combine != "concat":
             raise NotImplementedError("get_last_hidden_state: option combine=%r is not supported" % (combine,))
@@ -265,9 +267,13 @@ class GetLastHiddenStateLayer(LayerBase):
         self.output.placeholder = h
 
     @classmethod
-    def get_out_data_from_opts(cls, name, sources=(), n_out=NotSpecified, **kwargs):
+    def get_out_data_from_opts(cls, name, sources=(), n_out=NotSpecified, out_dim=None, **kwargs):
+        if out_dim is not None:
+            if n_out not in (NotSpecified, None) and n_out != out_dim.dimension:
+                raise ValueError("get_last_hidden_state: n_out=%r does not match out_dim %s" % (n_out, out_dim))
+            return Data(name="%s_output" % name, dims=(batch_dim, out_dim))
         if not isinstance(n_out, int):
-            raise ValueError("get_last_hidden_state needs n_out (the total state dim)")
+            raise ValueError("get_last_hidden_state needs n_out (the total state dim) or out_dim")
         return Data(name="%s_output" % name, dims=(batch_dim,
                                                     Dim(n_out, kind=Dim.Types.Feature,
                                                         description="%s:feature" % name)))
@@ -300,15 +306,19 @@ class RecLayer(_CellMixin, ConcatInputLayer):
     :param include_eos: with a target, include the end-of-sequence frame
     :param debug: debug output of the loop
     :param axis: the time axis (Dim) to loop over (default: the input's time axis); with an 'end' sub-layer and
-        no input: the Dim of the new time axis (subnetwork unit only)
+        no input: the Dim of the new time axis (subnetwork unit only); with a cell unit also single_step_dim (one
+        step on [B, in_dim], the state from the option state)
     :param in_dim: the input feature Dim (default: the input's feature dim)
     :param out_dim: the output feature Dim (alternative to n_out)
+    :param state: with a cell unit and axis=single_step_dim: the state of the step ({state name: layer})
     :param max_seq_len_via: (refused unless None) a layer giving the maximum number of loop steps
     """
 
     layer_class = "rec"
     default_from = staticmethod(_rec_default_from)
-    unsupported_options = {"max_seq_len_via": (None,)}
+    # state (cell unit with axis=single_step_dim): the state of this one step, {state name: layer}
+    layer_options = (LayerOption("state", "dict"),)
+    unsupported_options = {"state": None, "max_seq_len_via": (None,)}  # (state: supported here, see __init__)
     options_read_elsewhere = dict(LayerBase.options_read_elsewhere, include_eos="the rec loop (layers/rec/subnet.py)")
     recurrent = True
 
@@ -316,7 +326,7 @@ class RecLayer(_CellMixin, ConcatInputLayer):
                  max_seq_len=None, forward_weights_init=None, recurrent_weights_init=None, bias_init=None,
                  optimize_move_layers_out=None, cheating=False, unroll=False, back_prop=None,
                  use_global_rec_step_offset=False, include_eos=False, debug=None, axis=None, in_dim=None,
-                 out_dim=None, max_seq_len_via=None, **kwargs):
+                 out_dim=None, state=None, max_seq_len_via=None, **kwargs):
         if not isinstance(unit, str):  # a subnetwork unit: its template (RecSubnetTemplate, see construct_children)
             kwargs.setdefault("dropout", 0)
         super().__init__(**kwargs)
@@ -327,12 +337,16 @@ class RecLayer(_CellMixin, ConcatInputLayer):
         if unroll and not (isinstance(unit, str) and isinstance(max_seq_len, int) and max_seq_len > 0):
             raise NotImplementedError("rec layer %r: option unroll=True needs a cell unit and an int max_seq_len "
                                       "(got unit=%r, max_seq_len=%r)" % (self.name, unit, max_seq_len))
-        if axis is not None and not (isinstance(axis, Dim) and not isinstance(unit, str)):
-            raise NotImplementedError("rec layer %r: option axis=%r is only supported as a Dim with a subnetwork unit"
-                                      % (self.name, axis))
-        for opt, value in (("debug", debug), ("in_dim", in_dim), ("out_dim", out_dim)):
+        if axis is not None and not isinstance(axis, Dim):
+            raise NotImplementedError("rec layer %r: option axis=%r is only supported as a Dim" % (self.name, axis))
+        subnet_unit = not isinstance(unit, str)
+        for opt, value in (("debug", debug), ("in_dim", in_dim if subnet_unit else None),
+                           ("out_dim", out_dim if subnet_unit else None), ("state", state if subnet_unit else None)):
             if value not in (None, False):
-                raise NotImplementedError("rec layer %r: option %s=%r is not supported" % (self.name, opt, value))
+                raise NotImplementedError("rec layer %r: option %s=%r is not supported%s" % (
+                    self.name, opt, value, " with a subnetwork unit" if opt != "debug" else ""))
+        if not subnet_unit:
+            _check_cell_axis_options(self.name, axis, state, initial_state, direction)
         if not isinstance(unit, str) and any(v is not None for v in self._param_inits.values()):
             raise NotImplementedError("rec layer %r: forward_weights_init/recurrent_weights_init/bias_init only apply "
                                       "to a cell unit, not to a subnetwork unit" % self.name)
@@ -359,7 +373,11 @@ class RecLayer(_CellMixin, ConcatInputLayer):
         else:
             if direction not in (None, 1, -1):
                 raise ValueError("direction must be 1 or -1, got %r" % (direction,))
-            self._build_cell(_cells.get_cell_class(unit), unit_opts, initial_state, direction or 1, "rec/", False)
+            if axis is not None or in_dim is not None or out_dim is not None:
+                self._build_cell_on_axis(unit, unit_opts, initial_state, state, axis, in_dim, direction or 1)
+            else:
+                self._build_cell(_cells.get_cell_class(unit), unit_opts, initial_state, direction or 1, "rec/",
+                                 False)
             if unroll and self.output.time_dim_axis is not None and not self._is_per_step(self.output):
                 # unroll: the original unrolls statically over max_seq_len steps; same numbers as the loop, and
                 # (as there) a sequence longer than max_seq_len is an error
@@ -375,6 +393,41 @@ class RecLayer(_CellMixin, ConcatInputLayer):
 
     def _is_per_step(self, inp):
         return self.network.is_inside_rec_layer() and inp.get_time_dim_tag() == self.network.get_inside_rec_time_dim()
+
+    def _build_cell_on_axis(self, unit, unit_opts, initial_state, state, axis, in_dim, direction):
+        """
+        Cell unit with the options axis / in_dim / out_dim (as the original's rec layer with Dims): over ``axis``
+        (default: the input's time axis) of the input [axis, B, in_dim] (any order), output [axis, B, out_dim]; or,
+        with axis=single_step_dim, one step on [B, in_dim] with the state from the option ``state``
+        (``final_state``: the new state). No state is carried by a rec loop around it.
+        """
+        inp = self.input_data
+        axis, feat, batch = _cell_axes(self.name, inp, axis, in_dim)
+        out_feat = self.output.dims[-1]
+        n_units = self.n_out if isinstance(self.n_out, int) else out_feat.dimension
+        cell = _cells.get_cell_class(unit)(self, feat.dimension, n_units, **(unit_opts or {}))
+        self.cell = cell
+        if axis is single_step_dim:
+            x = inp.copy_transpose([batch, feat]).placeholder
+            st = _initial_cell_state(self, cell, state if state is not None else initial_state, tf.shape(x)[0],
+                                     "rec/")
+            _cells._check_initial_state(cell, st)
+            y, self.final_state = cell.step(cell.project(x), st)
+            self.output.placeholder = y
+            return
+        x = inp.copy_transpose([axis, batch, feat]).placeholder
+        z = cell.project(x)
+        if axis.dimension is None:
+            seq_len = axis.complete_dyn_size()
+            if seq_len is None:
+                raise ValueError("rec layer %r: axis %s has no sequence lengths" % (self.name, axis))
+        else:
+            seq_len = tf.fill([tf.shape(z)[1]], tf.shape(z)[0])
+        init = _initial_cell_state(self, cell, initial_state, tf.shape(z)[1], "rec/")
+        y, final = _cells.run_cell_loop(cell, z, seq_len, init, reverse=direction == -1)
+        self.final_state = final
+        _register_keep_state_updates(self, final)
+        self.output.placeholder = y
 
     @classmethod
     def transform_config_dict(cls, d, network, get_layer):
@@ -397,6 +450,9 @@ class RecLayer(_CellMixin, ConcatInputLayer):
         if not isinstance(unit, str):
             return unit.get_output_template(name)
         cell_class = _cells.get_cell_class(unit)
+        if any(kwargs.get(k) is not None for k in ("axis", "in_dim", "out_dim")):
+            return _cell_axis_template(name, sources, cell_class, n_out, kwargs.get("unit_opts"), kwargs.get("axis"),
+                                       kwargs.get("in_dim"), kwargs.get("out_dim"))
         if n_out is NotSpecified or n_out is None:
             raise ValueError("n_out must be given for a rec layer with a cell unit")
         inside = network.get_inside_rec_time_dim() if network.is_inside_rec_layer() else None
@@ -404,9 +460,10 @@ class RecLayer(_CellMixin, ConcatInputLayer):
 
     @classmethod
     def get_rec_initial_extra_outputs(cls, batch_dim, rec_layer, unit="lstm", n_out=None, unit_opts=None,
-                                      initial_state=None, name=None, **kwargs):
-        if not isinstance(unit, str):
-            return {}
+                                      initial_state=None, name=None, axis=None, in_dim=None, out_dim=None,
+                                      **kwargs):
+        if not isinstance(unit, str) or any(x is not None for x in (axis, in_dim, out_dim)):
+            return {}  # (with Dim options: over its own axis, or one step with the state as layers; no loop state)
         return cls._cell_rec_initial_extra_outputs(
             _cells.get_cell_class(unit), batch_dim, rec_layer, n_out, unit_opts, initial_state, "rec/", name)
 
@@ -442,6 +499,50 @@ class RecLayer(_CellMixin, ConcatInputLayer):
         if self.final_state is None:
             return None
         return last_hidden_state(self.final_state, key)
+
+
+def _check_cell_axis_options(name, axis, state, initial_state, direction):
+    if axis is single_step_dim:
+        if initial_state is not None and state is not None:
+            raise ValueError("rec layer %r: axis=single_step_dim takes the option state (the state of the step), not "
+                             "also initial_state" % name)
+        if direction not in (None, 1):
+            raise NotImplementedError("rec layer %r: option direction=%r with axis=single_step_dim" % (name, direction))
+    elif state is not None:
+        raise NotImplementedError("rec layer %r: option state is only supported with axis=single_step_dim (over an "
+                                  "axis, use initial_state)" % name)
+
+
+def _cell_axes(name, inp, axis, in_dim):
+    """(axis, feature dim, batch dim) of the input of a cell unit with Dim options; refuses other input dims."""
+    feat = in_dim if in_dim is not None else (inp.dims[inp.feature_dim_axis] if inp.feature_dim_axis is not None
+                                              else None)
+    if feat is None or feat not in inp.dims:
+        raise ValueError("rec layer %r: option in_dim=%s: not a dim of the input %s" % (name, feat, inp))
+    if axis is None:
+        axis = inp.get_time_dim_tag()
+        if axis is None:
+            raise ValueError("rec layer %r: the input %s has no time axis; give the option axis" % (name, inp))
+    rest = [d for d in inp.dims if d not in (axis, feat)]
+    if (axis is not single_step_dim and axis not in inp.dims) or len(rest) != 1 or not rest[0].is_batch_dim():
+        raise NotImplementedError("rec layer %r: a cell unit with axis=%s needs the input dims [axis, batch, in_dim] "
+                                  "(any order), got %s" % (name, axis, inp))
+    return axis, feat, rest[0]
+
+
+def _cell_axis_template(name, sources, cell_class, n_out, unit_opts, axis, in_dim, out_dim):
+    inp = concat_sources_template(sources, name="%s_input" % name)
+    axis, feat, batch = _cell_axes(name, inp, axis, in_dim)
+    if out_dim is not None:
+        if n_out not in (NotSpecified, None) and cell_class.get_output_dim(n_out, unit_opts) != out_dim.dimension:
+            raise ValueError("rec layer %r: n_out=%r does not match out_dim %s" % (name, n_out, out_dim))
+    elif n_out in (NotSpecified, None):
+        raise ValueError("rec layer %r: a cell unit needs n_out or out_dim" % name)
+    else:
+        out_dim = Dim(cell_class.get_output_dim(n_out, unit_opts), kind=Dim.Types.Feature,
+                      description="%s:feature" % name)
+    dims = (batch, out_dim) if axis is single_step_dim else (axis, batch, out_dim)
+    return Data(name="%s_output" % name, dims=dims, dtype=inp.dtype if not inp.sparse else "float32")
 
 
 class GetRecAccumulatedLayer(LayerBase):

@@ -19,7 +19,7 @@ import collections
 import tensorflow as tf
 
 from ...data import Data, Dim, SearchBeam, batch_dim
-from ...errors import LayerNotFound, NetworkConstructionDependencyLoopException
+from ...errors import LayerNotFound, LayerOptionError, NetworkConstructionDependencyLoopException
 from ...layer_ref import is_layer_target, parse_layer_ref, target_ref
 from ...network import assign_output_beam
 from ...subnetwork import Subnetwork
@@ -569,7 +569,34 @@ class RecSubnetLoop:
 
         for x in names:
             dep(x)
+        self._collocate(names, in_loop, deps)
         return [x for x in names if in_loop[x]], [x for x in names if not in_loop[x]]
+
+    def _collocate(self, names, in_loop, deps):
+        """collocate_with: a layer and the layers it names stay together (in the loop if one of them must; then
+        also what depends on them)."""
+        groups = []
+        for x in names:
+            other = self.tpl.templates[x].kwargs.get("collocate_with") or ()
+            other = [other] if isinstance(other, str) else list(other)
+            unknown = [y for y in other if y not in self.tpl.templates]
+            if unknown:
+                raise LayerOptionError("layer %r: collocate_with %s: no such layer in this rec unit (has: %s)" % (
+                    x, unknown, ", ".join(sorted(self.tpl.templates))), "collocate_with")
+            if other:
+                groups.append([x] + other)
+        changed = bool(groups)
+        while changed:
+            changed = False
+            for group in groups:
+                if any(in_loop[y] for y in group) and not all(in_loop[y] for y in group):
+                    for y in group:
+                        in_loop[y] = True
+                    changed = True
+            for x in names:
+                if not in_loop[x] and any(in_loop.get(r) for r in deps[x] if r in self.tpl.templates):
+                    in_loop[x] = True
+                    changed = True
 
     def _value_deps(self, x):
         """The references x's value depends on: all it uses, except for a choice without search (its target)."""
@@ -856,8 +883,7 @@ class RecSubnetLoop:
             new_acc = {x: ta.write(i, self._as_template_layout(on_beam(x, loop.layers[x].output),
                                                                tpl.templates[x].output))
                        for x, ta in state.acc.items()}
-            new_logits = {x: ta.write(i, loop.layers[x].output_before_activation.data.placeholder)
-                          for x, ta in state.logits.items()}
+            new_logits = {x: ta.write(i, _logits_or_none(loop.layers[x], no_logits)) for x, ta in state.logits.items()}
             new_end, new_search = {}, {}
             if track_end:  # a sequence ends with the first frame where 'end' is True
                 if beam is not None:
@@ -885,6 +911,7 @@ class RecSubnetLoop:
             return LoopState(i + 1, new_prev, new_extra, new_acc, new_logits, new_end, new_search)
 
         ta_size = 0 if dynamic else n_time
+        no_logits = set()  # loss layers without logits (e.g. eval): their loss takes the output
         self._loss_logits = [x for x in loss_layers if x in acc_names]
         loss_layers[:] = self._loss_logits
         int_shape = tf.TensorShape([None])
@@ -944,6 +971,8 @@ class RecSubnetLoop:
                     out.placeholder = _apply_backtrack(out.placeholder, backtrack, k_beam)
                 self.accumulated[x] = _AccumulatedLayer(x, self.loop_net, out, self.loop_net.layers[x])
             for x, ta in sorted(res.logits.items()):
+                if x in no_logits:
+                    continue
                 logits = ta.stack()
                 layer = self.accumulated[x]
                 layer.set_logits(logits)
@@ -963,7 +992,7 @@ class RecSubnetLoop:
             for x in sorted(self.accumulated):
                 layer = self.accumulated[x]
                 if layer.loss is not None:
-                    if layer.output.beam is not None:
+                    if layer.output.beam is not None and layer.loss.need_target:
                         raise NotImplementedError(
                             "rec layer %r: sub-layer %r has a loss, which is not computed on the search beam (the "
                             "hypotheses do not follow the target); set loss_only_on_non_search=True on it, or build "
@@ -1120,6 +1149,15 @@ def _backtrack_indices(src_beams):
 
     earlier = tf.scan(step, src_beams[1:][::-1], initializer=last)  # steps T-2 ... 0
     return tf.concat([earlier[::-1], last[None]], axis=0)
+
+
+def _logits_or_none(layer, no_logits):
+    """The logits of a loss layer in the loop for its TensorArray; a layer without them: recorded in no_logits."""
+    oba = getattr(layer, "output_before_activation", None)
+    if oba is None:
+        no_logits.add(layer.name)
+        return tf.zeros([0])
+    return oba.data.placeholder
 
 
 def _apply_backtrack(x, idx, k):

@@ -144,6 +144,18 @@ def _is_dyn(d):
     return d.dimension is None and not d.is_batch_dim()
 
 
+def _clip_gather_indices(indices, axis, padded_len):
+    """Raw indices clipped into [0, size - 1]: per sequence where the axis is dynamic and the indices have the dims
+    of its lengths (as the original), else into the padded length."""
+    idx = indices.placeholder
+    if _is_dyn(axis):
+        sizes, sdims = _sizes(axis)
+        if all(s in indices.dims for s in sdims):
+            upper = _align(_new("size", sdims, sizes.to(idx.dtype)), indices.dims) - 1
+            return torch.maximum(torch.minimum(idx, upper.clamp(min=0)), torch.zeros((), dtype=idx.dtype))
+    return idx.clamp(0, max(padded_len - 1, 0))
+
+
 def _masked(x, dims, axes, value):
     for d in axes:
         if _is_dyn(d):
@@ -445,7 +457,7 @@ class TorchBackend(Backend):
             return _new("reduce_" + mode, rest, fn(x, dim=idx[0]).to(torch.int32), sparse_dim=axes[0])
         if mode in ("sum", "mean"):
             x = _masked(x, dims, dyn, 0)
-            y = torch.sum(x, dim=idx)
+            y = torch.sum(x, dim=idx, dtype=x.dtype)  # ints stay int32 (torch would promote to int64)
             if mode == "mean":
                 if dyn:
                     ones = _masked(torch.ones_like(x), dims, dyn, 0)
@@ -574,13 +586,17 @@ class TorchBackend(Backend):
         x = source.placeholder
         ai = dims.index(axis)
         if isinstance(indices, int):
+            if clip_to_valid:  # static axis (rf.gather refuses a dynamic one): no wrap-around of negative indices
+                indices = min(max(indices, 0), x.shape[ai] - 1)
             return _new("gather", [d for d in dims if d != axis], x.select(ai, indices), sparse_dim=source.sparse_dim)
         idx = indices.placeholder
         if clip_to_valid:
-            idx = idx.clamp(0, x.shape[ai] - 1)
+            idx = _clip_gather_indices(indices, axis, x.shape[ai])
         if idx.dtype not in (torch.int64, torch.int32):
             idx = idx.long()
-        common = [d for d in indices.dims if d in dims]
+        if idx is not indices.placeholder:
+            indices = _new(indices.name, indices.dims, idx, sparse_dim=indices.sparse_dim)
+        common = [d for d in indices.dims if d in dims and d != axis]
         if not common:
             # out dims: source dims with axis replaced by the index dims
             out = dims[:ai] + list(indices.dims) + dims[ai + 1:]
@@ -761,8 +777,9 @@ class TorchBackend(Backend):
             raw = torch.randn(shape, generator=gen, dtype=tdt) * (1.0 if stddev is None else stddev) + (mean or 0.0)
         elif distribution == "truncated_normal":
             raw = torch.empty(shape, dtype=tdt)
-            torch.nn.init.trunc_normal_(raw, mean=mean or 0.0, std=1.0 if stddev is None else stddev,
-                                        a=-2.0, b=2.0, generator=gen)
+            mean, stddev = mean or 0.0, 1.0 if stddev is None else stddev  # cut at 2 stddev around the mean (as TF)
+            torch.nn.init.trunc_normal_(raw, mean=mean, std=stddev, a=mean - 2 * stddev, b=mean + 2 * stddev,
+                                        generator=gen)
         elif distribution == "uniform":
             lo, hi = minval or 0, 1 if maxval is None else maxval
             if tdt.is_floating_point:
@@ -903,9 +920,13 @@ class TorchBackend(Backend):
             loop_vars = body(loop_vars)
 
     @staticmethod
-    def scan(*, spatial_dim, initial, xs, ys, body):
+    def scan(*, spatial_dim, initial, xs, ys, body, cond=None, cond_dims=None, cond_before_body=True, max_seq_len=None):
         """Eager loop over the frames of spatial_dim; the state of a sequence is kept after its length."""
         from ...frontend_layers._loop import _flatten, _pack
+
+        if cond is not None:
+            return _scan_cond(spatial_dim=spatial_dim, initial=initial, ys=ys, body=body, cond=cond,
+                              cond_dims=cond_dims, cond_before_body=cond_before_body, max_seq_len=max_seq_len)
 
         n = _dim_len(spatial_dim)
         xs_flat, state = _flatten(xs), _flatten(initial)
@@ -942,8 +963,9 @@ class TorchBackend(Backend):
 
     @staticmethod
     def loop(*, axis=None, max_seq_len=None):
-        raise FrontendError("rf.Loop at %s: not supported on the torch backend (eager execution cannot repeat a "
-                            "with-block; use rf.scan or rf.while_loop)" % call_site())
+        raise FrontendError("rf.Loop at %s: not supported on the torch backend: as in the original, rf.Loop is the "
+                            "loop of the layers backend (a with-block recorded once into a rec layer; eager execution "
+                            "cannot repeat it); use rf.scan or rf.while_loop" % call_site())
 
     @staticmethod
     def sequence_mask(dims):
@@ -962,6 +984,72 @@ class TorchBackend(Backend):
 
 
 _LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+def _scan_cond(*, spatial_dim, initial, ys, body, cond, cond_dims, cond_before_body, max_seq_len):
+    """rf.scan with cond, eagerly: while cond(None, s) is True for some sequence (and fewer than max_seq_len steps),
+    s = body(None, s) for all; per sequence, its number of steps with cond True (the new dim's lengths), its ys
+    frames and its state after them (a state without cond_dims: after all steps)."""
+    from ...frontend_layers._loop import _flatten, _pack
+
+    site = call_site()
+    cond_dims = list(cond_dims)
+    if spatial_dim is not None and spatial_dim.dyn_size_ext is not None:
+        raise FrontendError("rf.scan at %s: spatial_dim %s already has sizes; with cond it must be a new dim" % (
+            site, spatial_dim.short_repr()))
+    axis = spatial_dim if spatial_dim is not None else Dim(None, kind=Dim.Types.Spatial, description="scan")
+
+    def check(c):
+        if not is_tensor(c) or c.dtype != "bool" or set(c.dims) != set(cond_dims):
+            raise FrontendError("rf.scan at %s: cond must return a bool Tensor with the dims %s (cond_dims), got %r" % (
+                site, dims_str(cond_dims), c))
+        return _transposed(c, cond_dims)
+
+    shape = [_dim_len(d) for d in cond_dims]
+    active = check(cond(None, initial)) if cond_before_body else torch.ones(shape, dtype=torch.bool)
+    limit = None
+    if is_tensor(max_seq_len):
+        limit = _align(max_seq_len, cond_dims) if set(max_seq_len.dims) <= set(cond_dims) else None
+        if limit is None:
+            raise FrontendError("rf.scan at %s: max_seq_len %s has dims not in cond_dims %s" % (
+                site, dims_str(max_seq_len.dims), dims_str(cond_dims)))
+    elif max_seq_len is not None:
+        limit = torch.tensor(int(max_seq_len))
+    state, final = _flatten(initial), list(_flatten(initial))
+    lens = torch.zeros(shape, dtype=torch.int32)
+    frames, y_t, i = [], None, 0
+    while True:
+        if limit is not None:
+            active = active & (i < limit)
+        if not bool(active.any()):
+            break
+        lens = lens + active.to(torch.int32)
+        y_t, s_new = body(None, _pack(initial, state))
+        s_new = _flatten(s_new)
+        if len(s_new) != len(state) or any(set(a.dims) != set(b.dims) for a, b in zip(s_new, state)):
+            raise FrontendError("rf.scan at %s: the new state %r does not match the initial one %r" % (
+                site, s_new, state))
+        for k, (new, old) in enumerate(zip(s_new, final)):
+            raw = _transposed(new, old.dims)
+            if set(cond_dims) <= set(old.dims):  # per sequence: its state after its last step
+                raw = torch.where(_align(_new("active", cond_dims, active), old.dims), raw, old.placeholder)
+            final[k] = _new(old.name, old.dims, raw, sparse_dim=old.sparse_dim)
+        state = s_new
+        frames.append(_flatten(y_t))
+        active = active & check(cond(None, _pack(initial, state)))
+        i += 1
+    _set_sizes(axis, lens, cond_dims)
+    if y_t is None:  # no step for any sequence: the ys (of a body call, as the layers backend) empty along the new dim
+        y_t, _ = body(None, initial)
+        stacked = [_new("scan_y%i" % k, [axis] + list(t.dims), torch.zeros(
+            [0] + [_dim_len(d) for d in t.dims], dtype=t.placeholder.dtype), sparse_dim=t.sparse_dim)
+            for k, t in enumerate(_flatten(y_t))]
+        return _pack(y_t, stacked), _pack(initial, final), axis
+    stacked = []
+    for k, first in enumerate(frames[0]):
+        raw = torch.stack([_transposed(f[k], first.dims) for f in frames], dim=0)
+        stacked.append(_new("scan_y%i" % k, [axis] + list(first.dims), raw, sparse_dim=first.sparse_dim))
+    return _pack(y_t, stacked), _pack(initial, final), axis
 
 
 def _concat_dynamic(sources, dims, out_dim, allow_broadcast):
