@@ -823,19 +823,31 @@ class ConcatInputLayer(LayerBase):
     Base for layers that work on their sources concatenated: sets ``self.input_data`` (with dropout).
 
     :param dropout: dropout rate on the (concatenated) input, in training
-    :param dropout_noise_shape: noise shape of the dropout (axis description -> 1 or None)
+    :param dropout_noise_shape: noise shape of the dropout (axis description -> 1 (broadcast) or None); default as
+        the original: one mask broadcast over the batch and spatial axes (see TFNetwork.apply_dropout)
+    :param dropout_axis: the axis or axes (descriptions or Dims) along which the dropout mask varies, broadcast
+        over all others (instead of dropout_noise_shape)
     :param dropout_on_forward: apply the dropout also outside of training
-    :param mask: (refused unless None) the original's dropout mask kind
+    :param mask: the original's obsolete mask kind, a check only: "dropout" (needs dropout > 0), "unity" (needs no
+        dropout) or None
     """
 
-    unsupported_options = {"mask": (None,)}
-
-    def __init__(self, dropout=0, dropout_noise_shape=None, dropout_on_forward=False, mask=None, **kwargs):
+    def __init__(self, dropout=0, dropout_noise_shape=None, dropout_on_forward=False, mask=None, dropout_axis=None,
+                 **kwargs):
         super().__init__(**kwargs)
+        if mask not in (None, "dropout", "unity") or (mask == "unity" and dropout) or (mask == "dropout" and not dropout):
+            raise ValueError("%s layer %r: option mask=%r: must be None, 'dropout' (with dropout > 0) or 'unity' "
+                             "(without dropout); dropout=%r" % (self.layer_class, self.name, mask, dropout))
+        if dropout_axis is not None and dropout_noise_shape:
+            raise ValueError("%s layer %r: give either option dropout_axis or dropout_noise_shape, not both" % (
+                self.layer_class, self.name))
         self.input_data = None
         if self.sources:
             data = concat_sources(self.sources, name="%s_concat_input" % self.name)
             if dropout:
+                if dropout_axis is not None:
+                    axes = data.get_axes_from_description(dropout_axis)
+                    dropout_noise_shape = [data.get_dim(i) if i in axes else 1 for i in range(data.batch_ndim)]
                 data = self.network.apply_dropout(data, dropout, noise_shape=dropout_noise_shape,
                                                   on_forward=dropout_on_forward)
             self.input_data = data
