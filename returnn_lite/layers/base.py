@@ -571,7 +571,8 @@ _NO_CODE = (lambda: None).__code__
 
 def _check_dim_option(layer_class, name, option, value):
     if not isinstance(value, Dim):
-        raise ValueError("%s layer %r: option %s must be a Dim, got %r" % (layer_class, name, option, value))
+        raise ValueError("%s layer%s: option %s must be a Dim, got %r" % (
+            layer_class, "" if name is None else " %r" % name, option, value))
 
 
 def out_dim_to_n_out(layer_class, d):
@@ -579,7 +580,7 @@ def out_dim_to_n_out(layer_class, d):
     out_dim = d.get("out_dim")
     if out_dim is None or "out_dim" not in generic_dim_options(layer_class):
         return
-    _check_dim_option(layer_class.layer_class, "?", "out_dim", out_dim)
+    _check_dim_option(layer_class.layer_class, None, "out_dim", out_dim)
     if (d.get("n_out", NotSpecified) in (NotSpecified, None) and "out_type" not in d and out_dim.dimension
             and not issubclass(layer_class, CopyLayer)):
         # (copy-like layers take the input's dim: apply_out_dim checks it; rnn_cell: the units, as without num_proj)
