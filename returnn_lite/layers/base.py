@@ -81,8 +81,8 @@ class LayerBase:
         :class:`OutShape` also checks dtype and sparse dim and names where the dims were decided (e.g. the rf call)
     :param out_dim: the output feature (or sparse) Dim: gives n_out where that is missing, and the output template
         takes this Dim object as its feature dim (classes with an own ``out_dim`` option handle it themselves)
-    :param in_dim: the input feature Dim: must be the feature dim of the (concatenated) sources (same Dim, or an
-        unnamed one of that size), else an error naming the option
+    :param in_dim: the input feature Dim: must be the feature dim of the (concatenated) sources (that Dim, or one of
+        its size that is no other axis of the input), else an error naming the option
     :param param_dropout_min_ndim: ``param_dropout`` only on params with at least this many dims (None: all)
     """
 
@@ -619,7 +619,8 @@ def apply_out_dim(layer_class, output, opts, name):
 def check_in_dim(layer_class, name, in_dim, sources):
     """
     The option ``in_dim`` (handled by LayerBase): the feature dim of the (concatenated) sources. Accepted: that very
-    Dim, or (a Dim declared by the config while the sources have an unnamed feature dim) one of the same size.
+    Dim, or one of the same size that is no other axis of the input (e.g. a Dim declared by the config while the
+    sources have their own feature Dim; the original would require the same Dim object).
     """
     from ..errors import LayerOptionError
 
