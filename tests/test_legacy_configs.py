@@ -353,3 +353,19 @@ def test_json_config_error_keeps_line_numbers(tmp_path):
     path.write_text('{\n// comment\n"num_inputs": 3,\n"network": {,}\n}\n')
     with pytest.raises(ConfigError, match=r"broken.config:4: invalid JSON config"):
         Config().load_file(str(path))
+
+
+def test_tf1_contrib_gru_block_unit_and_cudnn_unit_error():
+    config = Config()
+    config.update({"num_inputs": 3, "num_outputs": {"classes": (4, 1)}})
+    net_dict = {"gru": {"class": "rec", "unit": "GRUBlock", "n_out": 5, "from": "data"},
+                "output": {"class": "softmax", "loss": "ce", "from": "gru"}}
+    graph = tf.Graph()
+    with graph.as_default():
+        net = TFNetwork(config=config, train_flag=True)
+        net.construct_from_dict(net_dict)
+        assert sorted(net.layers["gru"].params) == ["rec/gru_cell/" + n for n in ("candidate/bias", "candidate/kernel", "gates/bias", "gates/kernel")]
+        assert net.layers["gru"].output.dim == 5
+    net_dict["gru"]["unit"] = "cudnnlstm"
+    with tf.Graph().as_default(), pytest.raises(Exception, match=r"layer 'gru'.*unit 'cudnnlstm'.*use unit 'nativelstm2'"):
+        TFNetwork(config=config, train_flag=True).construct_from_dict(net_dict)

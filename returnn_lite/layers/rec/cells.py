@@ -455,6 +455,8 @@ CELLS = {
     "standardlstm": LSTMCell, "basiclstm": BasicLSTMCell, "gru": GRUCell, "rnn": BasicRNNCell,
     "basicrnn": BasicRNNCell, "zoneoutlstm": ZoneoutLSTMCell, "layernormvariantslstm": LayerNormVariantsLSTMCell,
     "rhn": RHNCell,
+    # tf.contrib's GRUBlockCell(V2) (gone in TF 2): the same GRU and param names as TF's GRUCell
+    "grublock": GRUCell, "grublockv2": GRUCell,
 }
 # as a single-step cell (rnn_cell layer), the LSTM names are TF's LSTMCell
 CELLS_STEP_ONLY = dict(CELLS, **{k: LSTMCell for k in ("lstm", "lstmp", "lstmblock", "lstmblockfused")})
@@ -474,6 +476,9 @@ for _name, _cls in CELLS_STEP_ONLY.items():
 
 
 def get_cell_class(unit, step_only=False):
+    if isinstance(unit, str) and _cell_key(unit) in ("cudnnlstm", "cudnngru", "cudnnrnnrelu", "cudnnrnntanh"):
+        raise ValueError("unit %r is the original's CuDNN RNN (GPU only, with its own opaque param layout); "
+                         "returnn_lite has no CuDNN kernels: use unit 'nativelstm2' (or 'gru') instead" % unit)
     return (cell_registry_step_only if step_only else cell_registry).get(unit)
 
 
