@@ -427,3 +427,18 @@ def test_nested_loop_with_end_uses_outer_prev_state():
     assert net_dict["loop"]["unit"]["state_prev"] == {"class": "copy", "from": ["prev:state"]}
     np.testing.assert_allclose(res["ys"][0], [7.0, 10.0, 13.0, 16.0])  # 3 + 2 + 1 + 3 * t, last v: 1
     np.testing.assert_allclose(res["ys"][1, :2], [7.0, 10.0])
+
+
+def test_loop_last_of_sparse_tensor_without_end_frame():
+    def step(*, model, extern_data, **_):
+        loop = rf.Loop(max_seq_len=3)
+        loop.state.v = rf.reduce_sum(extern_data["data"], axis=time_dim)
+        with loop:
+            loop.end(rf.reduce_sum(loop.state.v, axis=feat) > 1e9, include_eos=False)  # never: 3 frames
+            last = loop.last(rf.reduce_argmax(loop.state.v, axis=feat))
+            loop.state.v = loop.state.v * -1.0
+        assert last.sparse_dim == feat
+        rf.cast(last, "int32").mark_as_output("last", shape=(batch_dim,))
+
+    res, _ = _run_layers(step)
+    assert res["last"].tolist() == [np.argmax(X[0].sum(0)), np.argmax(X[1, :2].sum(0))]  # frame 2: v * (-1) ** 2
