@@ -160,17 +160,15 @@ class ReturnnLayersBackend(Backend):
     @classmethod
     def combine(cls, a, kind, b, *, allow_broadcast_all_sources=None, dim_order=None):
         dims = broadcast_dims("combine", [a, b], bool(allow_broadcast_all_sources), dim_order)
+        a, b, dtype = _promoted(cls, a, b, kind)  # mixed dtypes / int truediv: a cast layer first
         t = a if is_tensor(a) else b
-        dtype = t.dtype
         sparse = t.sparse_dim if dtype.startswith("int") else None
-        if _broadcast_all(a, b):  # the combine layer matches feature axes; the rf op broadcasts by dims only
-            return _combine_op(a, kind, b, dims, dtype, sparse)
-        if not (is_tensor(a) and is_tensor(b) and a.dtype != b.dtype) and kind in _COMBINE_LAYER_KINDS and \
-                (dtype != "int32" or kind != "truediv"):
+        if kind in _COMBINE_LAYER_KINDS:
             if sparse is not None and (not is_tensor(a) or not is_tensor(b) or a.sparse_dim != b.sparse_dim):
                 # the combine layer keeps a sparse dim only where both operands have it
                 return _combine_op(a, kind, b, dims, dtype, sparse)
-            return _emit("combine", _sources([a, b], dtype), dims, dtype, sparse_dim=sparse, kind=kind, name=kind)
+            return _emit("combine", _sources([a, b], dtype), dims, dtype, sparse_dim=sparse, kind=kind, name=kind,
+                         **_broadcast_all_opts(a, b))
         return _combine_op(a, kind, b, dims, dtype, sparse)
 
     @classmethod
@@ -180,9 +178,8 @@ class ReturnnLayersBackend(Backend):
             return _emit("compare", [a], dims, "bool", kind=kind, value=_scalar(b), name=kind)
         if not is_tensor(a):
             return _emit("compare", [b], dims, "bool", kind=_SWAPPED.get(kind, kind), value=_scalar(a), name=kind)
-        if a.dtype != b.dtype or _broadcast_all(a, b):
-            return _combine_op(a, kind, b, dims, "bool", None, operand_dtype=a.dtype)
-        return _emit("compare", [a, b], dims, "bool", kind=kind, name=kind)
+        a, b, _ = _promoted(cls, a, b, kind)
+        return _emit("compare", [a, b], dims, "bool", kind=kind, name=kind, **_broadcast_all_opts(a, b))
 
     @staticmethod
     def activation(tensor, func):
@@ -242,6 +239,8 @@ class ReturnnLayersBackend(Backend):
             dtype, sparse = "bool", None
         else:
             dtype, sparse = source.dtype, None
+        if mode in ("any", "all") and source.dtype != "bool" and source.sparse_dim is None:
+            source = _emit("compare", [source], source.dims, "bool", kind="not_equal", value=0, name="nonzero")
         if mode not in _REDUCE_LAYER_MODES or (mode in ("any", "all")) != (source.dtype == "bool") or \
                 source.sparse_dim is not None:  # the reduce layer refuses sparse inputs
             return _make("reduce", [source], rest, dtype, sparse_dim=sparse,
@@ -327,8 +326,11 @@ class ReturnnLayersBackend(Backend):
             if not clip_to_valid:
                 return _emit("gather", [source], dims, source.dtype, sparse_dim=source.sparse_dim, position=indices,
                              axis=axis)
-            return _make("gather", [source], dims, source.dtype, sparse_dim=source.sparse_dim,
-                         opts={"axis": axis, "clip_to_valid": clip_to_valid, "index_value": indices})
+            if axis.dimension is None:  # rf.gather refuses this before
+                raise FrontendError("rf.gather at %s: clip_to_valid with an int index needs a static axis, not %s" % (
+                    call_site(), axis))
+            return _emit("gather", [source], dims, source.dtype, sparse_dim=source.sparse_dim,
+                         position=min(max(indices, 0), axis.dimension - 1), axis=axis)  # clipped here
         common = [d for d in indices.dims if d in source.dims and d != axis]
         src_rest = [d for d in source.dims if d not in common and d != axis]
         idx_rest = [d for d in indices.dims if d not in common]
@@ -340,11 +342,8 @@ class ReturnnLayersBackend(Backend):
             else:
                 dims.append(d)
         assert set(dims) == set(common + src_rest + idx_rest)
-        if indices.dtype.startswith("int"):
-            return _emit("gather", [source], dims, source.dtype, sparse_dim=source.sparse_dim,
-                         position=_raw_name(indices), axis=axis, clip_to_valid=clip_to_valid)
-        return _make("gather", [source, indices], dims, source.dtype, sparse_dim=source.sparse_dim,
-                     opts={"axis": axis, "clip_to_valid": clip_to_valid})
+        return _emit("gather", [source], dims, source.dtype, sparse_dim=source.sparse_dim,
+                     position=_raw_name(indices), axis=axis, clip_to_valid=clip_to_valid)
 
     @staticmethod
     def slice(source, *, axis, start=None, end=None, step=None, size=None, out_dim):
@@ -577,6 +576,12 @@ class ReturnnLayersBackend(Backend):
 
                 f = array_.convert_to_tensor(f)
             opts["custom_inv_norm_factor"] = _raw_name(f)
+        elif not _loss_norm_is_frames(x.dims):
+            # the loss layer normalizes by the number of frames; rf by the number of elements (all dims, masked)
+            from ..frontend import array_, math_
+
+            n = math_.num_elements_of_shape(x.dims)
+            opts["custom_inv_norm_factor"] = _raw_name(n if is_tensor(n) else array_.convert_to_tensor(n))
         extra = {"loss": "as_is_error" if loss.as_error else "as_is", "loss_scale": loss.scale}
         if opts:
             extra["loss_opts"] = opts
@@ -587,6 +592,12 @@ class ReturnnLayersBackend(Backend):
         builder.add_layer(loss.name, d, absolute=True)
 
 
+def _loss_norm_is_frames(dims):
+    """Whether the loss layer's own norm (frames: batch x the lengths of one dynamic dim) is rf's element count."""
+    rest = [d for d in dims if not d.is_batch_dim()]
+    return len(rest) < len(dims) and (not rest or (len(rest) == 1 and rest[0].dimension is None))
+
+
 def _lstm_state_dims(state_dims, out_dim):
     return [d for d in state_dims if d != out_dim] + [out_dim]
 
@@ -595,7 +606,7 @@ def _lstm_state_dims(state_dims, out_dim):
 _COMBINE_LAYER_KINDS = {"add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "maximum", "minimum", "logical_and",
                         "logical_or", "squared_difference"}
 _SWAPPED = {"less": "greater", "greater": "less", "less_equal": "greater_equal", "greater_equal": "less_equal"}
-_REDUCE_LAYER_MODES = {"sum", "max", "min", "mean", "logsumexp", "any", "all", "argmax", "argmin"}
+_REDUCE_LAYER_MODES = {"sum", "max", "min", "mean", "logsumexp", "prod", "any", "all", "argmax", "argmin"}
 _ACTIVATIONS = {"relu_square": "tf.square(tf.nn.relu(x))", "gelu": "tf.nn.gelu(x, approximate=False)"}
 
 
@@ -603,12 +614,36 @@ def _scalar(v):
     return v.tolist() if hasattr(v, "tolist") else v
 
 
-def _broadcast_all(a, b):
-    """Whether neither operand has all dims of the result (allow_broadcast_all_sources)."""
+def _broadcast_all_opts(a, b):
+    """
+    ``allow_broadcast_all_sources`` where neither operand has all dims of the result: the combine/compare layer then
+    broadcasts by dims only, as rf (without it, the layer matches the sources' feature axes).
+    """
     if not (is_tensor(a) and is_tensor(b)):
-        return False
+        return {}
     sa, sb = set(a.dims), set(b.dims)
-    return not (sa <= sb or sb <= sa)
+    return {} if sa <= sb or sb <= sa else {"allow_broadcast_all_sources": True}
+
+
+_DTYPE_RANK = ["bool", "uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16", "float32", "float64"]
+
+
+def _promoted(backend, a, b, kind):
+    """
+    Operands of one dtype (as the torch backend: int with float -> the float dtype, the wider of two ints or floats;
+    int truediv -> float32), the others cast by a ``cast`` layer; and that dtype.
+    """
+    ta, tb, orig_a = is_tensor(a), is_tensor(b), a
+    dtype = (a if ta else b).dtype
+    if ta and tb and a.dtype != b.dtype and a.dtype in _DTYPE_RANK and b.dtype in _DTYPE_RANK:
+        dtype = max(a.dtype, b.dtype, key=_DTYPE_RANK.index)
+    if kind == "truediv" and not dtype.startswith("float"):
+        dtype = "float32"
+    if ta and a.dtype != dtype:
+        a = backend.cast(a, dtype)
+    if tb and b.dtype != dtype:
+        b = a if b is orig_a else backend.cast(b, dtype)
+    return a, b, dtype
 
 
 def _combine_op(a, kind, b, dims, dtype, sparse, operand_dtype=None):

@@ -181,10 +181,18 @@ class ActivationLayer(CopyLayer):
         return out
 
 
-def _sources_broadcast(name, sources, out_type=None, tf_broadcast=True):
+def _sources_broadcast(name, sources, out_type=None, tf_broadcast=True, allow_broadcast_all=NotSpecified):
     """Common template of all sources (broadcasting), and their placeholders made compatible to it."""
     outputs = [s.output for s in sources]
+    if allow_broadcast_all is True:
+        common = _common_data_by_dims(outputs, "%s_output" % name)
+        return common, [_compatible_by_dims(o, common) for o in outputs]
     common = Data.get_common_data(outputs, name="%s_output" % name)
+    if allow_broadcast_all is False and common is not None and len(outputs) > 1 and all(
+            o.batch_ndim < common.batch_ndim for o in outputs):
+        raise ValueError("layer %r: no source has all dims of the output %s (sources %s): this needs "
+                         "allow_broadcast_all_sources=True" % (name, common.short_repr(),
+                                                               ", ".join(o.short_repr() for o in outputs)))
     if common is None:  # no sources (e.g. an eval without sources)
         return common, []
     n = common.batch_ndim
@@ -194,6 +202,35 @@ def _sources_broadcast(name, sources, out_type=None, tf_broadcast=True):
         return common, [o.placeholder if o.batch_ndim == 0 or list(o.dims) == list(common.dims[n - o.batch_ndim:])
                         else o.copy_compatible_to(common).placeholder for o in outputs]
     return common, [o.copy_compatible_to(common).placeholder for o in outputs]
+
+
+def _common_data_by_dims(outputs, name):
+    """
+    allow_broadcast_all_sources=True: the output has the union of the sources' dims, matched by Dim only (no
+    feature-axis or size matching), in the order of the source with most dims, then the dims only others have.
+    """
+    base = max(outputs, key=lambda o: o.batch_ndim)
+    common = base.copy_template(name=name)
+    for o in outputs:
+        for d in o.dims:
+            if d not in common.dims:
+                common = common.copy_add_dim_by_tag(d, unbroadcast=True, axis=common.batch_ndim)
+    common.placeholder = None
+    return common
+
+
+def _compatible_by_dims(data, common):
+    """data's placeholder transposed to common's dim order, with size-1 axes where data lacks common's dims."""
+    x = data.placeholder
+    idx = [list(common.dims).index(d) for d in data.dims]
+    order = sorted(range(len(idx)), key=lambda i: idx[i])
+    if order != list(range(len(idx))):
+        x = tf.transpose(x, order)
+    present = set(idx)
+    for j in range(common.batch_ndim):
+        if j not in present:
+            x = tf.expand_dims(x, j)
+    return x
 
 
 _COMBINE_KINDS = {
@@ -240,17 +277,19 @@ class CombineLayer(LayerBase):
     :param eval: for kind="eval": a Python expression string (source(i), x) or a callable
     :param eval_locals: extra local names (dict) for the eval expression
     :param eval_for_output_loss: refused unless False (the RETURNN option to eval for the output loss)
-    :param allow_broadcast_all_sources: without effect: sources are always broadcast against each other
+    :param allow_broadcast_all_sources: True: the sources broadcast by their dims only (the output has the union of
+        their dims; no feature-axis / size matching), also where no source has all dims; False: refuse that no source
+        has all dims of the output; not given: broadcast as the classic configs (feature axes match)
     """
 
     layer_class = "combine"
     unsupported_options = {"eval_for_output_loss": (False,)}
-    options_without_effect = {"allow_broadcast_all_sources": "sources are always broadcast against each other"}
 
     def __init__(self, kind, sources, activation=None, with_bias=False, eval=None, eval_locals=None,
                  eval_for_output_loss=False, allow_broadcast_all_sources=NotSpecified, **kwargs):
         super().__init__(sources=sources, **kwargs)
-        _, xs = _sources_broadcast(self.name, self.sources, tf_broadcast=kind != "eval")
+        _, xs = _sources_broadcast(self.name, self.sources, tf_broadcast=kind != "eval",
+                                   allow_broadcast_all=allow_broadcast_all_sources)
         if kind == "eval":
             x = _run_eval(eval, self, xs, eval_locals)
         else:
@@ -269,13 +308,17 @@ class CombineLayer(LayerBase):
         self.output.placeholder = x
 
     @classmethod
-    def get_out_data_from_opts(cls, name, sources=(), kind=None, out_type=None, n_out=NotSpecified, **kwargs):
+    def get_out_data_from_opts(cls, name, sources=(), kind=None, out_type=None, n_out=NotSpecified,
+                               allow_broadcast_all_sources=NotSpecified, **kwargs):
         if not sources:
             if kind == "eval" and out_type and any(k in out_type for k in ("shape", "dims", "dim_tags")):
                 return _apply_out_type(None, out_type, name)  # e.g. a constant condition: no sources needed
             raise ValueError("needs at least one source (an eval layer without sources needs an out_type "
                              "with the shape, e.g. {'shape': (), 'batch_dim_axis': None, 'dtype': 'bool'})")
-        common, _ = Data.get_common_data([s.output for s in sources], name="%s_output" % name), None
+        if allow_broadcast_all_sources is True:
+            common = _common_data_by_dims([s.output for s in sources], "%s_output" % name)
+        else:
+            common = Data.get_common_data([s.output for s in sources], name="%s_output" % name)
         if any(s.output.dtype != sources[0].output.dtype for s in sources) and kind != "eval":
             dtypes = sorted({s.output.dtype for s in sources})
             common.dtype = "float32" if "float32" in dtypes else dtypes[0]
@@ -400,11 +443,11 @@ class CompareLayer(LayerBase):
 
     :param kind: tf comparison: "equal" (default), "not_equal", "less", "less_equal", "greater", "greater_equal"
     :param value: compare the (last) source against this constant instead of a second source (default None)
-    :param allow_broadcast_all_sources: no effect: sources are always broadcast against each other
+    :param allow_broadcast_all_sources: as for ``combine``: True: broadcast by dims only; False: refuse that no
+        source has all dims of the output
     """
 
     layer_class = "compare"
-    options_without_effect = {"allow_broadcast_all_sources": "sources are always broadcast against each other"}
 
     def __init__(self, kind="equal", value=None, allow_broadcast_all_sources=NotSpecified, **kwargs):
         super().__init__(**kwargs)
@@ -413,7 +456,7 @@ class CompareLayer(LayerBase):
             raise ValueError("unknown compare kind %r; known: %s" % (kind, sorted(_COMPARE_KINDS)))
         if value is None and len(self.sources) < 2:
             raise ValueError("compare layer %r: needs two sources or a value" % self.name)
-        _, xs = _sources_broadcast(self.name, self.sources)
+        _, xs = _sources_broadcast(self.name, self.sources, allow_broadcast_all=allow_broadcast_all_sources)
         if value is not None:
             xs.append(tf.constant(value, dtype=xs[-1].dtype))
         # a chain: x0 op x1 and x1 op x2 and ... and x_last op value
@@ -424,8 +467,12 @@ class CompareLayer(LayerBase):
         self.output.placeholder = res
 
     @classmethod
-    def get_out_data_from_opts(cls, name, sources=(), n_out=NotSpecified, **kwargs):
-        common = Data.get_common_data([s.output for s in sources], name="%s_output" % name)
+    def get_out_data_from_opts(cls, name, sources=(), n_out=NotSpecified, allow_broadcast_all_sources=NotSpecified,
+                               **kwargs):
+        if allow_broadcast_all_sources is True:
+            common = _common_data_by_dims([s.output for s in sources], "%s_output" % name)
+        else:
+            common = Data.get_common_data([s.output for s in sources], name="%s_output" % name)
         common.sparse_dim = None
         common.dtype = "bool"
         return common

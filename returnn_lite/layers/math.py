@@ -23,7 +23,7 @@ tf1 = tf.compat.v1
 
 _REDUCE_FUNCS = {
     "sum": tf.reduce_sum, "max": tf.reduce_max, "min": tf.reduce_min, "mean": tf.reduce_mean,
-    "logsumexp": tf.reduce_logsumexp, "any": tf.reduce_any, "all": tf.reduce_all,
+    "logsumexp": tf.reduce_logsumexp, "any": tf.reduce_any, "all": tf.reduce_all, "prod": tf.reduce_prod,
 }
 _ARG_FUNCS = {"argmax": tf.argmax, "argmin": tf.argmin}
 
@@ -129,6 +129,8 @@ def reduce_tensor(data, mode, axes, keep_dims=False, use_time_mask=None):
             repl = dtype.max
         elif mode == "all":
             repl = True
+        elif mode == "prod":
+            repl = 1
         else:  # sum, mean, any
             repl = False if dtype.is_bool else 0
         for a in dyn_axes:
@@ -156,8 +158,9 @@ def reduce_tensor(data, mode, axes, keep_dims=False, use_time_mask=None):
 
 
 class ReduceLayer(ConcatInputLayer):
-    """Reduce axes with sum, max, min, mean (avg), logsumexp, any, all, argmax, argmin.
-    :param mode: reduce function: "sum", "max", "min", "mean" (or "avg"), "logsumexp", "any", "all", "argmax", "argmin"
+    """Reduce axes with sum, max, min, mean (avg), logsumexp, prod, any, all, argmax, argmin.
+    :param mode: reduce function: "sum", "max", "min", "mean" (or "avg"), "logsumexp", "prod", "any", "all", "argmax",
+        "argmin" (padded frames of dynamic axes count as the neutral element: 0 for sum, 1 for prod, ...)
     :param axes: axis or list of axes to reduce (Dim, "T", "F", "B", "spatial", ...)
     :param axis: alias for axes, for compatibility; give only one of both
     :param keep_dims: keep the reduced axes with dimension 1
