@@ -484,8 +484,10 @@ class RecTemplateBuilder:
                 if (not isinstance(target, str) or target.startswith("layer:")
                         or d.get("input_type", "prob") == "regression"):
                     return None
-                try:
-                    return self.resolve("data:" + target).output
+                if len(seen) == 1:  # x is the choice itself: its own (usual) handling
+                    return None
+                try:  # not via resolve: no dependency on the target is recorded for the requester
+                    return self._outer_frame_layer("data:" + target).output
                 except Exception:  # noqa: BLE001 (only a guess: the generic guess applies)
                     return None
             if cls not in ("copy", "eval", "dropout") or (cls == "eval" and d.get("out_type") is not None):
