@@ -84,10 +84,15 @@ class ReturnnLayersBackend(Backend):
         if is_tensor(fill_value):
             return _make("full", [fill_value], dims, dtype, sparse_dim=sparse_dim, opts={"value": None})
         static = [d for d in dims if not d.is_batch_dim()]
-        if any(d.dimension is None for d in static) or hasattr(fill_value, "tolist"):
+        # dynamic dims: their lengths come from a layer with the dim, constructed first ("from")
+        dyn_srcs = list({id(t): t for t in (_dim_source(d) for d in static if d.dimension is None)}.values())
+        if hasattr(fill_value, "tolist") and len(getattr(fill_value, "shape", ())) == 0:
+            fill_value = fill_value.tolist()
+        if None in dyn_srcs or (dyn_srcs and get_current_builder().parent is not None) or \
+                hasattr(fill_value, "tolist"):
             return _make("full", [], dims, dtype, sparse_dim=sparse_dim, opts={"value": fill_value})
         opts = {"with_batch_dim": True} if len(static) < len(dims) else {}
-        return _emit("constant", None, dims, dtype, sparse_dim=sparse_dim, value=fill_value, dtype=dtype,
+        return _emit("constant", dyn_srcs or None, dims, dtype, sparse_dim=sparse_dim, value=fill_value, dtype=dtype,
                      shape=static, name="full", **opts)
 
     @staticmethod

@@ -61,8 +61,7 @@ def _torch(func):
     rf.select_backend_torch()
     try:
         TIME.dyn_size_ext = rf.convert_to_tensor(INPUTS["size:time"], dims=[batch_dim], dtype="int32")
-        batch_dim.dyn_size_ext = None
-        batch_dim.dimension = None
+        batch_dim.dyn_size_ext = rf.convert_to_tensor(np.array(2, dtype="int32"), dims=[], dtype="int32")
         ins = [rf.convert_to_tensor(torch.tensor(INPUTS[k]), dims=list(EXTERN[k]["dims"]), dtype=EXTERN[k]["dtype"])
                for k in ("x", "y", "i")]
         out = {}
@@ -175,3 +174,18 @@ def test_gather_clip_to_valid():
     np.testing.assert_allclose(res["hi"], y[:, 3])
     np.testing.assert_allclose(res["lo"], x[:, :, 0])
     np.testing.assert_allclose(res["idx"], np.take_along_axis(y, np.clip(i, 0, 3), axis=1))
+
+
+def test_fill_over_dynamic_dims_is_a_constant_layer():
+    def func(x, y, i):
+        z = rf.zeros([batch_dim, TIME, FEAT]) + x
+        f = rf.full(dims=[TIME, OTHER], fill_value=2, dtype="int32")
+        return {"z": (z, (batch_dim, TIME, FEAT)), "f": (f, (TIME, OTHER)),
+                "o": (rf.ones([FEAT, TIME], dtype="float32"), (TIME, FEAT))}
+
+    res, net_dict = _check(func, expect_classes={"constant"}, masked={"z"})
+    fulls = [d for d in net_dict.values() if d["class"] == "constant" and d.get("from")]
+    assert len(fulls) == 3 and all(d["from"] == ["data:x"] for d in fulls)
+    np.testing.assert_allclose(res["z"], INPUTS["x"])
+    np.testing.assert_array_equal(res["f"], np.full((5, 4), 2, dtype="int32"))
+    np.testing.assert_array_equal(res["o"], np.ones((5, 3), dtype="float32"))
