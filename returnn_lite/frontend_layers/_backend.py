@@ -303,11 +303,13 @@ class ReturnnLayersBackend(Backend):
                     total = total + a
                 out_dim.__dict__["_derived_from"] = ("add", (total, 0))
         x0, a0 = sources[0]
-        if all(a.dimension is not None for _, a in sources) and all(
-                x.dtype == x0.dtype and x.sparse_dim == x0.sparse_dim and
-                set(x.dims) - {a} == set(x0.dims) - {a0} for x, a in sources[1:]):
+        dynamic = any(a.dimension is None for _, a in sources)
+        if all(x.dtype == x0.dtype and x.sparse_dim == x0.sparse_dim and
+               set(x.dims) - {a} == set(x0.dims) - {a0} for x, a in sources[1:]) and (
+                not dynamic or batch_dim in x0.dims):
+            opts = {"handle_dynamic_dims": True} if dynamic else {}  # rf concatenates per sequence
             return _emit("concat", None, dims, x0.dtype, sparse_dim=x0.sparse_dim,
-                         out_dim=out_dim, name="concat", **{"from": [(_raw_name(x), a) for x, a in sources]})
+                         out_dim=out_dim, name="concat", **{"from": [(_raw_name(x), a) for x, a in sources]}, **opts)
         return _make("concat", [x for x, _ in sources], dims, sources[0][0].dtype,
                      opts={"axes": [a for _, a in sources], "out_dim": out_dim})
 

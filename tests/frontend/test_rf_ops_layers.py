@@ -189,3 +189,53 @@ def test_fill_over_dynamic_dims_is_a_constant_layer():
     np.testing.assert_allclose(res["z"], INPUTS["x"])
     np.testing.assert_array_equal(res["f"], np.full((5, 4), 2, dtype="int32"))
     np.testing.assert_array_equal(res["o"], np.ones((5, 3), dtype="float32"))
+
+
+def test_concat_along_dynamic_dims_per_sequence():
+    two = Dim(2, name="two")
+    out_dims = {}
+
+    def func(x, y, i):
+        c, out_dims["cat"] = rf.concat((x, TIME), (x * 10.0, TIME))
+        p = rf.zeros([batch_dim, two, FEAT]) - 1.0
+        d, out_dims["pre"] = rf.concat((p, two), (x, TIME))
+        return {"cat": (c, (batch_dim, out_dims["cat"], FEAT)), "pre": (d, (batch_dim, out_dims["pre"], FEAT)),
+                "len": (out_dims["cat"].get_size_tensor(), (batch_dim,))}
+
+    res, net_dict = _layers(func)
+    concats = [d for d in net_dict.values() if d["class"] == "concat"]
+    assert len(concats) == 2 and all(d["handle_dynamic_dims"] is True for d in concats)
+    assert "frontend_op" not in _classes(net_dict)
+    x, lens = INPUTS["x"], INPUTS["size:time"]
+    np.testing.assert_array_equal(res["len"], 2 * lens)
+    assert res["cat"].shape == (2, 10, 3) and res["pre"].shape == (2, 7, 3)
+    for b, n in enumerate(lens):
+        np.testing.assert_allclose(res["cat"][b, :2 * n], np.concatenate([x[b, :n], 10 * x[b, :n]]), rtol=1e-6)
+        np.testing.assert_allclose(res["pre"][b, :2 + n], np.concatenate([-np.ones((2, 3)), x[b, :n]]), rtol=1e-6)
+    ref = _torch(func)
+    for b, n in enumerate(lens):
+        np.testing.assert_allclose(res["cat"][b, :2 * n], ref["cat"][b, :2 * n], rtol=1e-6)
+        np.testing.assert_allclose(res["pre"][b, :2 + n], ref["pre"][b, :2 + n], rtol=1e-6)
+
+
+def test_concat_layer_handle_dynamic_dims_in_a_hand_written_dict():
+    time2 = Dim(None, name="t2")
+    extern = {"a": {"dims": (batch_dim, TIME, FEAT)}, "b": {"dims": (batch_dim, time2, FEAT)}}
+    config = Config({"extern_data": extern})
+    with tf.Graph().as_default() as graph, tf1.Session(graph=graph) as session:
+        net = TFNetwork(config=config, train_flag=False)
+        net.construct_from_dict({"output": {"class": "concat", "from": [("data:a", TIME), ("data:b", time2)],
+                                            "handle_dynamic_dims": True}})
+        out = net.get_default_output_layer().output
+        a, b = INPUTS["x"], INPUTS["x"][:, :4] + 100
+        la, lb = np.array([5, 3]), np.array([2, 4])
+        feed = {net.extern_data.data["a"].placeholder: a, net.extern_data.data["b"].placeholder: b,
+                TIME.dyn_size_ext.raw_tensor: la, time2.dyn_size_ext.raw_tensor: lb}
+        y, n = session.run((out.placeholder, out.dims[out.get_axis_from_description("T")].dyn_size), feed_dict=feed)
+    for d in (TIME, time2, batch_dim):
+        d.reset_eager()
+    np.testing.assert_array_equal(n, la + lb)
+    assert y.shape == (2, 7, 3)
+    for k in range(2):
+        np.testing.assert_allclose(y[k, :la[k] + lb[k]], np.concatenate([a[k, :la[k]], b[k, :lb[k]]]))
+        np.testing.assert_array_equal(y[k, la[k] + lb[k]:], 0)
