@@ -61,13 +61,25 @@ class Dim(DimFrontendMixin):
         base._same_as = other_base
 
     def __eq__(self, other):
-        return isinstance(other, Dim) and self.get_same_base() is other.get_same_base()
+        if self is other:
+            return True
+        if not isinstance(other, Dim):
+            return False
+        a, b = self, other  # (get_same_base inlined: dims are compared very often)
+        while a._same_as is not None:
+            a = a._same_as
+        while b._same_as is not None:
+            b = b._same_as
+        return a is b
 
     def __ne__(self, other):
         return not self.__eq__(other)
 
     def __hash__(self):
-        return id(self.get_same_base())
+        d = self
+        while d._same_as is not None:
+            d = d._same_as
+        return id(d)
 
     def is_equal(self, other, **_kwargs):
         return self == other

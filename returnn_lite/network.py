@@ -111,6 +111,7 @@ class TFNetwork(NetworkAPIMixin):
         self._net_dict = {}
         self._constructing = []
         self._building_sources_first = False
+        self._validated_descs = set()  # ids of the layer dicts of _net_dict that _validate_net_dict checked
         self._objective = None
         self._saver = None
         self._batch_dim = None
@@ -171,6 +172,7 @@ class TFNetwork(NetworkAPIMixin):
                 if class_name is None:
                     raise ValueError("no 'class' given")
                 validate_layer_desc(get_layer_class(class_name), {k: v for k, v in desc.items() if k != "class"})
+                self._validated_descs.add(id(desc))  # (construct_layer need not validate it again)
             except Exception as exc:
                 raise NetworkLayerException("%s: %s" % (type(exc).__name__, exc), name, self, net_dict,
                                             layer_class=class_name) from exc
@@ -240,7 +242,8 @@ class TFNetwork(NetworkAPIMixin):
                 raise ValueError("no 'class' given")
             precheck_layer_desc(desc)
             layer_class = get_layer_class(class_name)
-            validate_layer_desc(layer_class, desc)
+            if id(net_dict[name]) not in self._validated_descs:
+                validate_layer_desc(layer_class, desc)
             layer_class.transform_config_dict(desc, network=self, get_layer=get_layer)
             self._adapt_source_beams(name, desc)
             if layer_class.construct_children.__func__ is not _BASE_CONSTRUCT_CHILDREN:
@@ -820,8 +823,9 @@ def _check_output_matches_template(layer):
     if x is None:
         raise ValueError("layer %r did not set its output placeholder" % layer.name)
     if x.shape.rank is not None and x.shape.rank != out.batch_ndim:
-        raise ValueError("layer %r: output tensor has rank %i but its template %s has rank %i" % (
-            layer.name, x.shape.rank, out.short_repr(), out.batch_ndim))
+        srcs = ", ".join("%s %s" % (s.name, s.output.short_repr()) for s in layer.sources if s is not None)
+        raise ValueError("layer %r: output tensor has rank %i but its template %s has rank %i%s" % (
+            layer.name, x.shape.rank, out.short_repr(), out.batch_ndim, " (sources: %s)" % srcs if srcs else ""))
     if x.dtype.base_dtype.name != out.dtype:
         raise ValueError("layer %r: output tensor dtype %s, template says %s" % (layer.name, x.dtype.name, out.dtype))
     if x.shape.rank is not None:

@@ -131,7 +131,7 @@ def test_hard_att_copy_demo_search_train_net():
     # layers; search_train_network_layers builds it (and the encoder it uses) in an extra search net. There the
     # demo's eval layer 'energy_in1' broadcasts all its sources (template [B,T,5,K]: the static dim of 't_rel_var'
     # added, as the original's combine template at behavior_version 0) while its eval function returns [B,T,K]: the
-    # loop state 'att' gets that template and the LSTM 's' reading prev:att fails, naming the layer.
+    # loop state 'att' gets that template and the LSTM 's' reading prev:att fails, naming the layer and its sources.
     from returnn_lite.engine.engine import Engine
 
     config = Config()
@@ -142,7 +142,8 @@ def test_hard_att_copy_demo_search_train_net():
         assert not net.layers and not net.losses_dict
     engine = Engine(config)
     try:
-        with pytest.raises(Exception, match=r"layer 'output/s' .*output tensor has rank 3 but its template"):
+        with pytest.raises(Exception, match=r"layer 'output/s' .*output tensor has rank 3 but its template .*"
+                                            r"sources: .*prev:att .*'t_rel_var:static:0'\(5\)"):
             engine.init_network_from_config(config)
     finally:
         engine.close()

@@ -20,11 +20,13 @@ configs written for it use them on every layer.
 Usage: ``python tools/audit_layer_options.py [--seeds DIR] [--verbose]``; exit status 0 (it is a report).
 
 Summary of the last run (2026-11-24, branch options; the full listing and the fixes: docs/layer_option_audit.md):
-  79 documented layer classes and 18 losses, none missing; 516 options checked (seeds + current original):
-  before the fixes 14 not accepted (out_dim, in_dim, param_dropout_min_ndim of every layer; Dim options of
-  constant/split/stack/tile/slice_nd/unflatten_nd; ...) and 5 accepted but dropped or wrong (accumulate_mean mode,
-  combine_dims keep_order, linear grad_filter inverted, ...); after them: 0 not accepted, 17 refused by name,
-  2 without effect, 3 "maybe ignored" (the sprint losses' options: those losses refuse to be built).
+  79 documented layer classes and 18 losses, none missing; 517 options checked (seeds + current original):
+  before the fixes 15 not accepted (out_dim, in_dim, param_dropout_min_ndim, dropout_axis of every layer; Dim
+  options of constant/split/stack/tile/slice_nd/unflatten_nd; ...), 2 refused that are easy (rnn_cell weights_init,
+  mask) and 5 accepted but dropped or wrong (accumulate_mean mode, combine_dims keep_order, linear grad_filter
+  inverted, dropout without the documented broadcast, ...); after them: 0 not accepted, 14 refused by name,
+  2 without effect, 3 "maybe ignored" (the sprint losses' options: those losses refuse to be built); 6 rarely used
+  classes of the current original outside the seeds are missing (edit_distance_table, optimal_completions, ...).
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ KNOWN_COMMON = [
     "register_as_extern_data", "control_dependencies_on_output", "debug_print_layer_output",
     "loss_scale", "loss_opts", "loss_only_on_non_search",
 ]
-KNOWN_CONCAT_INPUT = ["dropout", "dropout_noise_shape", "dropout_on_forward", "mask"]
+KNOWN_CONCAT_INPUT = ["dropout", "dropout_noise_shape", "dropout_on_forward", "dropout_axis", "mask"]
 
 # Options of the original's current version beyond the seeds (which document an older version), for the classes
 # configs use most (names only, from its layer documentation): checked like the documented ones.
@@ -96,6 +98,10 @@ KNOWN_CURRENT = {
                                                                    "inner_size_step"],
     "sparse_softmax_cross_entropy_with_logits": ["logits", "targets", "axis"],
 }
+# Layer classes of the original's current version outside the seeds (rec.py, signal_processing.py) that configs use
+# rarely; reported as missing where returnn_lite has none (a config using one gets "unknown layer class").
+KNOWN_CURRENT_CLASSES = ["edit_distance_table", "optimal_completions", "tile_features", "batch_median_pooling",
+                         "alternating_real_to_complex", "complex_to_alternating_real"]
 
 
 def _split_args(sig):
@@ -299,6 +305,11 @@ def audit(seeds_dir, verbose=False):
                 counts["refused"] += 1
                 out("  layer %r: refused: %s (unless %s)" % (reg_name, opt, " or ".join(
                     repr(v) for v in info.unsupported[opt])))
+    known = {n for n, _ in layer_registry.items()}
+    missing = [n for n in KNOWN_CURRENT_CLASSES if n not in known]
+    if missing:
+        out("  classes of the current original not in returnn_lite (%i, not in the seeds): %s" % (
+            len(missing), ", ".join(missing)))
     documented = {n for (_, k, n, _, _) in classes if k == "layer"}
     extra = sorted(n for n, _ in layer_registry.items() if n not in documented)
     out()

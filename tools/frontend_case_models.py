@@ -796,6 +796,210 @@ def ref_conv_pool(i, p):
             "sizes": s}
 
 
+# ---------------------------------------------------------------------------------------------------------------
+LOSS_SHAPES = """
+\"\"\"Losses of other shapes: [B,F] (normalized by B*F, scaled), [B,T,F] (by the frames times F), a param-only loss
+[in,out], a scalar, a custom scalar inverse norm from Dim.get_dim_value_tensor(), a normalized error and a loss with
+scale 0; gradients through cond, where, clip_by_value, gather (clip_to_valid) and a dynamic concat.\"\"\"
+import returnn.frontend as rf
+from returnn.tensor import Tensor, Dim, batch_dim
+
+time_dim = Dim(None, name="time")
+in_dim = Dim(3, name="in")
+out_dim = Dim(2, name="out")
+
+extern_data = {"x": {"dims": (batch_dim, time_dim, in_dim), "dtype": "float32"}}
+
+
+class Model(rf.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = rf.Linear(in_dim, out_dim)
+        self.gate = rf.Parameter([in_dim])
+
+
+def get_model(*, epoch, step, **_):
+    return Model()
+
+
+def train_step(*, model, extern_data, **_):
+    x = extern_data["x"]
+    h = rf.cond(time_dim.get_dim_value_tensor() > 4, lambda: x * model.gate, lambda: x + model.gate)
+    h = rf.where(h > 0.0, h, rf.clip_by_value(h * model.gate, -0.2, 0.2))
+    y = model.lin(h)
+    pos = rf.range_over_dim(time_dim)
+    prev_idx = rf.combine(pos - 1, "+", rf.zeros([batch_dim], dtype="int32"), allow_broadcast_all_sources=True)
+    prev = rf.gather(y, axis=time_dim, indices=prev_idx, clip_to_valid=True)
+    both, both_time = rf.concat((y, time_dim), (prev * 0.5, time_dim))
+    rf.reduce_sum(y * y, axis=time_dim).mark_as_loss("bf", use_normalized_loss=True, scale=2.0)
+    (prev * y).mark_as_loss("btf", use_normalized_loss=True)
+    (model.lin.weight * model.lin.weight).mark_as_loss("l2", use_normalized_loss=True, scale=0.5)
+    rf.reduce_sum(rf.tanh(both), axis=(batch_dim, both_time, out_dim)).mark_as_loss("scalar", scale=0.01)
+    rf.reduce_sum(y, axis=out_dim).mark_as_loss(
+        "custom", custom_inv_norm_factor=time_dim.get_dim_value_tensor(), use_normalized_loss=True)
+    rf.reduce_sum(h, axis=in_dim).mark_as_loss("err", as_error=True, use_normalized_loss=True)
+    rf.reduce_sum(x, axis=in_dim).mark_as_loss("zero", scale=0.0)
+"""
+
+
+def ref_loss_shapes(i, p):
+    x = i["x"]
+    sizes = np.asarray(SIZES)
+    m = mask_bt()
+    h = x * p["gate"]
+    h = np.where(h > 0, h, np.clip(h * p["gate"], -0.2, 0.2))
+    y = h @ p["lin.weight"] + p["lin.bias"]
+    prev_idx = np.clip(np.arange(T)[None, :] - 1, 0, (sizes - 1)[:, None])
+    prev = np.stack([y[b, prev_idx[b]] for b in range(B)])
+    n = float(sizes.sum())
+    bf = np.sum(np.where(m[..., None], y * y, 0))
+    btf = np.sum(np.where(m[..., None], prev * y, 0))
+    l2 = np.sum(p["lin.weight"] ** 2)
+    scalar = sum(np.sum(np.tanh(y[b, :sizes[b]])) + np.sum(np.tanh(prev[b, :sizes[b]] * 0.5)) for b in range(B))
+    custom = np.sum(np.where(m[..., None], y, 0))
+    err = np.sum(np.where(m[..., None], h, 0))
+    zero = np.sum(np.where(m[..., None], x, 0))
+    losses = {"bf": (bf, B * 2.0), "btf": (btf, n * 2), "l2": (l2, 6.0), "scalar": (scalar, 1.0),
+              "custom": (custom, float(T)), "err": (err, n), "zero": (zero, n)}
+    total = 2.0 * bf / (B * 2.0) + btf / (n * 2) + 0.5 * l2 / 6.0 + 0.01 * scalar + custom / T
+    return {"outputs": {}, "losses": losses, "total_loss": total}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+DIMS_RESHAPE = """
+\"\"\"Conv2d over the dynamic time and a feature dim used as spatial dim (same padding, even filter), split_dims of
+the dynamic time (padded to a multiple), merge_dims of time and features (a dynamic merged dim), outputs in other
+dim orders than computed (time-major, batch in the middle).\"\"\"
+import returnn.frontend as rf
+from returnn.tensor import Tensor, Dim, batch_dim
+
+time_dim = Dim(None, name="time")
+in_dim = Dim(3, name="in")
+out_dim = Dim(2, name="out")
+one_dim = Dim(1, name="one")
+win_dim = Dim(2, name="win")
+
+extern_data = {"x": {"dims": (batch_dim, time_dim, in_dim), "dtype": "float32"}}
+
+
+class Model(rf.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = rf.Conv2d(one_dim, out_dim, (3, 2), padding="same")
+        self.lin = rf.Linear(in_dim, out_dim)
+
+
+def get_model(*, epoch, step, **_):
+    return Model()
+
+
+def forward_step(*, model, extern_data, **_):
+    x = extern_data["x"]
+    y, (t1, f1) = model.conv(rf.expand_dim(x, one_dim), in_spatial_dims=[time_dim, in_dim])
+    y.mark_as_output("conv", shape=(batch_dim, t1, f1, out_dim))
+    chunk_dim = Dim(None, name="chunks")
+    chunks = rf.split_dims(x, axis=time_dim, dims=[chunk_dim, win_dim])
+    chunks.mark_as_output("chunks", shape=(batch_dim, chunk_dim, win_dim, in_dim))
+    flat, flat_dim = rf.merge_dims(x, dims=[time_dim, in_dim])
+    (flat * 2.0).mark_as_output("flat", shape=(batch_dim, flat_dim))
+    h = model.lin(x)
+    h.mark_as_output("time_major", shape=(time_dim, out_dim, batch_dim))
+    h.mark_as_output("batch_mid", shape=(out_dim, batch_dim, time_dim))
+"""
+
+
+def ref_dims_reshape(i, p):
+    x = i["x"]
+    sizes = np.asarray(SIZES)
+    w, b = p["conv.filter"], p["conv.bias"]  # [out, one, 3, 2]
+    xp = np.pad(x, ((0, 0), (1, 1), (0, 1)))
+    conv = np.zeros((B, T, 3, 2))
+    for t in range(T):
+        for f in range(3):
+            conv[:, t, f] = np.einsum("bhw,ohw->bo", xp[:, t:t + 3, f:f + 2], w[:, 0]) + b
+    chunks = np.concatenate([x, np.zeros((B, 1, 3))], 1).reshape(B, 4, 2, 3)
+    h = x @ p["lin.weight"] + p["lin.bias"]
+    s = {}
+    s.update(sizes_out("conv", 1))
+    s.update(sizes_out("chunks", 1, -(-sizes // 2)))
+    s.update(sizes_out("flat", 1, sizes * 3))
+    s.update(sizes_out("time_major", 0))
+    s.update(sizes_out("batch_mid", 2))
+    return {"outputs": {"conv": conv, "chunks": chunks, "flat": x.reshape(B, -1) * 2.0,
+                        "time_major": h.transpose(1, 2, 0), "batch_mid": h.transpose(2, 0, 1)}, "sizes": s}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+DECODER_STEP = """
+\"\"\"Train: a two-step attention decoder written with single steps: Embedding of target tokens (gather at int
+positions of the target time), rf.LSTM with single_step_dim, rf.dot_attention over the encoder time, concat of the
+static state and context dims, per-step CE losses; param gradients.\"\"\"
+import returnn.frontend as rf
+from returnn.tensor import Tensor, Dim, batch_dim, single_step_dim
+
+time_dim = Dim(None, name="time")
+out_time_dim = Dim(None, name="out_time")
+in_dim = Dim(3, name="in")
+key_dim = Dim(2, name="key")
+vocab_dim = Dim(5, name="vocab")
+emb_dim = Dim(2, name="emb")
+hid_dim = Dim(2, name="hid")
+
+extern_data = {
+    "x": {"dims": (batch_dim, time_dim, in_dim), "dtype": "float32"},
+    "y": {"dims": (batch_dim, out_time_dim), "dtype": "int32", "sparse_dim": vocab_dim},
+}
+
+
+class Model(rf.Module):
+    def __init__(self):
+        super().__init__()
+        self.keys = rf.Linear(in_dim, key_dim)
+        self.query = rf.Linear(hid_dim, key_dim, with_bias=False)
+        self.emb = rf.Embedding(vocab_dim, emb_dim)
+        self.lstm = rf.LSTM(emb_dim, hid_dim)
+        self.out = rf.Linear(hid_dim + in_dim, vocab_dim)
+
+
+def get_model(*, epoch, step, **_):
+    return Model()
+
+
+def train_step(*, model, extern_data, **_):
+    x, y = extern_data["x"], extern_data["y"]
+    keys = model.keys(x)
+    state = model.lstm.default_initial_state(batch_dims=[batch_dim])
+    for i in range(2):
+        prev = rf.gather(y, axis=out_time_dim, indices=i)
+        h, state = model.lstm(model.emb(prev), state=state, spatial_dim=single_step_dim)
+        att = rf.dot_attention(model.query(h), keys, x, key_dim=key_dim, axis=time_dim)
+        both, _ = rf.concat((h, hid_dim), (att, in_dim), out_dim=model.out.in_dim)
+        logits = model.out(both)
+        target = rf.gather(y, axis=out_time_dim, indices=i + 1)
+        ce = rf.cross_entropy(estimated=logits, estimated_type="logits", target=target, axis=vocab_dim)
+        ce.mark_as_loss("ce%i" % i, use_normalized_loss=True)
+"""
+
+
+def ref_decoder_step(i, p):
+    x, y = i["x"], i["y"]
+    m = mask_bt()
+    keys = x @ p["keys.weight"] + p["keys.bias"]
+    h, c = np.zeros((B, 2)), np.zeros((B, 2))
+    losses, total = {}, 0.0
+    for k in range(2):
+        h, c = lstm_step(p["emb.weight"][y[:, k]], h, c, p, "lstm.")
+        q = h @ p["query.weight"]
+        energy = np.einsum("bk,btk->bt", q, keys) / np.sqrt(2.0)
+        w = softmax(energy, 1, m)
+        att = np.einsum("bt,bti->bi", w, x)
+        logits = np.concatenate([h, att], -1) @ p["out.weight"] + p["out.bias"]
+        ce = -np.take_along_axis(log_softmax(logits, -1), y[:, k + 1][:, None], -1)[:, 0]
+        losses["ce%i" % k] = (np.sum(ce), float(B))
+        total += np.sum(ce) / B
+    return {"outputs": {}, "losses": losses, "total_loss": total}
+
+
 def _inputs(data, sizes=None, dim_len=None):
     return {"data": data, "sizes": sizes or {"time": SIZES}, "dim_len": dim_len or {"T": T}}
 
@@ -874,4 +1078,28 @@ CASES += [
                  "pool1d": out_meta(["B", "D", "S3"]), "proj": out_meta(["B", "D", "S2"]),
                  "xtx": out_meta(["B", "S3", "S2"]), "sm_t": out_meta(["B", "D", "S3"]),
                  "ce_probs": out_meta(["B", "D"]), "lstm3": out_meta(["B", "S2"])}},
+]
+
+CASES += [
+    {"name": "x_loss_shapes_train", "task": "train", "grads": True, "model": LOSS_SHAPES, "ref": ref_loss_shapes,
+     "inputs": _inputs({"x": ((B, "T", 3), "float32", None)}),
+     "params": {"lin.weight": (3, 2), "lin.bias": (2,), "gate": (3,)}, "outputs": {}},
+]
+
+CASES += [
+    {"name": "x_dims_reshape", "task": "forward", "model": DIMS_RESHAPE, "ref": ref_dims_reshape,
+     "inputs": _inputs({"x": ((B, "T", 3), "float32", None)}),
+     "params": {"conv.filter": (2, 1, 3, 2), "conv.bias": (2,), "lin.weight": (3, 2), "lin.bias": (2,)},
+     "outputs": {"conv": out_meta(["B", "D", "S3", "S2"]), "chunks": out_meta(["B", "D", "S2", "S3"]),
+                 "flat": out_meta(["B", "D"]), "time_major": out_meta(["D", "S2", "B"]),
+                 "batch_mid": out_meta(["S2", "B", "D"])}},
+]
+
+CASES += [
+    {"name": "x_decoder_step_train", "task": "train", "grads": True, "model": DECODER_STEP, "ref": ref_decoder_step,
+     "inputs": {"data": {"x": ((B, 7, 3), "float32", None), "y": ((B, 4), "int32", 5)},
+                "sizes": {"time": SIZES, "out_time": [4, 3, 2]}, "dim_len": {}},
+     "params": {"keys.weight": (3, 2), "keys.bias": (2,), "query.weight": (2, 2), "emb.weight": (5, 2),
+                "lstm.ff_weight": (8, 2), "lstm.rec_weight": (8, 2), "lstm.bias": (8,), "out.weight": (5, 5),
+                "out.bias": (5,)}, "outputs": {}},
 ]

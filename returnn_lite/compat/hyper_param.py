@@ -115,11 +115,16 @@ class HyperParam:
         return self.get_random_value(zlib.crc32(key.encode("utf8")))
 
 
+_ATOMS = frozenset((str, int, float, bool, type(None)))  # values that are no HyperParam and hold none (skipped fast)
+
+
 def check_no_hyper_params(value, where):
     """Raise ValueError naming ``where`` (and the key path) if ``value`` contains a :class:`HyperParam`."""
     stack = [((where,), value)]  # (key path, value); the path is formatted only for the error
     while stack:
         path, v = stack.pop()
+        if type(v) in _ATOMS:
+            continue
         if isinstance(v, HyperParam):
             raise ValueError(
                 "%s is a HyperParam placeholder (%r): only task 'hyper_param_tuning' (hyper-parameter tuning) replaces "

@@ -583,6 +583,12 @@ class ReturnnLayersBackend(Backend):
 
                 f = array_.convert_to_tensor(f)
             opts["custom_inv_norm_factor"] = _raw_name(f)
+        elif not _loss_norm_is_frames(x.dims):
+            # the loss layer normalizes by the number of frames; rf by the number of elements (all dims, masked)
+            from ..frontend import array_, math_
+
+            n = math_.num_elements_of_shape(x.dims)
+            opts["custom_inv_norm_factor"] = _raw_name(n if is_tensor(n) else array_.convert_to_tensor(n))
         extra = {"loss": "as_is_error" if loss.as_error else "as_is", "loss_scale": loss.scale}
         if opts:
             extra["loss_opts"] = opts
@@ -591,6 +597,12 @@ class ReturnnLayersBackend(Backend):
 
         d["out_shape"] = OutShape(x.dims, x.dtype, x.sparse_dim, loss.call_site)
         builder.add_layer(loss.name, d, absolute=True)
+
+
+def _loss_norm_is_frames(dims):
+    """Whether the loss layer's own norm (frames: batch x the lengths of one dynamic dim) is rf's element count."""
+    rest = [d for d in dims if not d.is_batch_dim()]
+    return len(rest) < len(dims) and (not rest or (len(rest) == 1 and rest[0].dimension is None))
 
 
 def _lstm_state_dims(state_dims, out_dim):

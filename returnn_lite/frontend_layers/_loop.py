@@ -28,7 +28,8 @@ rec layer runs at least one frame, at most its ``max_seq_len``):
   ends each sequence at it (the rec layer unbounded).
 
 Sub-layers are not moved out of the loop: the layers of the frontend carry their per-frame output templates. A loop
-inside a loop body is refused (the rec layer's templates have no nested rec layers).
+inside a loop body is a rec layer in the unit of the outer rec layer (an initial value that is a ``prev:`` value
+of the outer loop goes through a copy layer there).
 """
 
 from __future__ import annotations
@@ -110,12 +111,6 @@ class _LoopRecorder:
         counter state ends each sequence at it)."""
         self.func, self.site = func, site or call_site()
         self.outer = get_current_builder()
-        b = self.outer
-        while b is not None:
-            if getattr(b, "loop_recorder", None) is not None:
-                raise self.error("a loop inside a loop body is not supported on the layers backend (a rec layer in "
-                                 "the unit of a rec layer; the torch backend runs nested loops)")
-            b = b.parent
         self.sub = NetDictBuilder(parent=self.outer)
         self.sub.scope = list(self.outer.scope)
         self.sub.loop_recorder = self
@@ -251,6 +246,10 @@ class _LoopRecorder:
 
     def _emit(self, stacked):
         unit, name = self.sub.net_dict, self.name
+        for d in unit.values():
+            for key, v in d.items():
+                if key not in ("unit", "subnetwork"):
+                    d[key] = self._route_outer_prev(v)
         cum_states = {}
         for st_name, init, _prev, new in self.states + self.hidden:
             cc = self._cum_concat_of([st_name], new)
@@ -259,7 +258,7 @@ class _LoopRecorder:
                 del unit[st_name]
                 continue
             unit[st_name] = {"class": "copy", "from": [self.ref(new)],
-                             "initial_output": "base:" + _ref_in(self.outer, init)}
+                             "initial_output": "base:" + self._outer_name(init)}
         for st_name in cum_states:
             users = [x for x, d in unit.items() if "prev:" + st_name in _strings(d)]
             if users:
@@ -294,6 +293,34 @@ class _LoopRecorder:
                 continue
             finals.append(self.final(st))
         return ys, finals, dims
+
+    def _route_outer_prev(self, v):
+        """A reference ``base:prev:X`` of the body (the previous value of an enclosing loop) -> ``base:X_prev``, a copy
+        layer in that loop's unit (a nested rec layer resolves its base: references as layers there)."""
+        if isinstance(v, (list, tuple)):
+            return type(v)(self._route_outer_prev(x) for x in v)
+        if type(v) is dict:
+            return {k: self._route_outer_prev(x) for k, x in v.items()}
+        if not isinstance(v, str) or not v.startswith("base:"):
+            return v
+        rest, level = v, 0
+        while rest.startswith("base:"):
+            rest, level = rest[len("base:"):], level + 1
+        if not rest.startswith("prev:"):
+            return v
+        b = self.sub
+        for _ in range(level):
+            b = b.parent
+        copies = b.__dict__.setdefault("_prev_copies", {})
+        if rest not in copies:
+            copies[rest] = b.add_layer(rest[len("prev:"):] + "_prev", {"class": "copy", "from": [rest]},
+                                       absolute=True).name
+        return "base:" * level + copies[rest]
+
+    def _outer_name(self, t):
+        """t's layer in the outer net dict; a ``prev:`` value of an enclosing loop as a copy layer (the initial
+        output of a nested loop's state is taken from the outer unit's layers)."""
+        return self._route_outer_prev("base:" + _ref_in(self.outer, t))[len("base:"):]
 
     def _frames(self, unit_name, t):
         """The stacked frames of a unit layer (t: its frame) over the loop's axis."""

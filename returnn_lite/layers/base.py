@@ -81,8 +81,8 @@ class LayerBase:
         :class:`OutShape` also checks dtype and sparse dim and names where the dims were decided (e.g. the rf call)
     :param out_dim: the output feature (or sparse) Dim: gives n_out where that is missing, and the output template
         takes this Dim object as its feature dim (classes with an own ``out_dim`` option handle it themselves)
-    :param in_dim: the input feature Dim: must be the feature dim of the (concatenated) sources (same Dim, or an
-        unnamed one of that size), else an error naming the option
+    :param in_dim: the input feature Dim: must be the feature dim of the (concatenated) sources (that Dim, or one of
+        its size that is no other axis of the input), else an error naming the option
     :param param_dropout_min_ndim: ``param_dropout`` only on params with at least this many dims (None: all)
     """
 
@@ -571,7 +571,8 @@ _NO_CODE = (lambda: None).__code__
 
 def _check_dim_option(layer_class, name, option, value):
     if not isinstance(value, Dim):
-        raise ValueError("%s layer %r: option %s must be a Dim, got %r" % (layer_class, name, option, value))
+        raise ValueError("%s layer%s: option %s must be a Dim, got %r" % (
+            layer_class, "" if name is None else " %r" % name, option, value))
 
 
 def out_dim_to_n_out(layer_class, d):
@@ -579,7 +580,7 @@ def out_dim_to_n_out(layer_class, d):
     out_dim = d.get("out_dim")
     if out_dim is None or "out_dim" not in generic_dim_options(layer_class):
         return
-    _check_dim_option(layer_class.layer_class, "?", "out_dim", out_dim)
+    _check_dim_option(layer_class.layer_class, None, "out_dim", out_dim)
     if (d.get("n_out", NotSpecified) in (NotSpecified, None) and "out_type" not in d and out_dim.dimension
             and not issubclass(layer_class, CopyLayer)):
         # (copy-like layers take the input's dim: apply_out_dim checks it; rnn_cell: the units, as without num_proj)
@@ -618,7 +619,8 @@ def apply_out_dim(layer_class, output, opts, name):
 def check_in_dim(layer_class, name, in_dim, sources):
     """
     The option ``in_dim`` (handled by LayerBase): the feature dim of the (concatenated) sources. Accepted: that very
-    Dim, or (a Dim declared by the config while the sources have an unnamed feature dim) one of the same size.
+    Dim, or one of the same size that is no other axis of the input (e.g. a Dim declared by the config while the
+    sources have their own feature Dim; the original would require the same Dim object).
     """
     from ..errors import LayerOptionError
 
@@ -823,19 +825,31 @@ class ConcatInputLayer(LayerBase):
     Base for layers that work on their sources concatenated: sets ``self.input_data`` (with dropout).
 
     :param dropout: dropout rate on the (concatenated) input, in training
-    :param dropout_noise_shape: noise shape of the dropout (axis description -> 1 or None)
+    :param dropout_noise_shape: noise shape of the dropout (axis description -> 1 (broadcast) or None); default as
+        the original: one mask broadcast over the batch and spatial axes (see TFNetwork.apply_dropout)
+    :param dropout_axis: the axis or axes (descriptions or Dims) along which the dropout mask varies, broadcast
+        over all others (instead of dropout_noise_shape)
     :param dropout_on_forward: apply the dropout also outside of training
-    :param mask: (refused unless None) the original's dropout mask kind
+    :param mask: the original's obsolete mask kind, a check only: "dropout" (needs dropout > 0), "unity" (needs no
+        dropout) or None
     """
 
-    unsupported_options = {"mask": (None,)}
-
-    def __init__(self, dropout=0, dropout_noise_shape=None, dropout_on_forward=False, mask=None, **kwargs):
+    def __init__(self, dropout=0, dropout_noise_shape=None, dropout_on_forward=False, mask=None, dropout_axis=None,
+                 **kwargs):
         super().__init__(**kwargs)
+        if mask not in (None, "dropout", "unity") or (mask == "unity" and dropout) or (mask == "dropout" and not dropout):
+            raise ValueError("%s layer %r: option mask=%r: must be None, 'dropout' (with dropout > 0) or 'unity' "
+                             "(without dropout); dropout=%r" % (self.layer_class, self.name, mask, dropout))
+        if dropout_axis is not None and dropout_noise_shape:
+            raise ValueError("%s layer %r: give either option dropout_axis or dropout_noise_shape, not both" % (
+                self.layer_class, self.name))
         self.input_data = None
         if self.sources:
             data = concat_sources(self.sources, name="%s_concat_input" % self.name)
             if dropout:
+                if dropout_axis is not None:
+                    axes = data.get_axes_from_description(dropout_axis)
+                    dropout_noise_shape = [data.get_dim(i) if i in axes else 1 for i in range(data.batch_ndim)]
                 data = self.network.apply_dropout(data, dropout, noise_shape=dropout_noise_shape,
                                                   on_forward=dropout_on_forward)
             self.input_data = data

@@ -116,3 +116,50 @@ def test_layer_option_chain_built_iteratively(monkeypatch):
     depth, names = _max_add_layer_depth(monkeypatch, build)
     assert depth < 40, depth
     assert names == ["scale%i" % i for i in range(n)] + ["output"]
+
+
+def test_dot_attention_values_matmul_needs_no_mask():
+    """rf.dot_attention: as the original, att_weights . values is a dot without masking (the softmax gave the
+    padded frames of the axis weight 0), so padded frames of the values, whatever they hold, do not leak."""
+    import numpy as np
+
+    time_dim, kv_dim, key_dim, val_dim = Dim(None, name="q"), Dim(None, name="kv"), Dim(3, name="key"), \
+        Dim(2, name="val")
+    extern_data = {"q": {"dims": (batch_dim, time_dim, key_dim), "dtype": "float32"},
+                   "k": {"dims": (batch_dim, kv_dim, key_dim), "dtype": "float32"},
+                   "v": {"dims": (batch_dim, kv_dim, val_dim), "dtype": "float32"}}
+
+    class Empty(rf.Module):
+        pass
+
+    def step(*, model, extern_data, **_):
+        rf.dot_attention(extern_data["q"], extern_data["k"], extern_data["v"], key_dim=key_dim, axis=kv_dim,
+                         att_dropout=0.0).mark_as_output("att", shape=(batch_dim, time_dim, val_dim))
+
+    rng = np.random.RandomState(3)
+    q, k, v = rng.randn(2, 3, 3).astype("float32"), rng.randn(2, 4, 3).astype("float32"), \
+        rng.randn(2, 4, 2).astype("float32")
+    kv_lens = np.array([4, 2], "int32")
+    v[1, 2:] = 1e6  # padded frames of the values: must get weight 0
+    config = Config({"extern_data": extern_data, "get_model": lambda **_: Empty(), "forward_step": step,
+                     "task": "forward"})
+    rf.select_backend_returnn_layers_tf()
+    with tf.Graph().as_default() as graph, tf.compat.v1.Session(graph=graph) as session, \
+            global_config_ctx(config):
+        net_dict, _ = get_net_dict(epoch=1, step=0)
+        dots = [d for d in net_dict.values() if d["class"] == "dot"]
+        assert [d["use_mask"] for d in dots] == [True, False]  # energy (over key_dim), att . v (over kv_dim)
+        out = rf.get_run_ctx().outputs.data["att"]
+        net = TFNetwork(config=config, train_flag=False, eval_flag=False)
+        net.construct_from_dict(net_dict)
+        feed = {net.extern_data.data["q"].placeholder: q, net.extern_data.data["k"].placeholder: k,
+                net.extern_data.data["v"].placeholder: v, time_dim.dyn_size_ext.raw_tensor: [3, 3],
+                kv_dim.dyn_size_ext.raw_tensor: kv_lens}
+        att = session.run(net.get_layer(out.raw_tensor.get_abs_name()).output.copy_compatible_to(
+            out.copy_template()).placeholder, feed_dict=feed)
+    for b in range(2):
+        n = kv_lens[b]
+        energy = q[b] @ k[b, :n].T / np.sqrt(3)
+        w = np.exp(energy - energy.max(-1, keepdims=True))
+        w /= w.sum(-1, keepdims=True)
+        np.testing.assert_allclose(att[b], w @ v[b, :n], rtol=1e-5, atol=1e-6)

@@ -219,21 +219,57 @@ def test_while_loop_cond_before_body_cum_concat_state(limit):
             assert res["n"].tolist() == [0, 0] and int(res["t"]) == 0
 
 
-def test_nested_scan_torch_and_refused_on_layers():
+def test_nested_scan_is_a_rec_layer_in_the_unit():
     def step(*, model, extern_data, **_):
         def body(x_t, s):  # an inner scan over feat: s + the running sum over the features of the frame
             _, last_in, _ = rf.scan(spatial_dim=feat, xs=x_t, initial=s, ys=None, body=lambda v, s2: (v + s2, v + s2))
             return last_in, last_in
 
-        ys, _, _ = rf.scan(spatial_dim=time_dim, xs=extern_data["data"], initial=rf.zeros([batch_dim]), ys=None,
-                           body=body)
+        ys, last, _ = rf.scan(spatial_dim=time_dim, xs=extern_data["data"], initial=rf.zeros([batch_dim]), ys=None,
+                              body=body)
         ys.mark_as_output("ys", shape=(batch_dim, time_dim))
+        last.mark_as_output("last", shape=(batch_dim,))
 
-    with pytest.raises(rf.FrontendError, match="a loop inside a loop body is not supported on the layers backend"):
-        _run_layers(step)
-    res = _run_torch(step)
-    np.testing.assert_allclose(res["ys"][0], np.cumsum(X[0].sum(-1)), rtol=1e-5)
-    np.testing.assert_allclose(res["ys"][1, :2], np.cumsum(X[1, :2].sum(-1)), rtol=1e-5)
+    results, net_dict = _both(step)
+    inner = [d for d in net_dict["loop"]["unit"].values() if d.get("class") == "rec"]
+    assert len(inner) == 1 and inner[0]["axis"] is feat
+    for res in results:
+        np.testing.assert_allclose(res["ys"][0], np.cumsum(X[0].sum(-1)), rtol=1e-5)
+        np.testing.assert_allclose(res["ys"][1, :2], np.cumsum(X[1, :2].sum(-1)), rtol=1e-5)
+        np.testing.assert_allclose(res["last"], [X[0].sum(), X[1, :2].sum()], rtol=1e-5)
+
+
+def test_nested_while_loop_and_scan_with_cond_both_backends():
+    def step(*, model, extern_data, **_):
+        def body(x_t, s):
+            out = rf.while_loop(lambda st: st["i"] < 3, lambda st: {"i": st["i"] + 1, "v": st["v"] * 2.0 + x_t},
+                                {"i": rf.convert_to_tensor(0), "v": s})
+            ys_in, last_in, d_in = rf.scan(
+                initial=out["v"], cond_dims=[batch_dim], cond=lambda _x, v: rf.reduce_sum(v, axis=feat) < 100.0,
+                body=lambda _x, v: (v, v + 10.0))
+            return rf.reduce_sum(ys_in, axis=[d_in, feat]), last_in * 0.01
+
+        ys, last, _ = rf.scan(spatial_dim=time_dim, xs=extern_data["data"], initial=rf.zeros([batch_dim, feat]),
+                              ys=None, body=body)
+        ys.mark_as_output("ys", shape=(batch_dim, time_dim))
+        last.mark_as_output("last", shape=(batch_dim, feat))
+
+    ref_ys, ref_last = np.zeros([2, 4]), np.zeros([2, 3])
+    for b in range(2):
+        s = np.zeros([3])
+        for t in range(LENS[b]):
+            v = s
+            for _ in range(3):
+                v = v * 2.0 + X[b, t]
+            total = 0.0
+            while v.sum() < 100.0:
+                total, v = total + v.sum(), v + 10.0
+            ref_ys[b, t], s = total, v * 0.01
+        ref_last[b] = s
+    for res in _both(step)[0]:
+        for b in range(2):
+            np.testing.assert_allclose(res["ys"][b, :LENS[b]], ref_ys[b, :LENS[b]], rtol=1e-4)
+        np.testing.assert_allclose(res["last"], ref_last, rtol=1e-4)
 
 
 def test_loop_refused_on_torch_as_in_the_original():
@@ -332,3 +368,61 @@ def test_loop_end_exclude_eos_cum_concat_state():
     res, _ = _run_layers(step)
     assert res["n"].tolist() == [2, 0]
     np.testing.assert_allclose(res["sum"], [3.0, 0.0])  # 2 + 1
+
+
+def test_nested_scan_gradients_match_unrolled_inner_loop():
+    from test_rf_loops import _values_and_grads
+
+    two, hid = Dim(2, name="two"), Dim(4, name="hid")
+
+    class Model(rf.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = rf.Linear(feat, hid), rf.Linear(hid, feat)
+
+        def lin(self, h):
+            return self.b(rf.tanh(self.a(h)))
+
+    def step(*, model, extern_data, **_):
+        x = extern_data["data"]
+
+        def inner(x_t, s):
+            _, h, _ = rf.scan(spatial_dim=two, xs=None, initial=s, ys=None,
+                              body=lambda _x, h_: (h_, rf.tanh(model.lin(h_) + x_t)))
+            return h, h
+
+        def unrolled(x_t, s):
+            for _ in range(2):
+                s = rf.tanh(model.lin(s) + x_t)
+            return s, s
+
+        for name, body in (("nested", inner), ("ref", unrolled)):
+            ys, _, _ = rf.scan(spatial_dim=time_dim, xs=x, initial=rf.zeros([batch_dim, feat]), ys=None, body=body)
+            rf.reduce_sum(ys, axis=[batch_dim, time_dim, feat]).mark_as_output(name, shape=())
+
+    (v, g), (v_ref, g_ref) = _values_and_grads(Model, step, ["nested", "ref"])
+    np.testing.assert_allclose(v, v_ref, rtol=1e-5)
+    for a, b in zip(g, g_ref):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_nested_loop_with_end_uses_outer_prev_state():
+    def step(*, model, extern_data, **_):
+        def body(x_t, s):
+            loop = rf.Loop(max_seq_len=5)
+            loop.state.v = rf.reduce_sum(x_t, axis=feat) * 0.0 + 3.0
+            with loop:
+                loop.end(loop.state.v <= 0.0, include_eos=False)  # frames with v = 3, 2, 1
+                y = loop.stack(loop.state.v + s)  # s: the outer loop's previous state (via a copy layer)
+                last = loop.last(loop.state.v)
+                loop.state.v = loop.state.v - 1.0
+            return rf.reduce_sum(y, axis=loop.axis) + last, s + 1.0
+
+        ys, _, _ = rf.scan(spatial_dim=time_dim, xs=extern_data["data"], initial=rf.zeros([batch_dim]), ys=None,
+                           body=body)
+        ys.mark_as_output("ys", shape=(batch_dim, time_dim))
+
+    res, net_dict = _run_layers(step)
+    assert net_dict["loop"]["unit"]["state_prev"] == {"class": "copy", "from": ["prev:state"]}
+    np.testing.assert_allclose(res["ys"][0], [7.0, 10.0, 13.0, 16.0])  # 3 + 2 + 1 + 3 * t, last v: 1
+    np.testing.assert_allclose(res["ys"][1, :2], [7.0, 10.0])

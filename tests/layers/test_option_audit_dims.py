@@ -246,3 +246,8 @@ def test_rnn_cell_out_dim_gives_the_units():
     net, x, (y,), params = _run({"output": {"class": "rnn_cell", "unit": "GRU", "out_dim": out, "from": "data"}})
     assert net.get_layer("output").output.feature_dim is out and y.shape[-1] == 3
     assert {v.shape[-1] for v in params.values()} == {3, 6}  # candidate (3 units), gates (2 * 3)
+
+
+def test_out_dim_not_a_dim():
+    msg = _error({"output": {"class": "linear", "out_dim": 3, "from": "data"}})
+    assert "'output'" in msg and "option out_dim must be a Dim, got 3" in msg

@@ -125,3 +125,33 @@ def test_dropout_noise_shape_default_broadcasts_over_batch_and_time(noise_shape,
     assert (kept == kept[:1]).all() == same_over_batch
     assert (kept == kept[:, :1]).all() == same_over_time
     assert (kept == kept[:, :, :1]).all() == (noise_shape == {"F": 1, "*": None})
+
+
+@pytest.mark.parametrize("axis, same_over_batch, same_over_time, same_over_feature", [
+    ("T", True, False, True), (["B", "F"], False, True, False)])
+def test_dropout_axis(axis, same_over_batch, same_over_time, same_over_feature):
+    with tf.Graph().as_default():
+        net = build_network({"output": {"class": "copy", "dropout": 0.5, "dropout_axis": axis, "from": "data"}},
+                            {"data": {"dim": 16}}, train_flag=True)
+        data = net.extern_data.data["data"]
+        with tf1.Session() as session:
+            y = session.run(net.get_layer("output").output.placeholder, {
+                data.placeholder: np.ones((8, 12, 16), "float32"), data.size_placeholder[0]: [12] * 8})
+    assert set(np.unique(y)) <= {0.0, 2.0}
+    kept = y != 0
+    assert (kept == kept[:1]).all() == same_over_batch
+    assert (kept == kept[:, :1]).all() == same_over_time
+    assert (kept == kept[:, :, :1]).all() == same_over_feature
+
+
+def test_mask_option_is_a_check():
+    _, x, (y,), _ = _run({"output": {"class": "copy", "mask": "unity", "from": "data"}})
+    np.testing.assert_array_equal(y, x)
+    _, x, (y,), _ = _run({"output": {"class": "copy", "mask": "dropout", "dropout": 0.5, "from": "data"}})
+    np.testing.assert_array_equal(y, x)  # (not training)
+    for opts in ({"mask": "dropout"}, {"mask": "unity", "dropout": 0.1}, {"mask": "other"}):
+        msg = _error({"output": dict({"class": "copy", "from": "data"}, **opts)})
+        assert "'output'" in msg and "option mask=" in msg, msg
+    msg = _error({"output": {"class": "copy", "dropout": 0.1, "dropout_axis": "T", "dropout_noise_shape": {"T": 1},
+                             "from": "data"}})
+    assert "dropout_axis" in msg and "dropout_noise_shape" in msg

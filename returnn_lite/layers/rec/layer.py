@@ -492,6 +492,17 @@ class RecLayer(_CellMixin, ConcatInputLayer):
             return None
         return self.subnet.get_accumulated_layer(layer_name)
 
+    @classmethod
+    def get_sub_layer_out_data_from_opts(cls, layer_name, parent_layer_kwargs):
+        """A sub-layer's accumulated template, for a rec layer in the unit of another rec layer (its template phase,
+        where this rec layer's ``unit`` is already the template of its own unit)."""
+        unit = parent_layer_kwargs.get("unit")
+        if not hasattr(unit, "templates") or layer_name not in unit.templates:
+            return None
+        out = unit.templates[layer_name].output.copy_template_adding_time_dim(
+            0, unit.out_time_dim, name="%s/%s_output" % (parent_layer_kwargs.get("name"), layer_name))
+        return out, parent_layer_kwargs.get("network"), None
+
     def get_sub_networks(self):
         return self.subnet.get_sub_networks() if self.subnet is not None else []
 
@@ -583,6 +594,10 @@ class RecLastOutputLayer(LayerBase):
 
     @classmethod
     def get_out_data_from_opts(cls, name, rec_layer, sub_layer_name, **kwargs):
+        if getattr(rec_layer, "subnet", None) is None and hasattr(getattr(rec_layer, "kwargs", {}).get("unit"),
+                                                                   "templates"):
+            # a rec layer in the unit of another rec layer, at that unit's template phase: its unit's templates
+            return rec_layer.kwargs["unit"].templates[sub_layer_name].output.copy_template(name="%s_output" % name)
         return rec_layer.subnet.get_step_template(sub_layer_name).copy_template(name="%s_output" % name)
 
 

@@ -746,6 +746,7 @@ class RecSubnetLoop:
             t = tpl.templates[x]
             kw = dict(t.kwargs)
             kw.pop("name", None)
+            kw.pop("rec_layer", None)  # the option of rec_last_output (of a rec layer in this unit), not this rec
             res = t.cls.get_rec_initial_extra_outputs(batch_dim=batch_dim, rec_layer=rec, name=x, network=t.network,
                                                       **kw)
             if res:

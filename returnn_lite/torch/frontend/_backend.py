@@ -657,6 +657,12 @@ class TorchBackend(Backend):
             if _is_dyn(d) and _is_dyn(axis):
                 sizes, szd = _sizes(axis)
                 _set_sizes(d, torch.div(sizes + (others - 1), others, rounding_mode="floor"), szd)
+        if pad_to_multiples is None:
+            pad_to_multiples = _is_dyn(axis)  # as the original: by default for a dynamic axis
+        rem = x.shape[i] % others
+        if pad_to_multiples and rem:  # pad the padded end up to a multiple of the static dims
+            pads = [0, 0] * (x.dim() - 1 - i) + [0, others - rem]
+            x = F.pad(x, pads, value=0 if pad_value is None else pad_value)
         return _new("split_dims", sdims[:i] + list(dims) + sdims[i + 1:], x.reshape(new_shape),
                     sparse_dim=source.sparse_dim)
 
