@@ -82,6 +82,10 @@ class ReturnnLayersBackend(Backend):
     @staticmethod
     def full(dims, fill_value, *, dtype, sparse_dim=None, feature_dim=None, device=None):
         if is_tensor(fill_value):
+            if fill_value.dtype == dtype and fill_value.sparse_dim is None and sparse_dim is None:
+                res = _broadcast_to(fill_value, dims)
+                if res is not None:
+                    return res
             return _make("full", [fill_value], dims, dtype, sparse_dim=sparse_dim, opts={"value": None})
         static = [d for d in dims if not d.is_batch_dim()]
         # dynamic dims: their lengths come from a layer with the dim, constructed first ("from")
@@ -216,6 +220,8 @@ class ReturnnLayersBackend(Backend):
     @staticmethod
     def where(cond, true_, false_, *, allow_broadcast_all_sources=False):
         dims = broadcast_dims("where", [cond, true_, false_], bool(allow_broadcast_all_sources))
+        if is_tensor(true_) and is_tensor(false_) and true_.dtype != false_.dtype:  # as torch: a cast layer first
+            true_, false_, _ = _promoted(ReturnnLayersBackend, true_, false_, None)
         t = true_ if is_tensor(true_) else false_ if is_tensor(false_) else None
         dtype = t.dtype if t is not None else ("float32" if isinstance(true_, float) else "int32")
         if is_tensor(cond) and all(not is_tensor(v) or v.dtype == dtype for v in (true_, false_)):
@@ -399,6 +405,9 @@ class ReturnnLayersBackend(Backend):
     @staticmethod
     def expand_dim(source, dim):
         if dim.dimension is None:
+            res = _broadcast_to(source, list(source.dims) + [dim]) if source.sparse_dim is None else None
+            if res is not None:
+                return res
             return _make("expand_dim", [source], list(source.dims) + [dim], source.dtype,
                          sparse_dim=source.sparse_dim, opts={"dim": dim})
         return _emit("expand_dims", [source], list(source.dims) + [dim], source.dtype, sparse_dim=source.sparse_dim,
@@ -657,6 +666,23 @@ def _combine_op(a, kind, b, dims, dtype, sparse, operand_dtype=None):
     sources, (sa, sb) = _operands([a, b])
     return _make("combine", sources, dims, dtype, sparse_dim=sparse,
                  opts={"kind": kind, "a": sa, "b": sb, "dtype": operand_dtype or dtype}, name=kind)
+
+
+def _broadcast_to(x, dims):
+    """
+    x broadcast to dims (a superset): ``combine`` (add, logical_or for bool) with a fill of the neutral value over the
+    missing dims (a ``constant`` layer, see ``full``); None where that fill would not be a constant layer.
+    """
+    missing = [d for d in dims if d not in x.dims]
+    if not missing:
+        return ReturnnLayersBackend.copy(x)
+    if any(d.dimension is None and not d.is_batch_dim() and _dim_source(d) is None for d in missing) or \
+            get_current_builder().parent is not None:
+        return None
+    neutral = False if x.dtype == "bool" else 0
+    zeros = ReturnnLayersBackend.full(missing, neutral, dtype=x.dtype)
+    return _emit("combine", [x, zeros], dims, x.dtype, kind="logical_or" if x.dtype == "bool" else "add",
+                 name="broadcast", **_broadcast_all_opts(x, zeros))
 
 
 def _switch_value(v, dtype):

@@ -239,3 +239,29 @@ def test_concat_layer_handle_dynamic_dims_in_a_hand_written_dict():
     for k in range(2):
         np.testing.assert_allclose(y[k, :la[k] + lb[k]], np.concatenate([a[k, :la[k]], b[k, :lb[k]]]))
         np.testing.assert_array_equal(y[k, la[k] + lb[k]:], 0)
+
+
+def test_where_with_mixed_dtypes_casts_first():
+    def func(x, y, i):
+        return {"w": (rf.where(x > 0.0, i, x), (batch_dim, TIME, FEAT))}
+
+    res, net_dict = _check(func, expect_classes={"switch", "cast"}, masked={"w"})
+    x, i = INPUTS["x"], INPUTS["i"]
+    assert res["w"].dtype == np.float32
+    np.testing.assert_allclose(res["w"], np.where(x > 0, i[:, :, None].astype("float32"), x))
+
+
+def test_full_with_tensor_value_and_expand_dim_by_dynamic_dim():
+    def func(x, y, i):
+        m = rf.reduce_max(x, axis=[TIME, FEAT])  # [B]
+        return {"full": (rf.full(dims=[batch_dim, TIME, OTHER], fill_value=m), (batch_dim, TIME, OTHER)),
+                "exp": (rf.expand_dim(y, TIME), (batch_dim, TIME, OTHER)),
+                "expb": (rf.expand_dim(rf.reduce_any(rf.cast(y, "int32"), axis=OTHER), TIME), (batch_dim, TIME))}
+
+    res, net_dict = _check(func, expect_classes={"constant", "combine"}, masked={"full", "exp", "expb"})
+    x, y = INPUTS["x"], INPUTS["y"]
+    mask = _mask(INPUTS["size:time"], 5)
+    m = np.where(mask[:, :, None], x, -np.inf).max(axis=(1, 2))
+    np.testing.assert_allclose(res["full"], np.broadcast_to(m[:, None, None], (2, 5, 4)))
+    np.testing.assert_allclose(res["exp"], np.broadcast_to(y[:, None, :], (2, 5, 4)))
+    np.testing.assert_array_equal(res["expb"], np.broadcast_to((y.astype("int32") != 0).any(axis=1)[:, None], (2, 5)))
