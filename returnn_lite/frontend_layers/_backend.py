@@ -25,18 +25,29 @@ rf.LSTM (``lstm``) is a ``rec`` layer with the ``nativelstm2`` unit (``axis``: t
 ``initial_state``/``state`` and ``get_last_hidden_state`` layers for the state) whose params are the rf params,
 reordered to the unit's gate order by ``slice``/``concat`` layers and handed over by ``reuse_params`` (see _lstm.py).
 
+Operands of mixed dtypes (combine, compare, where) get a ``cast`` layer first, to the dtype the torch backend gives
+(int with float -> the float; int truediv -> float32). Where neither operand of combine/compare has all dims, the layer
+gets ``allow_broadcast_all_sources=True`` (it then broadcasts by dims only, as rf). Fills (rf.full/zeros, also with a
+Tensor value, and expand_dim by a dynamic dim: ``combine`` with a fill) over dynamic dims are ``constant`` layers with
+those Dims in ``shape`` and, as ``from``, a layer with the dims (constructed first, so the lengths are known). rf.concat
+along dynamic dims is ``concat`` with ``handle_dynamic_dims`` (per sequence). reduce prod is the reduce mode ``prod``;
+any/all on numbers are ``compare`` != 0 first. gather clip_to_valid with an int index clips it here (static axis).
+
 ``frontend_op`` (:mod:`._layer`, the frontend computes the output template) remains only where no layer class fits:
 
 - rf.LSTM with batch dims other than [batch] (or states without exactly [batch, out_dim]): the rec layer's cell
   units run on [time, batch, feature].
 - cross entropy with sparse targets of a float dtype or with dims the logits lack (dense targets are log-softmax +
   ``dot``, see :mod:`._norm`).
-- concat along dynamic dims: the concat layer concatenates padded tensors, rf concatenates per sequence.
-- ops whose operands the layer classes do not take: Tensor-valued pad paddings/values, slice bounds or dropout
-  rates, constants/fills over dynamic dims, mixed-dtype combine/compare (and int truediv), casting a sparse non-int,
-  where with a true/false dtype or sparse dim other than the result's, reduce prod (or any/all on non-bool),
-  gather with float indices or clip_to_valid on an int index, grouped conv or conv/pool with extra batch-like dims,
-  expand_dim by a dynamic dim, range_over_dim / dim sizes of a dim no layer of this net dict has yet.
+- concat along dynamic dims without a batch dim (per-sequence lengths need one), or of sources with other dims.
+- dims no layer of this net dict has (range_over_dim / dim sizes / fills over such a dynamic dim, also inside a loop
+  body): a layer needs a source that has the dim.
+- operands the layer classes do not take: pad paddings given as Dims (a Tensor pad value is refused), Tensor
+  dropout rates (the dropout layer takes a float), array constants over dynamic dims, fills with a Tensor of another
+  dtype or sparse dim, casting a sparse non-int (the cast layer drops the sparse dim), where with scalars of another
+  sparse dim, reduce of a sparse input (the reduce layer refuses it), kinds the combine layer lacks.
+- grouped conv, conv/pool with extra batch-like dims (the conv/pool layers take [batch, spatial..., feature]).
+- Tensor slice bounds: rf.slice refuses them before (int bounds only), so the backend never sees them.
 """
 
 from __future__ import annotations
