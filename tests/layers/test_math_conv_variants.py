@@ -97,7 +97,7 @@ def test_reduce_no_time_axis_and_invalid_mode():
     assert net.get_layer("avg_f").output.batch_shape == (None, 4, 1)
     np.testing.assert_allclose(v["max_s"], inputs["data"].max(1))
     np.testing.assert_allclose(v["avg_f"], inputs["data"].mean(-1, keepdims=True), rtol=1e-5)
-    with pytest.raises(Exception, match="median"):  # ("prod" is a mode: padded frames count as 1)
+    with pytest.raises(Exception, match="median"):
         _run({"data": {"dim": 5}}, {"r": {"class": "reduce", "mode": "median", "axes": "T", "from": "data"}}, ["r"])
 
 
