@@ -11,7 +11,8 @@ For every documented class (``layer_class`` / ``class_name``) and option it list
 - ``refused``: declared in ``unsupported_options`` (an error naming it unless it has the default value);
 - ``no effect``: declared in ``options_without_effect`` (the behaviour asked for is already the one of returnn_lite);
 - ``maybe ignored``: an option of a returnn_lite ``__init__`` that no method of its class reads (static check, as
-  tests/test_layer_options.py does), and options popped from ``kwargs`` and never read again.
+  tests/test_layer_options.py does), or that is only stored as ``self.X`` with ``X`` read nowhere in returnn_lite;
+  and options popped from ``kwargs`` and never read again.
 
 Besides the seeds, the options of LayerBase and _ConcatInputLayer of the original's current version (the one the
 conformance corpus was measured with) are checked as well (``KNOWN_COMMON``: ``out_dim``, ``in_dim``, ...), since
@@ -24,8 +25,10 @@ Summary of the last run (2026-11-24, branch options; the full listing and the fi
   before the fixes 15 not accepted (out_dim, in_dim, param_dropout_min_ndim, dropout_axis of every layer; Dim
   options of constant/split/stack/tile/slice_nd/unflatten_nd; ...), 2 refused that are easy (rnn_cell weights_init,
   mask) and 5 accepted but dropped or wrong (accumulate_mean mode, combine_dims keep_order, linear grad_filter
-  inverted, dropout without the documented broadcast, ...); after them: 0 not accepted, 14 refused by name,
-  2 without effect, 3 "maybe ignored" (the sprint losses' options: those losses refuse to be built); 6 rarely used
+  inverted, dropout without the documented broadcast, ...); 5 only stored, never read (meta_loss_scale of
+  synthetic_gradient/tikhonov_regularization, debug/implementation choices of ce/ctc/edit_distance: now declared
+  without effect); after them: 0 not accepted, 14 refused by name, 7 without effect, 3 "maybe ignored" (the sprint
+  losses' options: those losses refuse to be built); 6 rarely used
   classes of the current original outside the seeds are missing (edit_distance_table, optimal_completions, ...).
 """
 
@@ -201,6 +204,56 @@ def maybe_ignored(cls, base_cls):
     return res
 
 
+_LOADED_ATTRS = None
+
+
+def _loaded_attrs():
+    """Names of all attributes read (``x.NAME`` in load context) anywhere in returnn_lite."""
+    global _LOADED_ATTRS
+    if _LOADED_ATTRS is None:
+        res = set()
+        for dirpath, _, files in os.walk(os.path.join(ROOT, "returnn_lite")):
+            for fn in files:
+                if fn.endswith(".py"):
+                    tree = ast.parse(open(os.path.join(dirpath, fn), encoding="utf-8").read())
+                    res |= {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)
+                            and isinstance(n.ctx, ast.Load)}
+                    res |= {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant)
+                            and isinstance(n.value, str)}  # (getattr(self, "NAME"))
+        _LOADED_ATTRS = res
+    return _LOADED_ATTRS
+
+
+def stored_unused(cls, base_cls):
+    """
+    Options of the __init__s along cls's MRO that are only stored (``self.ATTR = option``) and whose attribute
+    nothing in returnn_lite reads.
+    """
+    res = []
+    for klass in cls.__mro__:
+        if not (isinstance(klass, type) and issubclass(klass, base_cls)) or "__init__" not in klass.__dict__:
+            continue
+        node = ast.parse(textwrap.dedent(inspect.getsource(klass.__dict__["__init__"]))).body[0]
+        params = [a.arg for a in node.args.args[1:] + node.args.kwonlyargs]
+        loads = {}
+        for n in ast.walk(node):
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
+                loads[n.id] = loads.get(n.id, 0) + 1
+        stored = {}
+        for n in ast.walk(node):
+            if (isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Attribute)
+                    and isinstance(n.targets[0].value, ast.Name) and n.targets[0].value.id == "self"
+                    and isinstance(n.value, ast.Name)):
+                stored.setdefault(n.value.id, []).append(n.targets[0].attr)
+        declared = set(_merged(cls, "unsupported_options")) | set(_merged(cls, "options_read_elsewhere")) | set(
+            _merged(cls, "options_without_effect"))
+        for p in params:
+            if p in stored and loads.get(p, 0) == len(stored[p]) and p not in declared and not any(
+                    a in _loaded_attrs() for a in stored[p]):
+                res.append("%s (%s, stored as self.%s, never read)" % (p, klass.__name__, stored[p][0]))
+    return res
+
+
 def popped_kwargs(module_dir):
     """``kwargs.pop("x", ...)`` calls in the layer modules whose value is not assigned (dropped)."""
     res = []
@@ -280,6 +333,7 @@ def audit(seeds_dir, verbose=False):
                 counts["no effect"] += 1
                 notes.append("no effect: %s (%s)" % (opt, without[opt]))
         ignored = maybe_ignored(cls, LayerBase if kind == "layer" else Loss)
+        ignored += stored_unused(cls, LayerBase if kind == "layer" else Loss)
         counts["maybe ignored"] += len(ignored)
         notes += ["maybe ignored: %s" % x for x in ignored]
         if notes or verbose:
@@ -317,7 +371,7 @@ def audit(seeds_dir, verbose=False):
     extra_notes = []
     for n in extra:
         cls = get_layer_class(n)
-        ignored = maybe_ignored(cls, LayerBase)
+        ignored = maybe_ignored(cls, LayerBase) + stored_unused(cls, LayerBase)
         info = get_layer_options_info(cls)
         refused = sorted(set(info.unsupported) - set(get_layer_options_info(ConcatInputLayer).unsupported)
                          - set(base_info.unsupported))

@@ -204,7 +204,7 @@ class _LoopRecorder:
         prev = _current[0]
         _current[0] = self.outer
         try:
-            init = array_.zeros(list(t.dims), dtype=t.dtype, sparse_dim=t.sparse_dim)
+            init = array_.zeros(list(t.dims), dtype=t.dtype)  # (only its values are used, also for a sparse t)
         finally:
             _current[0] = prev
         self.prev_state("last", init, hidden=True)

@@ -810,6 +810,9 @@ class SyntheticGradientLayer(ConcatInputLayer):
 
     layer_class = "synthetic_gradient"
     layer_options = ("gradient",)
+    options_without_effect = {"meta_loss_scale": "the scale of the original's meta loss, which is not part of the "
+                                                 "objective nor of its gradients (as there); returnn_lite's updater "
+                                                 "has no meta losses"}
     required_options = ("gradient",)
 
     def __init__(self, gradient, meta_loss_scale=1.0, **kwargs):
@@ -830,6 +833,9 @@ class TikhonovRegularizationLayer(CopyLayer):
     """
 
     layer_class = "tikhonov_regularization"
+    options_without_effect = {"meta_loss_scale": "the scale of the original's meta loss, which is not part of the "
+                                                 "objective nor of its gradients (as there); returnn_lite's updater "
+                                                 "has no meta losses"}
 
     def __init__(self, meta_loss_scale=1.0, **kwargs):
         super().__init__(**kwargs)

@@ -78,6 +78,7 @@ class CrossEntropyLoss(Loss):
     """Cross entropy against sparse (class index) or dense (distribution) targets."""
 
     class_name = "ce"
+    options_without_effect = {"debug_dump": "a debug output of the original; no effect on the values"}
 
     def __init__(self, focal_loss_factor=0.0, label_smoothing=0.0, label_smoothing_gaussian=False,
                  debug_dump=False, safe_log_opts=None, use_fused=True, fake_upper_bound=None, **kwargs):

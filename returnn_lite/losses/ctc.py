@@ -113,6 +113,7 @@ class CtcLoss(Loss):
     """Connectionist temporal classification via tf.nn.ctc_loss; the blank is the last output class."""
 
     class_name = "ctc"
+    options_without_effect = {"use_native": "the original's own op for the same CTC loss; here TF's CTC loss"}
     recurrent = True
 
     def __init__(self, target_collapse_repeated=False, auto_clip_target_len=False, output_in_log_space=False,
@@ -196,6 +197,7 @@ class EditDistanceLoss(Loss):
     """Edit distance of the output labels (or the CTC-decoded dense output) to the target; no loss value."""
 
     class_name = "edit_distance"
+    options_without_effect = {"debug_print": "a debug print of the original; no effect on the values"}
     recurrent = True
 
     def __init__(self, debug_print=False, label_map=None, ctc_decode=False, output_in_log_space=False, **kwargs):

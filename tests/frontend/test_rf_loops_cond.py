@@ -10,7 +10,7 @@ from returnn_lite.config import Config, global_config_ctx
 from returnn_lite.frontend_layers import get_net_dict
 from returnn_lite.tensor import Dim, Tensor, batch_dim
 
-from test_rf_loops import LENS, X, _Empty, _both, _run_layers, _run_torch, extern_data, feat, time_dim
+from test_rf_loops import LENS, X, _Empty, _both, _run_layers, extern_data, feat, time_dim
 
 
 def _lengths(extern_data_):
@@ -154,8 +154,8 @@ def test_loop_end_include_eos_tensor_max_seq_len_cuts():
     np.testing.assert_allclose(res["v"], [1.0, 1.0])
 
 
-@pytest.mark.parametrize("case", ["xs", "no_cond_dims", "known_dim", "known_dyn_dim", "tensor_arrays", "no_spatial", "cond_dims",
-                                  "max_without_cond"])
+@pytest.mark.parametrize("case", ["xs", "no_cond_dims", "known_dim", "known_dyn_dim", "tensor_arrays", "no_spatial",
+                                  "cond_dims", "max_without_cond"])
 def test_scan_cond_errors(case):
     def step(*, model, extern_data, **_):
         x = extern_data["data"]
@@ -304,7 +304,8 @@ def test_scan_with_cond_greedy_decoder_both_backends():
 
         (logits, labels), last, dim = rf.scan(
             initial={"label": bos, "score": rf.zeros([batch_dim])}, cond_dims=[batch_dim], cond_before_body=False,
-            cond=lambda _x, s: rf.not_equal(s["label"], 0), body=body, max_seq_len=rf.cast(_lengths(extern_data), "int32") + 2)
+            cond=lambda _x, s: rf.not_equal(s["label"], 0), body=body,
+            max_seq_len=rf.cast(_lengths(extern_data), "int32") + 2)
         rf.reduce_sum(logits, axis=[dim, vocab]).mark_as_output("logits", shape=(batch_dim,))
         rf.reduce_sum(rf.reduce_max(logits, axis=vocab) * 0.0 + 1.0, axis=dim).mark_as_output("len", shape=(batch_dim,))
         rf.reduce_max(rf.cast(labels, "float32"), axis=dim).mark_as_output("max_label", shape=(batch_dim,))
@@ -426,3 +427,18 @@ def test_nested_loop_with_end_uses_outer_prev_state():
     assert net_dict["loop"]["unit"]["state_prev"] == {"class": "copy", "from": ["prev:state"]}
     np.testing.assert_allclose(res["ys"][0], [7.0, 10.0, 13.0, 16.0])  # 3 + 2 + 1 + 3 * t, last v: 1
     np.testing.assert_allclose(res["ys"][1, :2], [7.0, 10.0])
+
+
+def test_loop_last_of_sparse_tensor_without_end_frame():
+    def step(*, model, extern_data, **_):
+        loop = rf.Loop(max_seq_len=3)
+        loop.state.v = rf.reduce_sum(extern_data["data"], axis=time_dim)
+        with loop:
+            loop.end(rf.reduce_sum(loop.state.v, axis=feat) > 1e9, include_eos=False)  # never: 3 frames
+            last = loop.last(rf.reduce_argmax(loop.state.v, axis=feat))
+            loop.state.v = loop.state.v * -1.0
+        assert last.sparse_dim == feat
+        rf.cast(last, "int32").mark_as_output("last", shape=(batch_dim,))
+
+    res, _ = _run_layers(step)
+    assert res["last"].tolist() == [np.argmax(X[0].sum(0)), np.argmax(X[1, :2].sum(0))]  # frame 2: v * (-1) ** 2

@@ -26,3 +26,12 @@ def test_no_documented_class_or_option_unknown():
     assert counts["layer classes"] >= 79 and counts["loss classes"] >= 18 and counts["options checked"] > 500
     assert counts["missing classes"] == 0, "\n".join(lines)
     assert counts["not accepted"] == 0, "\n".join(line for line in lines if "not accepted" in line)
+
+
+def test_no_layer_option_only_stored():
+    """An option stored as self.X with X read nowhere (and not declared refused / without effect) is dropped."""
+    from returnn_lite.layers.base import LayerBase, layer_registry
+
+    found = {name: audit_layer_options.stored_unused(cls, LayerBase) for name, cls in layer_registry.items()
+             if isinstance(cls, type)}
+    assert not {k: v for k, v in found.items() if v}
