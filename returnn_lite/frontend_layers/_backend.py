@@ -87,8 +87,8 @@ class ReturnnLayersBackend(Backend):
             value = value.tolist()
         if any(d.dimension is None for d in dims):
             return _make("constant", [], dims, dtype, sparse_dim=sparse_dim, opts={"value": value}, name=name)
-        return _emit("constant", None, dims, dtype, sparse_dim=sparse_dim, value=value, dtype=dtype,
-                     shape=list(dims), name=name or "constant")
+        return _emit("constant", None, dims, dtype, sparse_dim=sparse_dim, sparse_dim_option=True, value=value,
+                     dtype=dtype, shape=list(dims), name=name or "constant")
 
     @staticmethod
     def full(dims, fill_value, *, dtype, sparse_dim=None, feature_dim=None, device=None):
@@ -107,8 +107,8 @@ class ReturnnLayersBackend(Backend):
                 hasattr(fill_value, "tolist"):
             return _make("full", [], dims, dtype, sparse_dim=sparse_dim, opts={"value": fill_value})
         opts = {"with_batch_dim": True} if len(static) < len(dims) else {}
-        return _emit("constant", dyn_srcs or None, dims, dtype, sparse_dim=sparse_dim, value=fill_value, dtype=dtype,
-                     shape=static, name="full", **opts)
+        return _emit("constant", dyn_srcs or None, dims, dtype, sparse_dim=sparse_dim, sparse_dim_option=True,
+                     value=fill_value, dtype=dtype, shape=static, name="full", **opts)
 
     @staticmethod
     def range_over_dim(dim, *, dtype="int32", device=None):

@@ -265,3 +265,20 @@ def test_full_with_tensor_value_and_expand_dim_by_dynamic_dim():
     np.testing.assert_allclose(res["full"], np.broadcast_to(m[:, None, None], (2, 5, 4)))
     np.testing.assert_allclose(res["exp"], np.broadcast_to(y[:, None, :], (2, 5, 4)))
     np.testing.assert_array_equal(res["expb"], np.broadcast_to((y.astype("int32") != 0).any(axis=1)[:, None], (2, 5)))
+
+
+def test_fill_with_sparse_dim_is_a_constant_layer_with_that_sparse_dim():
+    classes = Dim(5, name="classes")
+
+    def func(x, y, i):
+        z = rf.zeros([batch_dim, OTHER], dtype="int32", sparse_dim=classes)
+        c = rf.convert_to_tensor(np.array([1, 2, 3, 4], dtype="int32"), dims=[OTHER], dtype="int32",
+                                 sparse_dim=classes)
+        assert z.sparse_dim == classes and c.sparse_dim == classes
+        return {"z": (z, [batch_dim, OTHER]), "c": (c, [OTHER])}
+
+    res, net_dict = _layers(func)
+    consts = [d for d in net_dict.values() if d["class"] == "constant" and d.get("sparse_dim") == classes]
+    assert len(consts) == 2 and "frontend_op" not in _classes(net_dict)
+    np.testing.assert_array_equal(res["z"], np.zeros((2, 4), "int32"))
+    np.testing.assert_array_equal(res["c"], [1, 2, 3, 4])
