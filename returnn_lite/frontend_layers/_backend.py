@@ -25,18 +25,29 @@ rf.LSTM (``lstm``) is a ``rec`` layer with the ``nativelstm2`` unit (``axis``: t
 ``initial_state``/``state`` and ``get_last_hidden_state`` layers for the state) whose params are the rf params,
 reordered to the unit's gate order by ``slice``/``concat`` layers and handed over by ``reuse_params`` (see _lstm.py).
 
+Operands of mixed dtypes (combine, compare, where) get a ``cast`` layer first, to the dtype the torch backend gives
+(int with float -> the float; int truediv -> float32). Where neither operand of combine/compare has all dims, the layer
+gets ``allow_broadcast_all_sources=True`` (it then broadcasts by dims only, as rf). Fills (rf.full/zeros, also with a
+Tensor value, and expand_dim by a dynamic dim: ``combine`` with a fill) over dynamic dims are ``constant`` layers with
+those Dims in ``shape`` and, as ``from``, a layer with the dims (constructed first, so the lengths are known). rf.concat
+along dynamic dims is ``concat`` with ``handle_dynamic_dims`` (per sequence). reduce prod is the reduce mode ``prod``;
+any/all on numbers are ``compare`` != 0 first. gather clip_to_valid with an int index clips it here (static axis).
+
 ``frontend_op`` (:mod:`._layer`, the frontend computes the output template) remains only where no layer class fits:
 
 - rf.LSTM with batch dims other than [batch] (or states without exactly [batch, out_dim]): the rec layer's cell
   units run on [time, batch, feature].
 - cross entropy with sparse targets of a float dtype or with dims the logits lack (dense targets are log-softmax +
   ``dot``, see :mod:`._norm`).
-- concat along dynamic dims: the concat layer concatenates padded tensors, rf concatenates per sequence.
-- ops whose operands the layer classes do not take: Tensor-valued pad paddings/values, slice bounds or dropout
-  rates, constants/fills over dynamic dims, mixed-dtype combine/compare (and int truediv), casting a sparse non-int,
-  where with a true/false dtype or sparse dim other than the result's, reduce prod (or any/all on non-bool),
-  gather with float indices or clip_to_valid on an int index, grouped conv or conv/pool with extra batch-like dims,
-  expand_dim by a dynamic dim, range_over_dim / dim sizes of a dim no layer of this net dict has yet.
+- concat along dynamic dims without a batch dim (per-sequence lengths need one), or of sources with other dims.
+- dims no layer of this net dict has (range_over_dim / dim sizes / fills over such a dynamic dim, also inside a loop
+  body): a layer needs a source that has the dim.
+- operands the layer classes do not take: pad paddings given as Dims (a Tensor pad value is refused), Tensor
+  dropout rates (the dropout layer takes a float), array constants over dynamic dims, fills with a Tensor of another
+  dtype or sparse dim, casting a sparse non-int (the cast layer drops the sparse dim), where with scalars of another
+  sparse dim, reduce of a sparse input (the reduce layer refuses it), kinds the combine layer lacks.
+- grouped conv, conv/pool with extra batch-like dims (the conv/pool layers take [batch, spatial..., feature]).
+- Tensor slice bounds: rf.slice refuses them before (int bounds only), so the backend never sees them.
 """
 
 from __future__ import annotations
@@ -76,19 +87,28 @@ class ReturnnLayersBackend(Backend):
             value = value.tolist()
         if any(d.dimension is None for d in dims):
             return _make("constant", [], dims, dtype, sparse_dim=sparse_dim, opts={"value": value}, name=name)
-        return _emit("constant", None, dims, dtype, sparse_dim=sparse_dim, value=value, dtype=dtype,
-                     shape=list(dims), name=name or "constant")
+        return _emit("constant", None, dims, dtype, sparse_dim=sparse_dim, sparse_dim_option=True, value=value,
+                     dtype=dtype, shape=list(dims), name=name or "constant")
 
     @staticmethod
     def full(dims, fill_value, *, dtype, sparse_dim=None, feature_dim=None, device=None):
         if is_tensor(fill_value):
+            if fill_value.dtype == dtype and fill_value.sparse_dim is None and sparse_dim is None:
+                res = _broadcast_to(fill_value, dims)
+                if res is not None:
+                    return res
             return _make("full", [fill_value], dims, dtype, sparse_dim=sparse_dim, opts={"value": None})
         static = [d for d in dims if not d.is_batch_dim()]
-        if any(d.dimension is None for d in static) or hasattr(fill_value, "tolist"):
+        # dynamic dims: their lengths come from a layer with the dim, constructed first ("from")
+        dyn_srcs = list({id(t): t for t in (_dim_source(d) for d in static if d.dimension is None)}.values())
+        if hasattr(fill_value, "tolist") and len(getattr(fill_value, "shape", ())) == 0:
+            fill_value = fill_value.tolist()
+        if None in dyn_srcs or (dyn_srcs and get_current_builder().parent is not None) or \
+                hasattr(fill_value, "tolist"):
             return _make("full", [], dims, dtype, sparse_dim=sparse_dim, opts={"value": fill_value})
         opts = {"with_batch_dim": True} if len(static) < len(dims) else {}
-        return _emit("constant", None, dims, dtype, sparse_dim=sparse_dim, value=fill_value, dtype=dtype,
-                     shape=static, name="full", **opts)
+        return _emit("constant", dyn_srcs or None, dims, dtype, sparse_dim=sparse_dim, sparse_dim_option=True,
+                     value=fill_value, dtype=dtype, shape=static, name="full", **opts)
 
     @staticmethod
     def range_over_dim(dim, *, dtype="int32", device=None):
@@ -211,6 +231,8 @@ class ReturnnLayersBackend(Backend):
     @staticmethod
     def where(cond, true_, false_, *, allow_broadcast_all_sources=False):
         dims = broadcast_dims("where", [cond, true_, false_], bool(allow_broadcast_all_sources))
+        if is_tensor(true_) and is_tensor(false_) and true_.dtype != false_.dtype:  # as torch: a cast layer first
+            true_, false_, _ = _promoted(ReturnnLayersBackend, true_, false_, None)
         t = true_ if is_tensor(true_) else false_ if is_tensor(false_) else None
         dtype = t.dtype if t is not None else ("float32" if isinstance(true_, float) else "int32")
         if is_tensor(cond) and all(not is_tensor(v) or v.dtype == dtype for v in (true_, false_)):
@@ -298,11 +320,13 @@ class ReturnnLayersBackend(Backend):
                     total = total + a
                 out_dim.__dict__["_derived_from"] = ("add", (total, 0))
         x0, a0 = sources[0]
-        if all(a.dimension is not None for _, a in sources) and all(
-                x.dtype == x0.dtype and x.sparse_dim == x0.sparse_dim and
-                set(x.dims) - {a} == set(x0.dims) - {a0} for x, a in sources[1:]):
+        dynamic = any(a.dimension is None for _, a in sources)
+        if all(x.dtype == x0.dtype and x.sparse_dim == x0.sparse_dim and
+               set(x.dims) - {a} == set(x0.dims) - {a0} for x, a in sources[1:]) and (
+                not dynamic or batch_dim in x0.dims):
+            opts = {"handle_dynamic_dims": True} if dynamic else {}  # rf concatenates per sequence
             return _emit("concat", None, dims, x0.dtype, sparse_dim=x0.sparse_dim,
-                         out_dim=out_dim, name="concat", **{"from": [(_raw_name(x), a) for x, a in sources]})
+                         out_dim=out_dim, name="concat", **{"from": [(_raw_name(x), a) for x, a in sources]}, **opts)
         return _make("concat", [x for x, _ in sources], dims, sources[0][0].dtype,
                      opts={"axes": [a for _, a in sources], "out_dim": out_dim})
 
@@ -392,6 +416,9 @@ class ReturnnLayersBackend(Backend):
     @staticmethod
     def expand_dim(source, dim):
         if dim.dimension is None:
+            res = _broadcast_to(source, list(source.dims) + [dim]) if source.sparse_dim is None else None
+            if res is not None:
+                return res
             return _make("expand_dim", [source], list(source.dims) + [dim], source.dtype,
                          sparse_dim=source.sparse_dim, opts={"dim": dim})
         return _emit("expand_dims", [source], list(source.dims) + [dim], source.dtype, sparse_dim=source.sparse_dim,
@@ -650,6 +677,23 @@ def _combine_op(a, kind, b, dims, dtype, sparse, operand_dtype=None):
     sources, (sa, sb) = _operands([a, b])
     return _make("combine", sources, dims, dtype, sparse_dim=sparse,
                  opts={"kind": kind, "a": sa, "b": sb, "dtype": operand_dtype or dtype}, name=kind)
+
+
+def _broadcast_to(x, dims):
+    """
+    x broadcast to dims (a superset): ``combine`` (add, logical_or for bool) with a fill of the neutral value over the
+    missing dims (a ``constant`` layer, see ``full``); None where that fill would not be a constant layer.
+    """
+    missing = [d for d in dims if d not in x.dims]
+    if not missing:
+        return ReturnnLayersBackend.copy(x)
+    if any(d.dimension is None and not d.is_batch_dim() and _dim_source(d) is None for d in missing) or \
+            get_current_builder().parent is not None:
+        return None
+    neutral = False if x.dtype == "bool" else 0
+    zeros = ReturnnLayersBackend.full(missing, neutral, dtype=x.dtype)
+    return _emit("combine", [x, zeros], dims, x.dtype, kind="logical_or" if x.dtype == "bool" else "add",
+                 name="broadcast", **_broadcast_all_opts(x, zeros))
 
 
 def _switch_value(v, dtype):

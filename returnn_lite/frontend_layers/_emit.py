@@ -67,13 +67,19 @@ def _operands(values):
     return sources, specs
 
 
-def _emit(layer_class, sources, dims_, dtype_, *, sparse_dim=None, name=None, absolute=False, **opts):
-    """One layer dict ``{"class": layer_class, "from": sources, **opts, "out_shape": ...}``; the rf Tensor of it."""
+def _emit(layer_class, sources, dims_, dtype_, *, sparse_dim=None, name=None, absolute=False, sparse_dim_option=False,
+          **opts):
+    """
+    One layer dict ``{"class": layer_class, "from": sources, **opts, "out_shape": ...}``; the rf Tensor of it.
+    ``sparse_dim_option``: also give the layer the option ``sparse_dim`` (for classes that take it, e.g. constant).
+    """
     builder = get_current_builder()
     d = {"class": layer_class}
     if sources is not None:
         d["from"] = [s if isinstance(s, str) else _raw_name(s) for s in sources]
     d.update(opts)
+    if sparse_dim_option and sparse_dim is not None:
+        d["sparse_dim"] = sparse_dim
     d["out_shape"] = OutShape(dims_, dtype_, sparse_dim, call_site())
     layer = builder.add_layer(name or layer_class, d, absolute=absolute)
     t = Data(layer.name, dims=list(dims_), dtype=dtype_, sparse_dim=sparse_dim, placeholder=layer)

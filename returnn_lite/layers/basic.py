@@ -563,6 +563,10 @@ class ConstantLayer(LayerBase):
     :param shape: output shape as ints or Dims; a scalar value is filled into it (default None: the value's shape)
     :param sparse_dim: the output is sparse with this Dim (int values)
     :param feature_dim: the Dim of ``shape`` that is the feature axis (default: the last static one)
+
+    ``shape`` may contain dynamic Dims (a scalar value is filled to their padded lengths): their sequence lengths must
+    be known when the layer is constructed; ``from`` (not read) names layers to construct first, e.g. one with such a
+    Dim.
     """
 
     layer_class = "constant"
@@ -573,11 +577,11 @@ class ConstantLayer(LayerBase):
         super().__init__(**kwargs)
         out = self.output
         x = tf.constant(value, dtype=out.dtype)
-        if with_batch_dim:
-            x = tf.fill([self.network.get_data_batch_dim()] + list(out.shape), x) if x.shape.rank == 0 else tf.tile(
-                tf.expand_dims(x, 0), [self.network.get_data_batch_dim()] + [1] * x.shape.rank)
-        elif shape is not None and x.shape.rank == 0:
-            x = tf.fill([d.dimension for d in out.dims], x)
+        if with_batch_dim and x.shape.rank != 0:
+            x = tf.tile(tf.expand_dims(x, 0), [self.network.get_data_batch_dim()] + [1] * x.shape.rank)
+        elif with_batch_dim or (shape is not None and x.shape.rank == 0):
+            x = tf.fill([self.network.get_data_batch_dim() if d.is_batch_dim() else d.get_dim_value() for d in out.dims],
+                        x)
         self.output.placeholder = x
 
     @classmethod

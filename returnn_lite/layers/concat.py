@@ -13,13 +13,16 @@ class ConcatLayer(LayerBase):
 
     :param sources: the (layer, axis) pairs from "from": each layer is concatenated along its given axis
     :param out_dim: Dim of the concatenated output axis (default None: a new tag, size = the sum of the sizes)
+    :param handle_dynamic_dims: True: concatenate per sequence along dynamic axes (each sequence's frames of a source
+        within its length, right after the previous source's; the output padded to the longest sum); needs a batch axis
+        and sequence lengths of shape [B]. None/False (default): concatenate the padded tensors
     """
 
     layer_class = "concat"
     default_from = ()
     from_form = "pairs"  # "from": [(layer name, axis), ...] -> sources [(layer, axis), ...]
 
-    def __init__(self, sources, out_dim=None, **kwargs):
+    def __init__(self, sources, out_dim=None, handle_dynamic_dims=None, **kwargs):
         layers, axes = [layer for layer, _ in sources], [axis for _, axis in sources]
         super().__init__(sources=layers, **kwargs)
         axis = layers[0].output.get_axis_from_description(axes[0])
@@ -37,10 +40,37 @@ class ConcatLayer(LayerBase):
                     data = data.copy_move_axis(a, axis)
             xs.append(data.placeholder)
             sizes.append(d.dyn_size if d.dimension is None else tf.constant(d.dimension, tf.int32))
-        self.output.placeholder = tf.concat(xs, axis=axis)
         tag = self.output.dims[axis]
+        total = sizes[0]
+        for size in sizes[1:]:
+            total = total + size
+        if handle_dynamic_dims and tag.dimension is None:
+            self.output.placeholder = self._concat_per_seq(xs, sizes, axis, tf.reduce_max(total))
+        else:
+            self.output.placeholder = tf.concat(xs, axis=axis)
         if tag.dimension is None and tag.dyn_size is None:
-            tag.dyn_size = tf.add_n(sizes) if len(sizes) > 1 else sizes[0]
+            tag.dyn_size = total
+
+    def _concat_per_seq(self, xs, sizes, axis, n_out):
+        """Per sequence: gather each output frame from the padded concat of xs (zeros after the sequence's end)."""
+        b = self.output.batch_dim_axis
+        if b is None or any(s.shape.rank not in (0, 1) for s in sizes):
+            raise ValueError("concat layer %r: handle_dynamic_dims needs a batch axis and sequence lengths of shape "
+                             "[B] for the dynamic concat axes" % self.name)
+        perm = [b, axis] + [i for i in range(len(self.output.dims)) if i not in (b, axis)]
+        cat = tf.transpose(tf.concat(xs, axis=axis), perm)  # [B, sum of padded sizes, rest...]
+        pos = tf.range(n_out)[None, :]  # [1, T]
+        idx = tf.zeros_like(pos)
+        offset, pad_start = tf.zeros([1, 1], tf.int32), 0
+        for x, size in zip(xs, sizes):
+            size = tf.reshape(size, [-1, 1])
+            inside = tf.logical_and(pos >= offset, pos < offset + size)  # [B, T]
+            idx = tf.where(inside, pad_start + pos - offset, idx)
+            offset, pad_start = offset + size, pad_start + tf.shape(x)[axis]
+        y = tf.gather(cat, idx, axis=1, batch_dims=1)  # [B, T, rest...]
+        mask = tf.reshape(pos < offset, [-1, n_out] + [1] * (len(perm) - 2))
+        y = tf.where(mask, y, tf.zeros_like(y))
+        return tf.transpose(y, [perm.index(i) for i in range(len(perm))])
 
     @classmethod
     def get_out_data_from_opts(cls, name, sources, out_dim=None, **kwargs):

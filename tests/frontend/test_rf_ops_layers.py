@@ -61,8 +61,7 @@ def _torch(func):
     rf.select_backend_torch()
     try:
         TIME.dyn_size_ext = rf.convert_to_tensor(INPUTS["size:time"], dims=[batch_dim], dtype="int32")
-        batch_dim.dyn_size_ext = None
-        batch_dim.dimension = None
+        batch_dim.dyn_size_ext = rf.convert_to_tensor(np.array(2, dtype="int32"), dims=[], dtype="int32")
         ins = [rf.convert_to_tensor(torch.tensor(INPUTS[k]), dims=list(EXTERN[k]["dims"]), dtype=EXTERN[k]["dtype"])
                for k in ("x", "y", "i")]
         out = {}
@@ -175,3 +174,111 @@ def test_gather_clip_to_valid():
     np.testing.assert_allclose(res["hi"], y[:, 3])
     np.testing.assert_allclose(res["lo"], x[:, :, 0])
     np.testing.assert_allclose(res["idx"], np.take_along_axis(y, np.clip(i, 0, 3), axis=1))
+
+
+def test_fill_over_dynamic_dims_is_a_constant_layer():
+    def func(x, y, i):
+        z = rf.zeros([batch_dim, TIME, FEAT]) + x
+        f = rf.full(dims=[TIME, OTHER], fill_value=2, dtype="int32")
+        return {"z": (z, (batch_dim, TIME, FEAT)), "f": (f, (TIME, OTHER)),
+                "o": (rf.ones([FEAT, TIME], dtype="float32"), (TIME, FEAT))}
+
+    res, net_dict = _check(func, expect_classes={"constant"}, masked={"z"})
+    fulls = [d for d in net_dict.values() if d["class"] == "constant" and d.get("from")]
+    assert len(fulls) == 3 and all(d["from"] == ["data:x"] for d in fulls)
+    np.testing.assert_allclose(res["z"], INPUTS["x"])
+    np.testing.assert_array_equal(res["f"], np.full((5, 4), 2, dtype="int32"))
+    np.testing.assert_array_equal(res["o"], np.ones((5, 3), dtype="float32"))
+
+
+def test_concat_along_dynamic_dims_per_sequence():
+    two = Dim(2, name="two")
+    out_dims = {}
+
+    def func(x, y, i):
+        c, out_dims["cat"] = rf.concat((x, TIME), (x * 10.0, TIME))
+        p = rf.zeros([batch_dim, two, FEAT]) - 1.0
+        d, out_dims["pre"] = rf.concat((p, two), (x, TIME))
+        return {"cat": (c, (batch_dim, out_dims["cat"], FEAT)), "pre": (d, (batch_dim, out_dims["pre"], FEAT)),
+                "len": (out_dims["cat"].get_size_tensor(), (batch_dim,))}
+
+    res, net_dict = _layers(func)
+    concats = [d for d in net_dict.values() if d["class"] == "concat"]
+    assert len(concats) == 2 and all(d["handle_dynamic_dims"] is True for d in concats)
+    assert "frontend_op" not in _classes(net_dict)
+    x, lens = INPUTS["x"], INPUTS["size:time"]
+    np.testing.assert_array_equal(res["len"], 2 * lens)
+    assert res["cat"].shape == (2, 10, 3) and res["pre"].shape == (2, 7, 3)
+    for b, n in enumerate(lens):
+        np.testing.assert_allclose(res["cat"][b, :2 * n], np.concatenate([x[b, :n], 10 * x[b, :n]]), rtol=1e-6)
+        np.testing.assert_allclose(res["pre"][b, :2 + n], np.concatenate([-np.ones((2, 3)), x[b, :n]]), rtol=1e-6)
+    ref = _torch(func)
+    for b, n in enumerate(lens):
+        np.testing.assert_allclose(res["cat"][b, :2 * n], ref["cat"][b, :2 * n], rtol=1e-6)
+        np.testing.assert_allclose(res["pre"][b, :2 + n], ref["pre"][b, :2 + n], rtol=1e-6)
+
+
+def test_concat_layer_handle_dynamic_dims_in_a_hand_written_dict():
+    time2 = Dim(None, name="t2")
+    extern = {"a": {"dims": (batch_dim, TIME, FEAT)}, "b": {"dims": (batch_dim, time2, FEAT)}}
+    config = Config({"extern_data": extern})
+    with tf.Graph().as_default() as graph, tf1.Session(graph=graph) as session:
+        net = TFNetwork(config=config, train_flag=False)
+        net.construct_from_dict({"output": {"class": "concat", "from": [("data:a", TIME), ("data:b", time2)],
+                                            "handle_dynamic_dims": True}})
+        out = net.get_default_output_layer().output
+        a, b = INPUTS["x"], INPUTS["x"][:, :4] + 100
+        la, lb = np.array([5, 3]), np.array([2, 4])
+        feed = {net.extern_data.data["a"].placeholder: a, net.extern_data.data["b"].placeholder: b,
+                TIME.dyn_size_ext.raw_tensor: la, time2.dyn_size_ext.raw_tensor: lb}
+        y, n = session.run((out.placeholder, out.dims[out.get_axis_from_description("T")].dyn_size), feed_dict=feed)
+    for d in (TIME, time2, batch_dim):
+        d.reset_eager()
+    np.testing.assert_array_equal(n, la + lb)
+    assert y.shape == (2, 7, 3)
+    for k in range(2):
+        np.testing.assert_allclose(y[k, :la[k] + lb[k]], np.concatenate([a[k, :la[k]], b[k, :lb[k]]]))
+        np.testing.assert_array_equal(y[k, la[k] + lb[k]:], 0)
+
+
+def test_where_with_mixed_dtypes_casts_first():
+    def func(x, y, i):
+        return {"w": (rf.where(x > 0.0, i, x), (batch_dim, TIME, FEAT))}
+
+    res, net_dict = _check(func, expect_classes={"switch", "cast"}, masked={"w"})
+    x, i = INPUTS["x"], INPUTS["i"]
+    assert res["w"].dtype == np.float32
+    np.testing.assert_allclose(res["w"], np.where(x > 0, i[:, :, None].astype("float32"), x))
+
+
+def test_full_with_tensor_value_and_expand_dim_by_dynamic_dim():
+    def func(x, y, i):
+        m = rf.reduce_max(x, axis=[TIME, FEAT])  # [B]
+        return {"full": (rf.full(dims=[batch_dim, TIME, OTHER], fill_value=m), (batch_dim, TIME, OTHER)),
+                "exp": (rf.expand_dim(y, TIME), (batch_dim, TIME, OTHER)),
+                "expb": (rf.expand_dim(rf.reduce_any(rf.cast(y, "int32"), axis=OTHER), TIME), (batch_dim, TIME))}
+
+    res, net_dict = _check(func, expect_classes={"constant", "combine"}, masked={"full", "exp", "expb"})
+    x, y = INPUTS["x"], INPUTS["y"]
+    mask = _mask(INPUTS["size:time"], 5)
+    m = np.where(mask[:, :, None], x, -np.inf).max(axis=(1, 2))
+    np.testing.assert_allclose(res["full"], np.broadcast_to(m[:, None, None], (2, 5, 4)))
+    np.testing.assert_allclose(res["exp"], np.broadcast_to(y[:, None, :], (2, 5, 4)))
+    np.testing.assert_array_equal(res["expb"], np.broadcast_to((y.astype("int32") != 0).any(axis=1)[:, None], (2, 5)))
+
+
+def test_fill_with_sparse_dim_is_a_constant_layer_with_that_sparse_dim():
+    classes = Dim(5, name="classes")
+
+    def func(x, y, i):
+        z = rf.zeros([batch_dim, OTHER], dtype="int32", sparse_dim=classes)
+        c = rf.convert_to_tensor(np.array([1, 2, 3, 4], dtype="int32"), dims=[OTHER], dtype="int32",
+                                 sparse_dim=classes)
+        assert z.sparse_dim == classes and c.sparse_dim == classes
+        return {"z": (z, [batch_dim, OTHER]), "c": (c, [OTHER])}
+
+    res, net_dict = _layers(func)
+    consts = [d for d in net_dict.values() if d["class"] == "constant" and d.get("sparse_dim") == classes]
+    assert len(consts) == 2 and "frontend_op" not in _classes(net_dict)
+    np.testing.assert_array_equal(res["z"], np.zeros((2, 4), "int32"))
+    np.testing.assert_array_equal(res["c"], [1, 2, 3, 4])
