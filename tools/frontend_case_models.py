@@ -1,5 +1,5 @@
 """
-The extra rf cases of tools/make_frontend_cases.py: per case the model source (written against ``returnn.frontend``
+The extra rf cases of tools/make_frontend_cases.py: per case the model source (written against ``returnn_lite.frontend``
 as the conformance cases are), its inputs/params, and an independent float64 numpy reference of what the original
 computes (masked reductions over dynamic dims, unmasked convs, LSTM gates i, f, g, o, the loss normalization).
 """
@@ -83,8 +83,8 @@ def out_meta(dims, dtype="float32"):
 LSTM_STEP = '''
 """rf.LSTM one step at a time (single_step_dim, rf.LstmState from a Linear), and over time from the same state;
 rf.gather with int indices takes the first frames."""
-import returnn.frontend as rf
-from returnn.tensor import Tensor, Dim, batch_dim, single_step_dim
+import returnn_lite.frontend as rf
+from returnn_lite.tensor import Tensor, Dim, batch_dim, single_step_dim
 
 time_dim = Dim(None, name="time")
 in_dim = Dim(3, name="in")
@@ -134,8 +134,8 @@ def ref_lstm_step(i, p):
 COND_WHERE = '''
 """rf.cond on scalar tensor predicates (from Dim.get_dim_value_tensor) and on a Python bool; rf.where with tensor
 and scalar branches; rf.clip_by_value; a param broadcast in both."""
-import returnn.frontend as rf
-from returnn.tensor import Tensor, Dim, batch_dim
+import returnn_lite.frontend as rf
+from returnn_lite.tensor import Tensor, Dim, batch_dim
 
 time_dim = Dim(None, name="time")
 feat_dim = Dim(3, name="feat")
@@ -183,8 +183,8 @@ def ref_cond_where(i, p):
 GATHER_RANGE = '''
 """rf.gather with an int index, with per-sequence indices from Dim.get_size_tensor(), with [B,T] indices (reversal)
 and clip_to_valid (negative and too large indices); rf.range_over_dim; rf.Embedding next to a gather from a param."""
-import returnn.frontend as rf
-from returnn.tensor import Tensor, Dim, batch_dim
+import returnn_lite.frontend as rf
+from returnn_lite.tensor import Tensor, Dim, batch_dim
 
 time_dim = Dim(None, name="time")
 feat_dim = Dim(3, name="feat")
@@ -252,8 +252,8 @@ def ref_gather_range(i, p):
 REDUCE_MASKED = '''
 """Reductions over the dynamic time dim must ignore the padded frames: logsumexp, argmax, min, mean over two dims,
 log_softmax over time and over features, a sum over all dims to a scalar, argmax over features."""
-import returnn.frontend as rf
-from returnn.tensor import Tensor, Dim, batch_dim
+import returnn_lite.frontend as rf
+from returnn_lite.tensor import Tensor, Dim, batch_dim
 
 time_dim = Dim(None, name="time")
 feat_dim = Dim(4, name="feat")
@@ -310,8 +310,8 @@ def ref_reduce_masked(i, p):
 LOSS_OPTIONS = '''
 """mark_as_loss options: log-probs CE normalized and scaled, dense-target CE with custom_inv_norm_factor from
 Dim.get_size_tensor(), a sequence-level loss (summed, scaled), a loss marked as_error; param gradients."""
-import returnn.frontend as rf
-from returnn.tensor import Tensor, Dim, batch_dim
+import returnn_lite.frontend as rf
+from returnn_lite.tensor import Tensor, Dim, batch_dim
 
 time_dim = Dim(None, name="time")
 in_dim = Dim(3, name="in")
@@ -371,8 +371,8 @@ def ref_loss_options(i, p):
 CONV2D_NORM = '''
 """rf.Conv2d over two static spatial dims (same, then valid with strides), rf.LayerNorm, gelu, rf.split of the
 channels, rf.merge_dims of the spatial dims; outputs with static dims only."""
-import returnn.frontend as rf
-from returnn.tensor import Tensor, Dim, batch_dim
+import returnn_lite.frontend as rf
+from returnn_lite.tensor import Tensor, Dim, batch_dim
 
 h_dim = Dim(5, name="h")
 w_dim = Dim(4, name="w")
@@ -438,8 +438,8 @@ DYN_CONCAT = '''
 """Dim arithmetic over dynamic dims: rf.concat of two sequences (a + b, packed), rf.pad of a dynamic dim (left only,
 with handle_dynamic_dims=True, and by default with given out_dims: the padding after the padded end), a static
 prefix concatenated before a dynamic dim, lengths used in computations via get_size_tensor / get_dim_value_tensor."""
-import returnn.frontend as rf
-from returnn.tensor import Tensor, Dim, batch_dim
+import returnn_lite.frontend as rf
+from returnn_lite.tensor import Tensor, Dim, batch_dim
 
 a_time = Dim(None, name="a_time")
 b_time = Dim(None, name="b_time")
@@ -518,8 +518,8 @@ def ref_dyn_concat(i, p):
 EMB_TRAIN = '''
 """Train: Embedding, rf.split + expand_dim + rf.concat of static dims, elementwise math (gelu, exp, sqrt, abs),
 a param with .initial kept (keep_initial), LayerNorm, framewise CE on logits; param gradients."""
-import returnn.frontend as rf
-from returnn.tensor import Tensor, Dim, batch_dim
+import returnn_lite.frontend as rf
+from returnn_lite.tensor import Tensor, Dim, batch_dim
 
 time_dim = Dim(None, name="time")
 vocab_dim = Dim(7, name="vocab")
@@ -581,8 +581,8 @@ def ref_emb_train(i, p):
 LSTM_TRAIN = '''
 """Train: rf.LSTM over time from an rf.LstmState made of params (broadcast over batch via rf.expand_dim), the final
 state in a sequence-level loss next to a framewise normalized CE; param gradients."""
-import returnn.frontend as rf
-from returnn.tensor import Tensor, Dim, batch_dim
+import returnn_lite.frontend as rf
+from returnn_lite.tensor import Tensor, Dim, batch_dim
 
 time_dim = Dim(None, name="time")
 in_dim = Dim(3, name="in")
@@ -635,8 +635,8 @@ OPS_MISC = """
 sparse indices and their reduction, a reduction over the batch dim (no masking), Dim values in computations,
 expand_dim of a dynamic dim, float -> int cast, range_over_dim of a static dim, rf.maximum/minimum broadcasting all
 sources, rf.ones/rf.full, a param as output, cond with a tuple and with module calls in the branches.\"\"\"
-import returnn.frontend as rf
-from returnn.tensor import Tensor, Dim, batch_dim
+import returnn_lite.frontend as rf
+from returnn_lite.tensor import Tensor, Dim, batch_dim
 
 time_dim = Dim(None, name="time")
 in_dim = Dim(3, name="in")
@@ -724,8 +724,8 @@ CONV_POOL = """
 \"\"\"Conv1d over the dynamic time dim with padding valid and stride 2, rf.max_pool (valid, stride 2),
 rf.max_pool1d (default stride = pool size), matmul reducing over time (masked), softmax over time, a CE on probs,
 LayerNorm with its own eps and Linear without bias, the LSTM run step by step in a Python loop.\"\"\"
-import returnn.frontend as rf
-from returnn.tensor import Tensor, Dim, batch_dim, single_step_dim
+import returnn_lite.frontend as rf
+from returnn_lite.tensor import Tensor, Dim, batch_dim, single_step_dim
 
 time_dim = Dim(None, name="time")
 in_dim = Dim(3, name="in")
@@ -801,8 +801,8 @@ LOSS_SHAPES = """
 \"\"\"Losses of other shapes: [B,F] (normalized by B*F, scaled), [B,T,F] (by the frames times F), a param-only loss
 [in,out], a scalar, a custom scalar inverse norm from Dim.get_dim_value_tensor(), a normalized error and a loss with
 scale 0; gradients through cond, where, clip_by_value, gather (clip_to_valid) and a dynamic concat.\"\"\"
-import returnn.frontend as rf
-from returnn.tensor import Tensor, Dim, batch_dim
+import returnn_lite.frontend as rf
+from returnn_lite.tensor import Tensor, Dim, batch_dim
 
 time_dim = Dim(None, name="time")
 in_dim = Dim(3, name="in")
@@ -870,8 +870,8 @@ DIMS_RESHAPE = """
 \"\"\"Conv2d over the dynamic time and a feature dim used as spatial dim (same padding, even filter), split_dims of
 the dynamic time (padded to a multiple), merge_dims of time and features (a dynamic merged dim), outputs in other
 dim orders than computed (time-major, batch in the middle).\"\"\"
-import returnn.frontend as rf
-from returnn.tensor import Tensor, Dim, batch_dim
+import returnn_lite.frontend as rf
+from returnn_lite.tensor import Tensor, Dim, batch_dim
 
 time_dim = Dim(None, name="time")
 in_dim = Dim(3, name="in")
@@ -934,8 +934,8 @@ DECODER_STEP = """
 \"\"\"Train: a two-step attention decoder written with single steps: Embedding of target tokens (gather at int
 positions of the target time), rf.LSTM with single_step_dim, rf.dot_attention over the encoder time, concat of the
 static state and context dims, per-step CE losses; param gradients.\"\"\"
-import returnn.frontend as rf
-from returnn.tensor import Tensor, Dim, batch_dim, single_step_dim
+import returnn_lite.frontend as rf
+from returnn_lite.tensor import Tensor, Dim, batch_dim, single_step_dim
 
 time_dim = Dim(None, name="time")
 out_time_dim = Dim(None, name="out_time")

@@ -37,8 +37,8 @@ def _checker():
 
 
 SRC = '''
-import returnn.frontend as rf
-from returnn.tensor import Tensor, Dim, batch_dim
+import returnn_lite.frontend as rf
+from returnn_lite.tensor import Tensor, Dim, batch_dim
 time_dim = Dim(None, name="time")
 in_dim = Dim(3, name="in")
 out_dim = Dim(2, name="out")

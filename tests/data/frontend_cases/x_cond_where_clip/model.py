@@ -1,7 +1,7 @@
 """rf.cond on scalar tensor predicates (from Dim.get_dim_value_tensor) and on a Python bool; rf.where with tensor
 and scalar branches; rf.clip_by_value; a param broadcast in both."""
-import returnn.frontend as rf
-from returnn.tensor import Tensor, Dim, batch_dim
+import returnn_lite.frontend as rf
+from returnn_lite.tensor import Tensor, Dim, batch_dim
 
 time_dim = Dim(None, name="time")
 feat_dim = Dim(3, name="feat")

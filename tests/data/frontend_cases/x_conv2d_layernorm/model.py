@@ -1,7 +1,7 @@
 """rf.Conv2d over two static spatial dims (same, then valid with strides), rf.LayerNorm, gelu, rf.split of the
 channels, rf.merge_dims of the spatial dims; outputs with static dims only."""
-import returnn.frontend as rf
-from returnn.tensor import Tensor, Dim, batch_dim
+import returnn_lite.frontend as rf
+from returnn_lite.tensor import Tensor, Dim, batch_dim
 
 h_dim = Dim(5, name="h")
 w_dim = Dim(4, name="w")

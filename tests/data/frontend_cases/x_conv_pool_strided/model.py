@@ -1,8 +1,8 @@
 """Conv1d over the dynamic time dim with padding valid and stride 2, rf.max_pool (valid, stride 2),
 rf.max_pool1d (default stride = pool size), matmul reducing over time (masked), softmax over time, a CE on probs,
 LayerNorm with its own eps and Linear without bias, the LSTM run step by step in a Python loop."""
-import returnn.frontend as rf
-from returnn.tensor import Tensor, Dim, batch_dim, single_step_dim
+import returnn_lite.frontend as rf
+from returnn_lite.tensor import Tensor, Dim, batch_dim, single_step_dim
 
 time_dim = Dim(None, name="time")
 in_dim = Dim(3, name="in")

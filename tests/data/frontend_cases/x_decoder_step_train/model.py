@@ -1,8 +1,8 @@
 """Train: a two-step attention decoder written with single steps: Embedding of target tokens (gather at int
 positions of the target time), rf.LSTM with single_step_dim, rf.dot_attention over the encoder time, concat of the
 static state and context dims, per-step CE losses; param gradients."""
-import returnn.frontend as rf
-from returnn.tensor import Tensor, Dim, batch_dim, single_step_dim
+import returnn_lite.frontend as rf
+from returnn_lite.tensor import Tensor, Dim, batch_dim, single_step_dim
 
 time_dim = Dim(None, name="time")
 out_time_dim = Dim(None, name="out_time")

@@ -1,8 +1,8 @@
 """Conv2d over the dynamic time and a feature dim used as spatial dim (same padding, even filter), split_dims of
 the dynamic time (padded to a multiple), merge_dims of time and features (a dynamic merged dim), outputs in other
 dim orders than computed (time-major, batch in the middle)."""
-import returnn.frontend as rf
-from returnn.tensor import Tensor, Dim, batch_dim
+import returnn_lite.frontend as rf
+from returnn_lite.tensor import Tensor, Dim, batch_dim
 
 time_dim = Dim(None, name="time")
 in_dim = Dim(3, name="in")

@@ -1,8 +1,8 @@
 """Dim arithmetic over dynamic dims: rf.concat of two sequences (a + b, packed), rf.pad of a dynamic dim (left only,
 with handle_dynamic_dims=True, and by default with given out_dims: the padding after the padded end), a static
 prefix concatenated before a dynamic dim, lengths used in computations via get_size_tensor / get_dim_value_tensor."""
-import returnn.frontend as rf
-from returnn.tensor import Tensor, Dim, batch_dim
+import returnn_lite.frontend as rf
+from returnn_lite.tensor import Tensor, Dim, batch_dim
 
 a_time = Dim(None, name="a_time")
 b_time = Dim(None, name="b_time")

@@ -1,7 +1,7 @@
 """Train: Embedding, rf.split + expand_dim + rf.concat of static dims, elementwise math (gelu, exp, sqrt, abs),
 a param with .initial kept (keep_initial), LayerNorm, framewise CE on logits; param gradients."""
-import returnn.frontend as rf
-from returnn.tensor import Tensor, Dim, batch_dim
+import returnn_lite.frontend as rf
+from returnn_lite.tensor import Tensor, Dim, batch_dim
 
 time_dim = Dim(None, name="time")
 vocab_dim = Dim(7, name="vocab")

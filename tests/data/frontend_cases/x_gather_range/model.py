@@ -1,7 +1,7 @@
 """rf.gather with an int index, with per-sequence indices from Dim.get_size_tensor(), with [B,T] indices (reversal)
 and clip_to_valid (negative and too large indices); rf.range_over_dim; rf.Embedding next to a gather from a param."""
-import returnn.frontend as rf
-from returnn.tensor import Tensor, Dim, batch_dim
+import returnn_lite.frontend as rf
+from returnn_lite.tensor import Tensor, Dim, batch_dim
 
 time_dim = Dim(None, name="time")
 feat_dim = Dim(3, name="feat")

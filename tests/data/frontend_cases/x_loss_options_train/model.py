@@ -1,7 +1,7 @@
 """mark_as_loss options: log-probs CE normalized and scaled, dense-target CE with custom_inv_norm_factor from
 Dim.get_size_tensor(), a sequence-level loss (summed, scaled), a loss marked as_error; param gradients."""
-import returnn.frontend as rf
-from returnn.tensor import Tensor, Dim, batch_dim
+import returnn_lite.frontend as rf
+from returnn_lite.tensor import Tensor, Dim, batch_dim
 
 time_dim = Dim(None, name="time")
 in_dim = Dim(3, name="in")

@@ -1,8 +1,8 @@
 """Losses of other shapes: [B,F] (normalized by B*F, scaled), [B,T,F] (by the frames times F), a param-only loss
 [in,out], a scalar, a custom scalar inverse norm from Dim.get_dim_value_tensor(), a normalized error and a loss with
 scale 0; gradients through cond, where, clip_by_value, gather (clip_to_valid) and a dynamic concat."""
-import returnn.frontend as rf
-from returnn.tensor import Tensor, Dim, batch_dim
+import returnn_lite.frontend as rf
+from returnn_lite.tensor import Tensor, Dim, batch_dim
 
 time_dim = Dim(None, name="time")
 in_dim = Dim(3, name="in")

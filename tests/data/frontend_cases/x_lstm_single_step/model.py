@@ -1,7 +1,7 @@
 """rf.LSTM one step at a time (single_step_dim, rf.LstmState from a Linear), and over time from the same state;
 rf.gather with int indices takes the first frames."""
-import returnn.frontend as rf
-from returnn.tensor import Tensor, Dim, batch_dim, single_step_dim
+import returnn_lite.frontend as rf
+from returnn_lite.tensor import Tensor, Dim, batch_dim, single_step_dim
 
 time_dim = Dim(None, name="time")
 in_dim = Dim(3, name="in")

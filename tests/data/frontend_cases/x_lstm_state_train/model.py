@@ -1,7 +1,7 @@
 """Train: rf.LSTM over time from an rf.LstmState made of params (broadcast over batch via rf.expand_dim), the final
 state in a sequence-level loss next to a framewise normalized CE; param gradients."""
-import returnn.frontend as rf
-from returnn.tensor import Tensor, Dim, batch_dim
+import returnn_lite.frontend as rf
+from returnn_lite.tensor import Tensor, Dim, batch_dim
 
 time_dim = Dim(None, name="time")
 in_dim = Dim(3, name="in")

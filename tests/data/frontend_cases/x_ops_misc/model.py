@@ -2,8 +2,8 @@
 sparse indices and their reduction, a reduction over the batch dim (no masking), Dim values in computations,
 expand_dim of a dynamic dim, float -> int cast, range_over_dim of a static dim, rf.maximum/minimum broadcasting all
 sources, rf.ones/rf.full, a param as output, cond with a tuple and with module calls in the branches."""
-import returnn.frontend as rf
-from returnn.tensor import Tensor, Dim, batch_dim
+import returnn_lite.frontend as rf
+from returnn_lite.tensor import Tensor, Dim, batch_dim
 
 time_dim = Dim(None, name="time")
 in_dim = Dim(3, name="in")

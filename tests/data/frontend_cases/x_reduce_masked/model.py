@@ -1,7 +1,7 @@
 """Reductions over the dynamic time dim must ignore the padded frames: logsumexp, argmax, min, mean over two dims,
 log_softmax over time and over features, a sum over all dims to a scalar, argmax over features."""
-import returnn.frontend as rf
-from returnn.tensor import Tensor, Dim, batch_dim
+import returnn_lite.frontend as rf
+from returnn_lite.tensor import Tensor, Dim, batch_dim
 
 time_dim = Dim(None, name="time")
 feat_dim = Dim(4, name="feat")
