@@ -49,11 +49,8 @@ def random(*, dims, dtype, distribution, mean=None, stddev=None, bound=None, min
                               ("maxval", maxval), ("seed", seed)) if v is not None}
     if deps:
         opts["shape_deps"] = deps
-    out = _emit("random", None, dims, dtype, sparse_dim=sparse_dim, shape=list(dims), distribution=distribution,
-                dtype=dtype, name="random", **opts)
-    if sparse_dim is not None:  # the layer option (_emit's sparse_dim is that of out_shape)
-        out.placeholder.layer_dict["sparse_dim"] = sparse_dim
-    return out
+    return _emit("random", None, dims, dtype, sparse_dim=sparse_dim, sparse_dim_option=True, shape=list(dims),
+                 distribution=distribution, dtype=dtype, name="random", **opts)
 
 
 def ctc_loss(*, logits, targets, input_spatial_dim, targets_spatial_dim, blank_index, max_approx=False):

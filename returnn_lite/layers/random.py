@@ -52,6 +52,8 @@ class RandomLayer(LayerBase):
             minval, maxval = -bound, bound
         mean = 0.0 if mean is None else mean
         stddev = 1.0 if stddev is None else stddev
+        minval = 0 if minval is None else minval
+        maxval = 1 if maxval is None else maxval  # (int dtypes require maxval: see get_out_data_from_opts)
         if static:
             seed2 = tf.constant([seed, 0], dtype=tf.int64)
             alg = algorithm or "auto_select"
@@ -61,16 +63,13 @@ class RandomLayer(LayerBase):
                 x = tf.random.stateless_truncated_normal(sizes, seed2, mean=mean, stddev=stddev, dtype=out.dtype,
                                                          alg=alg)
             else:
-                x = tf.random.stateless_uniform(sizes, seed2, minval=0 if minval is None else minval,
-                                                maxval=maxval if maxval is not None or not out.dtype.startswith(
-                                                    "float") else 1, dtype=out.dtype, alg=alg)
+                x = tf.random.stateless_uniform(sizes, seed2, minval=minval, maxval=maxval, dtype=out.dtype, alg=alg)
         elif distribution == "normal":
             x = tf.random.normal(sizes, mean=mean, stddev=stddev, dtype=out.dtype, seed=seed)
         elif distribution == "truncated_normal":
             x = tf.random.truncated_normal(sizes, mean=mean, stddev=stddev, dtype=out.dtype, seed=seed)
         else:
-            x = tf.random.uniform(sizes, minval=0 if minval is None else minval,
-                                  maxval=1 if maxval is None else maxval, dtype=out.dtype, seed=seed)
+            x = tf.random.uniform(sizes, minval=minval, maxval=maxval, dtype=out.dtype, seed=seed)
         out.placeholder = x
 
     def _size(self, d):
@@ -81,7 +80,7 @@ class RandomLayer(LayerBase):
         for dep in self.shape_deps:
             if d in dep.output.dims:
                 return dep.output.get_dim(dep.output.dims.index(d))
-        size = d.complete_dyn_size() if hasattr(d, "complete_dyn_size") else d.dyn_size
+        size = d.complete_dyn_size()
         if size is None:
             raise ValueError("random layer %r: dim %s of 'shape' has no lengths (add a layer with it to 'shape_deps')"
                              % (self.name, d))
