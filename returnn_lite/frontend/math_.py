@@ -198,27 +198,23 @@ reduce_prod = _red("prod")
 def num_elements_of_shape(dims):
     """Number of elements of a tensor with these dims, counting only frames within the sequence lengths."""
     static = 1
-    dyn = []
     for d in dims:
         if d.dimension is not None:
             static *= d.dimension
-        elif d.is_batch_dim():
-            dyn.append(d)
-        else:
-            dyn.append(d)
-    if not dyn:
+    batch = [d for d in dims if d.dimension is None and d.is_batch_dim()]
+    dyn_non_batch = [d for d in dims if d.dimension is None and not d.is_batch_dim()]
+    if not batch and not dyn_non_batch:
         return static
-    dyn_non_batch = [d for d in dyn if not d.is_batch_dim()]
     if dyn_non_batch:
         sizes = None
         for d in dyn_non_batch:
             s = d.get_size_tensor()
             sizes = s if sizes is None else sizes * s
         n = reduce_sum(sizes, axis=sizes.dims) if sizes.dims else sizes
-        if any(d.is_batch_dim() for d in dyn) and not any(d.is_batch_dim() for d in sizes.dims):
-            n = n * get_selected_backend().dim_value_tensor(dyn[0])
+        if batch and not any(d.is_batch_dim() for d in sizes.dims):
+            n = n * get_selected_backend().dim_value_tensor(batch[0])
     else:
-        n = get_selected_backend().dim_value_tensor([d for d in dyn if d.is_batch_dim()][0])
+        n = get_selected_backend().dim_value_tensor(batch[0])
     return n * static if static != 1 else n
 
 
