@@ -175,6 +175,24 @@ def test_l2_constraint():
         np.testing.assert_allclose(c, 0.01 * sum((v ** 2).sum() for v in params.values()), rtol=1e-5)
 
 
+
+def test_l2_of_shared_params_counts_once_for_their_owner():
+    # a layer with reuse_params holds no params of its own: its L2 adds nothing (the conformer hybrids' transposed
+    # convs that reuse one layer's params, each with L2)
+    with tf.Graph().as_default():
+        net = _build({
+            "tconv": {"class": "transposed_conv", "from": "data", "n_out": 4, "filter_size": [3], "strides": [3],
+                      "L2": 0.01},
+            "tconv_shared": {"class": "transposed_conv", "from": "data", "n_out": 4, "filter_size": [3],
+                             "strides": [3], "L2": 0.01, "reuse_params": "tconv"},
+            "output": {"class": "copy", "from": ["tconv", "tconv_shared"]}})
+        assert net.get_layer("tconv_shared").params == {}
+        assert sorted(p.op.name for p in net.get_params_list()) == ["tconv/W_native_transposed_conv", "tconv/bias"]
+        with tf1.Session() as session:
+            net.initialize_params(session)
+            c, params = session.run([net.get_total_constraints(), net.get_layer("tconv").params])
+        np.testing.assert_allclose(c, 0.01 * sum((v ** 2).sum() for v in params.values()), rtol=1e-5)
+
 def test_training_reduces_objective():
     with tf.Graph().as_default():
         tf1.set_random_seed(1)

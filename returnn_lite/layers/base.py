@@ -370,6 +370,9 @@ class LayerBase:
         """
         name = param.op.name
         prefix = self._param_scope_name() + "/"
+        if self.reuse_params is not None and not name.startswith(prefix):
+            # another layer's param (reuse_params): it stays that layer's (its L2, trainable, saving), as the original
+            return self._param_in_training(param)
         key = name[len(prefix):] if name.startswith(prefix) else name.split("/")[-1]
         self.params[key] = param
         return self._param_in_training(param)
@@ -737,9 +740,7 @@ class _ReuseParams:
                 return src.params.get(spec.get("param_name", name))
             return None
         if self.layer is not None and name in self.layer.params:
-            var = self.layer.params[name]
-            layer.params[name] = var
-            return var
+            return self.layer.params[name]  # the owner's param: not one of this layer's (no L2 twice, as the original)
         return None
 
 

@@ -117,6 +117,30 @@ def apply_batch_norm(layer, data, use_shift=True, use_std=True, use_sample=0.0, 
     beta = layer.create_param("batch_norm/%sbeta" % prefix, stats_shape, beta_init, trainable=True) \
         if use_shift else None
     x = data.placeholder
+    # the original takes TF's fused kernel for param_version 2 without masking, shift/scale and sample mixing: in
+    # training it normalizes with the batch statistics and updates the running ones (variance with Bessel's
+    # correction) after the output; in eval it only reads the running statistics (no update, whatever
+    # update_sample_only_in_training says)
+    use_fused = (param_version >= 2 and not masked_time and gamma is not None and beta is not None
+                 and use_sample == 0 and not force_sample and in_dim is None)
+
+    def calc_fused(train):
+        shape = tf.shape(x)
+        f = data.feature_dim_axis
+        if f == data.batch_ndim - 1:
+            data_format, x4 = "NHWC", tf.reshape(x, [-1, 1, 1, data.dim])
+        else:
+            data_format = "NCHW"
+            x4 = tf.reshape(x, [tf.reduce_prod(shape[:f]), data.dim, tf.reduce_prod(shape[f + 1:]), 1])
+        y, new_mean, new_var = tf1.nn.fused_batch_norm(
+            x4, scale=gamma, offset=beta, mean=sample_mean, variance=sample_variance, epsilon=epsilon,
+            exponential_avg_factor=momentum, data_format=data_format, is_training=train)
+        y = tf.reshape(y, shape)
+        updates = []
+        if train:
+            with tf.control_dependencies([y]):  # update after the output is computed
+                updates = [tf1.assign(sample_mean, new_mean), tf1.assign(sample_variance, new_var)]
+        return y, updates
 
     def calc(train):
         update_sample = (not update_sample_only_in_training) or train
@@ -160,13 +184,14 @@ def apply_batch_norm(layer, data, use_shift=True, use_std=True, use_sample=0.0, 
                 updates = list(update_fn())
         return bn, updates
 
+    compute = calc_fused if use_fused else calc
     flag = layer.network.train_flag
     if isinstance(flag, bool):
-        bn, updates = calc(flag)
+        bn, updates = compute(flag)
         ops = [u if isinstance(u, tf.Operation) else u.op for u in updates]  # (resource var assigns: no Tensor)
     else:
         def branch(train):
-            bn_, ups = calc(train)
+            bn_, ups = compute(train)
             with tf.control_dependencies(ups):
                 dummy = tf.constant(0)
             return bn_, dummy
@@ -179,6 +204,8 @@ def apply_batch_norm(layer, data, use_shift=True, use_std=True, use_sample=0.0, 
             bn = tf.identity(bn)
     elif ops:
         layer.network.register_post_control_dependencies(ops)
+    if use_fused:
+        return bn  # gamma and beta applied by the fused kernel
     if gamma is not None:
         bn = bn * tf.reshape(gamma, bc_shape)
     if beta is not None:

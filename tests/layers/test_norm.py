@@ -122,3 +122,55 @@ def test_batch_norm_option_of_any_layer():
         net.initialize_params(session)
         y = session.run(net.get_layer("output").output.placeholder, feed_dict=_feed(net, x))
     np.testing.assert_allclose(y, (x - valid.mean(0)) / np.sqrt(valid.var(0) + 1e-3), rtol=1e-4, atol=1e-5)
+
+
+def _fused_net_run(train_flag, x, mean0, var0, gamma, beta, extra_opts=None):
+    """batch_norm with param_version 2 and masked_time False (the original's fused kernel): output and the running
+    statistics after one run (with the post control dependencies)."""
+    opts = {"class": "batch_norm", "from": "data", "param_version": 2, "masked_time": False, "momentum": 0.3,
+            "epsilon": 1e-3}
+    opts.update(extra_opts or {})
+    net = _net({"output": opts}, train_flag=train_flag)
+    params = net.get_layer("output").params
+    with tf1.Session() as session:
+        net.initialize_params(session)
+        for key, value in (("mean", mean0), ("variance", var0), ("gamma", gamma), ("beta", beta)):
+            params["batch_norm/v2_" + key].load(value, session)
+        y, _ = session.run([net.get_layer("output").output.placeholder, net.get_post_control_dependencies()],
+                           feed_dict=_feed(net, x))
+        mean, var = session.run([params["batch_norm/v2_mean"], params["batch_norm/v2_variance"]])
+    return y, mean, var
+
+
+def test_batch_norm_fused_param_version_2_eval_reads_running_stats_without_update():
+    # eval, default update_sample_only_in_training=False: the non-fused path would update and use the updated
+    # statistics; the fused one (param_version 2, no masking) only reads them
+    x = RNG.randn(3, 7, 3).astype("float32")
+    mean0, var0 = np.array([0.5, -1.0, 2.0], "float32"), np.array([2.0, 0.5, 1.5], "float32")
+    gamma, beta = np.array([1.5, 0.5, -1.0], "float32"), np.array([0.1, 0.2, 0.3], "float32")
+    y, mean, var = _fused_net_run(False, x, mean0, var0, gamma, beta)
+    np.testing.assert_allclose(y, (x - mean0) / np.sqrt(var0 + 1e-3) * gamma + beta, rtol=1e-4, atol=1e-5)
+    np.testing.assert_array_equal(mean, mean0)
+    np.testing.assert_array_equal(var, var0)
+
+
+def test_batch_norm_fused_param_version_2_train_updates_with_unbiased_variance():
+    x = RNG.randn(3, 7, 3).astype("float32")
+    mean0, var0 = np.array([0.5, -1.0, 2.0], "float32"), np.array([2.0, 0.5, 1.5], "float32")
+    gamma, beta = np.array([1.5, 0.5, -1.0], "float32"), np.array([0.1, 0.2, 0.3], "float32")
+    y, mean, var = _fused_net_run(True, x, mean0, var0, gamma, beta)
+    flat = x.reshape(-1, 3)  # all frames, padding included (masked_time False)
+    np.testing.assert_allclose(y, (x - flat.mean(0)) / np.sqrt(flat.var(0) + 1e-3) * gamma + beta,
+                               rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(mean, 0.7 * mean0 + 0.3 * flat.mean(0), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(var, 0.7 * var0 + 0.3 * flat.var(0, ddof=1), rtol=1e-4, atol=1e-5)
+
+
+def test_batch_norm_param_version_2_masked_time_is_not_fused_in_eval():
+    # masked_time (or no beta, or use_sample) keeps the plain path: eval updates the running stats first
+    x = RNG.randn(3, 7, 3).astype("float32")
+    valid = x[np.arange(7)[None, :] < LENS[:, None]]
+    mean0, var0 = np.array([0.5, -1.0, 2.0], "float32"), np.array([2.0, 0.5, 1.5], "float32")
+    ones, zeros = np.ones(3, "float32"), np.zeros(3, "float32")
+    y, mean, _ = _fused_net_run(False, x, mean0, var0, ones, zeros, {"masked_time": True})
+    np.testing.assert_allclose(mean, mean0 + 0.3 * (valid.mean(0) - mean0), rtol=1e-4, atol=1e-5)
