@@ -251,3 +251,19 @@ def test_extern_data_per_frame_in_unit(move_out):
             y = session.run(net.get_layer("output").output.placeholder, feed)
         cl = feed[net.extern_data.get_data("classes").placeholder]
         np.testing.assert_allclose(y.transpose(1, 0, 2) * MASK, np.cumsum(W[cl] * MASK, 1) * MASK, atol=1e-5)
+
+
+@pytest.mark.parametrize("unit_opts,norm_params", [
+    ({}, ["beta_input_below", "beta_new_c", "gamma_input_below", "gamma_new_c", "gamma_state_below"]),
+    ({"global_norm_joined": True}, ["beta_lstm_in", "beta_new_c", "gamma_lstm_in", "gamma_new_c"]),
+    ({"with_concat": True}, ["beta_lstm_in", "beta_new_c", "gamma_lstm_in", "gamma_new_c"]),
+])
+def test_layernormvariantslstm_norm_param_names(unit_opts, norm_params):
+    # one norm of the summed projections (joined, or with_concat) is the original's "lstm_in"
+    with tf.Graph().as_default():
+        net = _build({"output": {"class": "rec", "unit": "layernormvariantslstm", "unit_opts": unit_opts,
+                                 "n_out": 4, "from": "data"}})
+        names = [n.split("/")[-1] for n, _ in _params(net)]
+        assert sorted(n for n in names if n.startswith(("gamma_", "beta_"))) == norm_params
+        y = _run(net, net.get_layer("output").output.placeholder)
+        assert np.isfinite(y).all()

@@ -290,7 +290,8 @@ class LayerNormVariantsLSTMCell(CellBase):
     projections (``global_norm``) and on the new cell (``cell_norm``); ``global_norm_joined`` normalizes their sum
     instead, ``per_gate_norm`` each gate, ``hidden_norm`` the output; ``with_concat`` uses one weight matrix on
     [x, h]; ``dropout``/``dropout_h`` drop input/recurrent units in training. Norm params are ``gamma_<part>`` and
-    ``beta_<part>``.
+    ``beta_<part>``: ``input_below``/``state_below`` (separate), ``lstm_in`` (joined or with_concat), ``i``/``j``/``f``/``o``,
+    ``new_c``, ``new_h``.
     """
 
     state_names = ("c", "h")
@@ -309,7 +310,7 @@ class LayerNormVariantsLSTMCell(CellBase):
             self.W_ff = self.param("W_ff", (self.n_in, 4 * n))
             self.W_re = self.param("W_re", (n, 4 * n))
         if o["global_norm_joined"] or (o["with_concat"] and o["global_norm"]):
-            self._add_norm("input_below", 4 * n)
+            self._add_norm("lstm_in", 4 * n)  # one norm of the summed projections (the original's name)
         elif o["global_norm"]:
             self._add_norm("input_below", 4 * n)
             self._add_norm("state_below", 4 * n, with_beta=False)
@@ -364,11 +365,11 @@ class LayerNormVariantsLSTMCell(CellBase):
             x = z if not z.dtype.is_integer else tf.one_hot(z, self.n_in)
             lstm_in = tf.matmul(tf.concat([x, h_prev], axis=-1), self.W)
             if o["global_norm"] or o["global_norm_joined"]:
-                lstm_in = self._norm(lstm_in, "input_below")
+                lstm_in = self._norm(lstm_in, "lstm_in")
         else:
             r = tf.matmul(h_prev, self.W_re)
             if o["global_norm_joined"]:
-                lstm_in = self._norm(z + r, "input_below")
+                lstm_in = self._norm(z + r, "lstm_in")
             else:
                 lstm_in = z + (self._norm(r, "state_below") if o["global_norm"] else r)
         i, j, f, g_o = tf.split(lstm_in, 4, axis=-1)
