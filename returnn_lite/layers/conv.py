@@ -142,7 +142,9 @@ def _make_output(name, data, n_batch, out_spatial_dims, feature_dim, dtype=None)
     return out
 
 
-def _new_spatial_dims(name, in_dims, funcs, out_spatial_dims=None):
+def _new_spatial_dims(name, in_dims, funcs, out_spatial_dims=None, kind="conv"):
+    """New spatial dims where the length changes, described ``<layer>:<kind>:s<i>`` as the original (e.g. for
+    ``stag:conv0p:conv:s1``; pool outputs are ``conv`` too, they share the conv template in the original)."""
     res = []
     for i, (d, func) in enumerate(zip(in_dims, funcs)):
         if out_spatial_dims:
@@ -155,7 +157,7 @@ def _new_spatial_dims(name, in_dims, funcs, out_spatial_dims=None):
         if size is not None and size <= 0:
             raise ValueError("spatial axis %s of length %i is too short: the output length would be %i" % (
                 d.short_repr(), d.dimension, size))
-        res.append(Dim(size, kind=Dim.Types.Spatial, description="%s:spatial%i" % (name, i)))
+        res.append(Dim(size, kind=Dim.Types.Spatial, description="%s:%s:s%i" % (name, kind, i)))
     return res
 
 
@@ -503,7 +505,8 @@ class TransposedConvLayer(_ConvBase):
         data, n_batch, n_sp = transform_input(data, name, in_spatial_dims, len(filter_size),
                                               filter_opt="filter_size=%r" % (filter_size,))
         funcs = cls._funcs(filter_size, strides, padding, output_padding, remove_padding)
-        out_dims = _new_spatial_dims(name, data.dims[n_batch:n_batch + n_sp], funcs, out_spatial_dims)
+        out_dims = _new_spatial_dims(name, data.dims[n_batch:n_batch + n_sp], funcs, out_spatial_dims,
+                                     kind="transposed_conv")
         feat = out_dim or Dim(n_out, kind=Dim.Types.Feature, description="%s:channel" % name)
         return _make_output(name, data, n_batch, out_dims, feat)
 

@@ -155,3 +155,20 @@ def test_conv_and_pool_on_input_without_feature_axis():
                                           {data.placeholder: x, data.size_placeholder[0]: [9, 5, 4]})
     assert list(clens) == [4, 2, 1] and list(plens) == [4, 2, 2]
     np.testing.assert_allclose(p, x[:, :8].reshape(3, 4, 2).max(-1))
+
+
+def test_conv_and_pool_new_spatial_dims_have_the_original_descriptions():
+    # "<layer>:conv:s<i>" (pool outputs too): configs refer to them as "stag:conv0p:conv:s1"
+    with tf.Graph().as_default():
+        net = _build({
+            "split": {"class": "split_dims", "axis": "F", "dims": (-1, 1), "from": "data"},
+            "conv0": {"class": "conv", "from": "split", "padding": "same", "filter_size": (3, 3), "n_out": 2,
+                      "strides": (2, 1)},
+            "conv0p": {"class": "pool", "from": "conv0", "pool_size": (1, 2), "mode": "max", "padding": "same"},
+            "output": {"class": "merge_dims", "from": "conv0p", "axes": ["stag:conv0p:conv:s1", "f"]}})
+        assert net.get_layer("conv0").output.dims[1].description == "conv0:conv:s0"
+        assert net.get_layer("conv0p").output.dims[2].description == "conv0p:conv:s1"
+        out = net.get_layer("output").output
+        assert out.batch_shape == (None, None, 3 * 2)
+        y, x = _run(net, [out.placeholder, net.get_layer("conv0p").output.placeholder])
+        np.testing.assert_array_equal(y, x.reshape(x.shape[:2] + (-1,)))
