@@ -248,3 +248,43 @@ def test_spatial_smoothing_non_square_dim():
                   for a in range(3) for b in range(3))
         mask = np.arange(7)[None, :] < LENS[:, None]
         np.testing.assert_allclose(c, 0.5 * ((out ** 2).sum((-1, -2)) * mask).sum(), rtol=1e-4)
+
+
+def _sampling_net(train_flag, use_full_softmax, cls="softmax"):
+    net = TFNetwork(extern_data=ExternData(EXTERN), train_flag=train_flag, eval_flag=True)
+    layer = {"class": cls, "from": "data", "n_out": 4, "use_transposed_weights": True, "loss": "sampling_loss",
+             "loss_opts": {"num_sampled": 2, "use_full_softmax": use_full_softmax}, "target": "classes"}
+    if cls == "linear":
+        layer["activation"] = "log_softmax"
+    net.construct_from_dict({"output": layer})
+    return net
+
+
+@pytest.mark.parametrize("cls", ["softmax", "linear"])
+def test_sampling_loss_full_softmax_in_eval_sampled_in_training(cls):
+    rng = np.random.RandomState(3)
+    with tf.Graph().as_default():
+        net = _sampling_net(False, True, cls)
+        feed = _feed(net, rng)
+        with tf1.Session() as session:
+            net.initialize_params(session)
+            loss, params = session.run([net.get_total_loss(), net.get_layer("output").params], feed_dict=feed)
+    x, y = feed[net.extern_data.get_data("data").placeholder], feed[net.extern_data.get_data("classes").placeholder]
+    logits = x @ params["W"].T + params["b"]  # W: [num_classes, dim]
+    logp = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    mask = np.arange(x.shape[1])[None] < LENS[:, None]
+    ref = -np.take_along_axis(logp, y[..., None], -1)[..., 0][mask].sum()
+    np.testing.assert_allclose(loss, ref, rtol=1e-4)
+    with tf.Graph().as_default():  # training: the sampled softmax (random), finite and positive
+        net = _sampling_net(True, True, cls)
+        with tf1.Session() as session:
+            net.initialize_params(session)
+            loss = session.run(net.get_total_loss(), feed_dict=_feed(net, rng))
+        assert np.isfinite(loss) and loss > 0
+
+
+def test_sampling_loss_needs_transposed_weights_naming_the_layer():
+    with tf.Graph().as_default():
+        with pytest.raises(Exception, match="output.*use_transposed_weights"):
+            net = _build({"output": {"class": "softmax", "from": "data", "loss": "sampling_loss"}})
+            net.get_objective()

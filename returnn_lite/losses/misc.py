@@ -245,48 +245,66 @@ class SamplingBasedLoss(Loss):
         if not self.target.sparse:
             raise ValueError("sampling_loss needs a sparse target")
         with tf.name_scope("loss_with_sampling"):
-            if self.use_full_softmax:
-                logits = self.output_before_softmax_flat
-                if logits is None:
-                    raise NotImplementedError("sampling_loss: use_full_softmax needs a softmax output")
-                return self.reduce_func(tf.nn.sparse_softmax_cross_entropy_with_logits(
-                    logits=logits, labels=tf.cast(self.target_flat, tf.int32)))
-            layer = self.layer
-            weights, biases = layer.params.get("W"), layer.params.get("b")
-            if weights is None or biases is None or not getattr(layer, "input_data", None):
-                raise ValueError("sampling_loss must be used on a linear layer with W and b")
-            if weights.shape[0] != self.target.dim:
-                raise ValueError("sampling_loss: expects W of shape [num_classes, dim] (use_transposed_weights)")
-            inp = layer.input_data
-            inputs = self._flatten(inp) if inp.have_time_axis() else inp.placeholder
+            weights, biases, inputs = self._linear_params()
             labels = tf.reshape(tf.cast(self.target_flat, tf.int64), [-1, 1])
-            samplers = {"log_uniform": tf.random.log_uniform_candidate_sampler,
-                        "uniform": tf.random.uniform_candidate_sampler,
-                        "learned_unigram": tf.random.learned_unigram_candidate_sampler,
-                        "fixed_unigram": tf.random.fixed_unigram_candidate_sampler}
-            n = tf.shape(labels)[0]
-            part = n // self.num_splits
-            outs = []
-            for i in range(self.num_splits):
-                if self.num_splits > 1:
-                    end = n if i == self.num_splits - 1 else (i + 1) * part
-                    labels_, inputs_ = labels[i * part:end], inputs[i * part:end]
-                else:
-                    labels_, inputs_ = labels, inputs
-                sampled = samplers[self.sampler](true_classes=labels_, num_true=1, num_sampled=self.num_sampled,
-                                                 unique=True, range_max=self.target.dim, **self.sampler_args)
-                if self.nce_loss:
-                    logits, lbls = _compute_sampled_logits(weights, biases, labels_, inputs_, self.num_sampled,
-                                                           self.target.dim, sampled, self.remove_accidental_hits)
-                    logits -= self.nce_log_norm_term
-                    out = tf.reduce_sum(tf.nn.sigmoid_cross_entropy_with_logits(labels=lbls, logits=logits), axis=1)
-                else:
-                    out = tf.nn.sampled_softmax_loss(
-                        weights=weights, biases=biases, labels=labels_, inputs=inputs_, num_sampled=self.num_sampled,
-                        num_classes=self.target.dim, num_true=1, sampled_values=sampled,
-                        remove_accidental_hits=self.remove_accidental_hits)
-                outs.append(out)
-            return self.reduce_func(outs[0] if len(outs) == 1 else tf.concat(outs, axis=0))
+            if not self.use_full_softmax:
+                return self.reduce_func(self._sampled(weights, biases, inputs, labels))
+            # use_full_softmax: the sampled loss in training, the full softmax otherwise (evaluation)
+            flag = self.layer.network.train_flag
+            if flag is True:
+                return self.reduce_func(self._sampled(weights, biases, inputs, labels))
+            full = self._full_softmax(weights, biases, inputs)
+            if flag is False:
+                return self.reduce_func(full)
+            return self.reduce_func(tf.cond(flag, lambda: self._sampled(weights, biases, inputs, labels),
+                                            lambda: full))
+
+    def _linear_params(self):
+        """W [num_classes, dim], b [num_classes] and the flat input [N, dim] of the layer (linear or softmax)."""
+        layer = self.layer
+        params = getattr(layer, "params", {})
+        weights, biases = params.get("W"), params.get("b")
+        inp = getattr(layer, "input_data", None)
+        if weights is None or biases is None or inp is None:
+            raise ValueError("sampling_loss on layer %r: must be used on a linear/softmax layer with params W and b "
+                             "(it has %s)" % (layer.name, sorted(params)))
+        if weights.shape[0] != self.target.dim:
+            raise ValueError("sampling_loss on layer %r: expects W of shape [num_classes, dim] "
+                             "(use_transposed_weights), got %s" % (layer.name, weights.shape.as_list()))
+        return weights, biases, self._flatten(inp) if inp.have_time_axis() else inp.placeholder
+
+    def _full_softmax(self, weights, biases, inputs):
+        logits = tf.matmul(inputs, weights, transpose_b=True) + biases
+        return tf.nn.sparse_softmax_cross_entropy_with_logits(logits=logits, labels=tf.cast(self.target_flat, tf.int32))
+
+    def _sampled(self, weights, biases, inputs, labels):
+        samplers = {"log_uniform": tf.random.log_uniform_candidate_sampler,
+                    "uniform": tf.random.uniform_candidate_sampler,
+                    "learned_unigram": tf.random.learned_unigram_candidate_sampler,
+                    "fixed_unigram": tf.random.fixed_unigram_candidate_sampler}
+        n = tf.shape(labels)[0]
+        part = n // self.num_splits
+        outs = []
+        for i in range(self.num_splits):
+            if self.num_splits > 1:
+                end = n if i == self.num_splits - 1 else (i + 1) * part
+                labels_, inputs_ = labels[i * part:end], inputs[i * part:end]
+            else:
+                labels_, inputs_ = labels, inputs
+            sampled = samplers[self.sampler](true_classes=labels_, num_true=1, num_sampled=self.num_sampled,
+                                             unique=True, range_max=self.target.dim, **self.sampler_args)
+            if self.nce_loss:
+                logits, lbls = _compute_sampled_logits(weights, biases, labels_, inputs_, self.num_sampled,
+                                                       self.target.dim, sampled, self.remove_accidental_hits)
+                logits -= self.nce_log_norm_term
+                out = tf.reduce_sum(tf.nn.sigmoid_cross_entropy_with_logits(labels=lbls, logits=logits), axis=1)
+            else:
+                out = tf.nn.sampled_softmax_loss(
+                    weights=weights, biases=biases, labels=labels_, inputs=inputs_, num_sampled=self.num_sampled,
+                    num_classes=self.target.dim, num_true=1, sampled_values=sampled,
+                    remove_accidental_hits=self.remove_accidental_hits)
+            outs.append(out)
+        return outs[0] if len(outs) == 1 else tf.concat(outs, axis=0)
 
 
 def _compute_sampled_logits(weights, biases, labels, inputs, num_sampled, num_classes, sampled_values,

@@ -267,3 +267,30 @@ def test_layernormvariantslstm_norm_param_names(unit_opts, norm_params):
         assert sorted(n for n in names if n.startswith(("gamma_", "beta_"))) == norm_params
         y = _run(net, net.get_layer("output").output.placeholder)
         assert np.isfinite(y).all()
+
+
+def test_reduce_over_time_of_prev_attention_weights_in_unit():
+    # the first template guess of prev:att_weights has no encoder time axis: the reduce over "t" gets a stand-in
+    # template in that pass, and the real one once the attention weights' template is known
+    unit = {
+        "max_att": {"class": "reduce", "mode": "max", "axes": "t", "from": "prev:att_weights",
+                    "is_output_layer": True},
+        "s": {"class": "rnn_cell", "unit": "LSTMBlock", "from": ["prev:output", "max_att"], "n_out": 5},
+        "energy_in": {"class": "combine", "kind": "add", "from": ["base:enc_ctx", "s_tr"], "n_out": 6},
+        "s_tr": {"class": "linear", "activation": None, "with_bias": False, "from": "s", "n_out": 6},
+        "energy": {"class": "linear", "activation": "tanh", "from": "energy_in", "n_out": 1},
+        "att_weights": {"class": "softmax_over_spatial", "from": "energy", "is_output_layer": True},
+        "att0": {"class": "generic_attention", "weights": "att_weights", "base": "base:enc_ctx"},
+        "att": {"class": "merge_dims", "axes": "except_batch", "from": "att0"},
+        "output": {"class": "linear", "activation": "tanh", "from": ["s", "att"], "n_out": 3}}
+    with tf.Graph().as_default():
+        net = _build({"enc_ctx": {"class": "linear", "from": "data", "n_out": 6},
+                      "output": {"class": "rec", "from": "data", "unit": unit}})
+        max_att, att = net.get_layer("output/max_att").output, net.get_layer("output/att_weights").output
+        assert max_att.dim == 1 and max_att.batch_ndim == 3  # [T,B,1]: the encoder time axis reduced away
+        m, a = _run(net, [max_att.copy_as_batch_spatial_major().placeholder,
+                          att.copy_as_batch_spatial_major().placeholder])
+    # a: [B, T(loop), T(enc), 1], masked beyond the encoder lengths by the softmax
+    for b, n in enumerate(LENS):
+        np.testing.assert_allclose(m[b, 0], 0.0, atol=1e-6)  # prev:att_weights initially zeros
+        np.testing.assert_allclose(m[b, 1:n, 0], a[b, :n - 1, :n, 0].max(axis=-1), rtol=1e-5)

@@ -25,7 +25,7 @@ from ...network import assign_output_beam
 from ...subnetwork import Subnetwork
 from ...losses.holder import LossHolder
 from ...util import as_list
-from ..base import InternalLayer, LayerBase, apply_out_dim, last_hidden_state
+from ..base import InternalLayer, LayerBase, apply_out_dim, get_layer_class, last_hidden_state
 from ..search import select_beam_tensor, tile_batch
 
 tf1 = tf.compat.v1
@@ -378,9 +378,40 @@ class RecTemplateBuilder:
                     else:
                         raise
                     net.layers.pop(x, None)
+                except NetworkConstructionDependencyLoopException:
+                    raise
+                except Exception:  # noqa: BLE001 (re-raised unless a guessed input is to blame)
+                    if not self._built_on_guess(x):
+                        raise
+                    # e.g. a reduce over axis 't' of a [B,F] stand-in of prev:att_weights: x gets a stand-in
+                    # itself; the next pass derives it again from the real previous templates
+                    net.layers.pop(x, None)
+                    layer = self._stand_in(x, desc)
+                    break
         finally:
             self.building.pop()
         tpl.templates[x] = layer
+        return layer
+
+    def _built_on_guess(self, x):
+        """Whether x's inputs include a guessed prev: template (directly or via an input built on one)."""
+        if x in self.guessed:
+            return True
+        for ref in self.tpl.deps.get(x, ()):
+            r = parse_layer_ref(ref)
+            if r.kind == "layer" and r.name in self.unit and r.name in self.tpl.templates and r.name != x \
+                    and self.tpl.templates[r.name].output.name.endswith("_guess_output"):
+                return True
+        return False
+
+    def _stand_in(self, x, desc):
+        """A [B, n_out or 1] template for x (marked guessed: refined in the next pass)."""
+        self.guessed.add(x)
+        n_out = desc.get("n_out")
+        out = Data(name="%s_guess_output" % x, dims=(batch_dim, Dim(
+            n_out if isinstance(n_out, int) else 1, kind=Dim.Types.Feature, description="%s:guess" % x)))
+        layer = _TemplateLayer(x, self.net, out, get_layer_class(desc.get("class", "copy")), dict(desc, name=x))
+        self.net.layers[x] = layer
         return layer
 
     def _add_template(self, name, layer_class, **kwargs):
