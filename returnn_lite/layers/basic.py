@@ -184,7 +184,7 @@ class ActivationLayer(CopyLayer):
 def _sources_broadcast(name, sources, out_type=None, tf_broadcast=True, allow_broadcast_all=NotSpecified):
     """Common template of all sources (broadcasting), and their placeholders made compatible to it."""
     outputs = [s.output for s in sources]
-    if allow_broadcast_all is True:
+    if allow_broadcast_all is True or (allow_broadcast_all is NotSpecified and _only_features_differ(outputs)):
         common = _common_data_by_dims(outputs, "%s_output" % name)
         return common, [_compatible_by_dims(o, common) for o in outputs]
     common = Data.get_common_data(outputs, name="%s_output" % name)
@@ -202,6 +202,22 @@ def _sources_broadcast(name, sources, out_type=None, tf_broadcast=True, allow_br
         return common, [o.placeholder if o.batch_ndim == 0 or list(o.dims) == list(common.dims[n - o.batch_ndim:])
                         else o.copy_compatible_to(common).placeholder for o in outputs]
     return common, [o.copy_compatible_to(common).placeholder for o in outputs]
+
+
+def _only_features_differ(outputs):
+    """
+    Sources whose feature dims differ in size (e.g. a linear with n_out 3 and data of dim 5) but whose other dims
+    are all dims of the largest source: the original broadcasts them against each other (the output has both
+    feature dims, [B,T,3,5]); any other mismatch stays an error.
+    """
+    if len(outputs) < 2 or any(o.feature_dim_axis is None or o.sparse for o in outputs):
+        return False
+    sizes = {o.dims[o.feature_dim_axis].dimension for o in outputs}
+    if None in sizes or 1 in sizes or len(sizes) < 2:  # a size-1 feature broadcasts along the other's
+        return False
+    base = max(outputs, key=lambda o: o.batch_ndim)
+    others = [d for o in outputs for i, d in enumerate(o.dims) if i != o.feature_dim_axis]
+    return all(d in base.dims for d in others)
 
 
 def _common_data_by_dims(outputs, name):
@@ -315,10 +331,12 @@ class CombineLayer(LayerBase):
                 return _apply_out_type(None, out_type, name)  # e.g. a constant condition: no sources needed
             raise ValueError("needs at least one source (an eval layer without sources needs an out_type "
                              "with the shape, e.g. {'shape': (), 'batch_dim_axis': None, 'dtype': 'bool'})")
-        if allow_broadcast_all_sources is True:
-            common = _common_data_by_dims([s.output for s in sources], "%s_output" % name)
+        outputs = [s.output for s in sources]
+        if allow_broadcast_all_sources is True or (
+                allow_broadcast_all_sources is NotSpecified and _only_features_differ(outputs)):
+            common = _common_data_by_dims(outputs, "%s_output" % name)
         else:
-            common = Data.get_common_data([s.output for s in sources], name="%s_output" % name)
+            common = Data.get_common_data(outputs, name="%s_output" % name)
         if any(s.output.dtype != sources[0].output.dtype for s in sources) and kind != "eval":
             dtypes = sorted({s.output.dtype for s in sources})
             common.dtype = "float32" if "float32" in dtypes else dtypes[0]

@@ -382,7 +382,6 @@ class DotLayer(LayerBase):
     """
 
     layer_class = "dot"
-    unsupported_options = {"debug": (False, None)}
 
     def __init__(self, reduce=NotSpecified, red1=NotSpecified, red2=NotSpecified, var1=NotSpecified,
                  var2=NotSpecified, add_var2_if_empty=NotSpecified, debug=False, use_mask=True, **kwargs):
@@ -399,6 +398,10 @@ class DotLayer(LayerBase):
             xa = a.copy_masked(0.0, axes=dyn_a).placeholder
         elif dyn_b:
             xb = b.copy_masked(0.0, axes=dyn_b).placeholder
+        if debug:  # as the original: only a print of the operands' shapes when run (to stderr)
+            print_op = tf.print("dot layer %r: einsum %s, shapes" % (self.name, spec), tf.shape(xa), tf.shape(xb))
+            with tf.control_dependencies([print_op]):
+                xa = tf.identity(xa)
         y = tf.einsum(spec, xa, xb)
         if added:
             y = tf.expand_dims(y, -1)

@@ -239,3 +239,38 @@ def test_top_k_over_time_moves_k_last():
     xt = x.transpose(0, 2, 1)
     np.testing.assert_allclose(v, -np.sort(-xt, axis=-1)[..., :2], rtol=1e-6)
     np.testing.assert_array_equal(i, np.argsort(-xt, axis=-1)[..., :2])
+
+
+def test_dot_debug_prints_and_computes_the_same(capfd):
+    x = RNG.randn(3, 7, 4).astype("float32")
+    out = {}
+    for debug in (False, True):
+        with tf.Graph().as_default():
+            net = _net({"data": {"dim": 4}}, {"output": {"class": "dot", "from": ["data", "data"], "red1": "F",
+                                                         "red2": "F", "var1": "T", "var2": "T", "debug": debug}})
+            out[debug] = _run(net, net.get_layer("output").output.placeholder, data=x)
+    np.testing.assert_allclose(out[True], out[False])
+    ref = np.einsum("btf,bsf->bts", x, x)
+    for b, n in enumerate(LENS):
+        np.testing.assert_allclose(out[False][b, :n, :n], ref[b, :n, :n], rtol=1e-4, atol=1e-5)
+    assert "dot layer 'output'" in capfd.readouterr().err
+
+
+def test_combine_of_different_feature_dims_broadcasts_both():
+    # a linear with n_out 3 and the data of dim 5: the output has both feature dims [B,T,3,5]
+    x = RNG.randn(3, 7, 5).astype("float32")
+    net = _net({"data": {"dim": 5}}, {"lin": {"class": "linear", "from": "data", "n_out": 3},
+                                      "output": {"class": "combine", "kind": "add", "from": ["lin", "data"]}})
+    out = net.get_layer("output").output
+    assert out.batch_shape == (None, None, 3, 5) and out.dim == 5
+    y, lin = _run(net, [out.placeholder, net.get_layer("lin").output.placeholder], data=x)
+    np.testing.assert_allclose(y, lin[..., :, None] + x[..., None, :], rtol=1e-5, atol=1e-6)
+
+
+def test_combine_mismatch_beyond_features_stays_an_error():
+    with pytest.raises(NetworkLayerException, match="bad"):
+        _net({"data": {"dim": 6}}, {
+            "a": {"class": "split_dims", "axis": "F", "dims": (2, 3), "from": "data"},
+            "b": {"class": "split_dims", "axis": "F", "dims": (3, 2), "from": "data"},
+            "bad": {"class": "combine", "kind": "add", "from": ["a", "b"]},
+            "output": {"class": "copy", "from": "bad"}})
