@@ -149,7 +149,13 @@ class SubnetworkLayer(LayerBase):
                     own[str(i)] = data
                     own.setdefault(src.name, data)
                 own["data"] = own["0"]
-        subnet = Subnetwork(network, name, net_dict=d["subnetwork"], own_data=own, parent_get_layer=get_layer)
+        ns = d.get("name_scope")  # the option name_scope: the sub layers' params go there ("" = the parent's scope)
+        scope = None
+        if ns is not None:
+            scope = ns[1:] if ns.startswith("/") else network.get_absolute_name_scope_prefix() + ns
+            scope = scope + "/" if scope and not scope.endswith("/") else scope
+        subnet = Subnetwork(network, name, net_dict=d["subnetwork"], own_data=own, parent_get_layer=get_layer,
+                            name_scope_prefix=scope)
         subnet.construct_from_dict(d["subnetwork"])
         d["subnetwork"] = subnet
 
@@ -191,7 +197,8 @@ class SubnetworkLayer(LayerBase):
 class CondLayer(LayerBase):
     """
     tf.cond on a scalar bool ``condition`` between ``true_layer`` and ``false_layer`` (names or layer dicts;
-    dicts are built as sub layers ``<name>/condition``, ``<name>/true_layer``, ``<name>/false_layer``).
+    dicts are built as sub layers ``<name>/condition``, ``<name>/true_layer``, ``<name>/false_layer``, their params
+    in the scope of the cond layer itself: ``<name>/W``, or ``<name>/lin/W`` for a subnetwork branch with ``lin``).
     :param condition: layer (dict or name) with a scalar bool
     :param true_layer: layer (dict or name) giving the output when condition is true
     :param false_layer: layer (dict or name) giving the output when condition is false
@@ -271,6 +278,8 @@ class CondLayer(LayerBase):
                 if extra is None:
                     extra = Subnetwork(network, name, fallback_to_parent=True, parent_get_layer=get_layer)
                 desc = d[key]
+                if "name_scope" not in desc:  # params in the cond layer's own scope (cond/W, cond/lin/W), as the
+                    desc = dict(desc, name_scope="")  # original, which builds each branch under the cond's name
                 d[key] = extra.construct_layer({key: desc}, key)
                 if key != "condition":  # built again inside tf.cond (see _branch_fn)
                     d[key]._cond_rebuild = (key, desc, get_layer)

@@ -116,6 +116,30 @@ def test_cond_selects_branch():
             np.testing.assert_allclose(y, x + 1.0 if flag else x)
 
 
+
+@pytest.mark.parametrize("branch,names", [
+    ({"class": "linear", "from": "data", "n_out": 5}, ["cond/W", "cond/b"]),
+    ({"class": "subnetwork", "from": [], "subnetwork": {
+        "lin": {"class": "linear", "from": "base:data:data", "n_out": 5},
+        "output": {"class": "copy", "from": "lin"}}}, ["cond/lin/W", "cond/lin/b"]),
+])
+def test_cond_branch_params_in_the_cond_scope(branch, names):
+    # the original builds each branch under the cond layer's own name: cond/W, cond/lin/W (not cond/true_layer/...)
+    with tf.Graph().as_default():
+        net = _build({
+            "c": {"class": "constant", "value": True, "dtype": "bool", "from": []},
+            "cond": {"class": "cond", "from": [], "condition": "c", "true_layer": branch,
+                     "false_layer": {"class": "copy", "from": "data"}},
+            "output": {"class": "copy", "from": "cond"}})
+        assert [n for n, _ in _params(net)] == names
+        feed = _feed(net)
+        with tf1.Session() as session:
+            net.initialize_params(session)
+            y, (w, b) = session.run([net.get_layer("output").output.placeholder,
+                                     [p for p in sorted(net.get_params_list(), key=lambda p: p.op.name)]], feed)
+        x = feed[net.extern_data.get_data("data").placeholder]
+        np.testing.assert_allclose(y, x @ w + b, rtol=1e-5, atol=1e-6)
+
 def test_hdf_dump_read_back(tmp_path):
     filename = str(tmp_path / "dump.hdf")
     with tf.Graph().as_default():
