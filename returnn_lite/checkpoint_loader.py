@@ -149,7 +149,8 @@ class CustomCheckpointLoader:
     def __init__(self, filename, saveable_params, params_prefix="", load_if_prefix="", ignore_missing=False,
                  ignore_params=(), ignore_params_prefixes=(), var_name_mapping=None, network=None):
         self.filename, self.reader = open_checkpoint(filename)
-        self.params = list(saveable_params)
+        # params registered as not saveable (e.g. keep_over_epoch states) are neither in checkpoints nor loaded
+        self.params = [p for p in saveable_params if not getattr(p, "_returnn_lite_not_saveable", False)]
         self.params_prefix = params_prefix or ""
         self.load_if_prefix = load_if_prefix or ""
         self.ignore_missing = ignore_missing

@@ -588,7 +588,7 @@ class TFNetwork(NetworkAPIMixin):
         return None
 
     def get_num_params(self):
-        return int(sum(np.prod(p.shape.as_list()) for p in self.get_params_list()))
+        return int(sum(np.prod(p.shape.as_list()) for p in self.get_params_list() if p.shape.is_fully_defined()))
 
     def get_auxiliary_params(self):
         return [self.global_train_step] if self.global_train_step is not None else []
@@ -644,7 +644,7 @@ class TFNetwork(NetworkAPIMixin):
         return int(session.run(self.get_global_train_step_var()))
 
     def _saveable_dict(self):
-        d = {p.op.name: p for p in self.get_params_list()}
+        d = {p.op.name: p for p in self.get_params_list() if not getattr(p, "_returnn_lite_not_saveable", False)}
         if self.global_train_step is not None:
             d["global_step"] = self.global_train_step
         return d

@@ -255,7 +255,7 @@ class NetworkAPIMixin:
         return {p: p for p in self.get_params_list()}
 
     def get_saveable_params_list(self):
-        params = list(self.get_params_list())
+        params = [p for p in self.get_params_list() if not getattr(p, "_returnn_lite_not_saveable", False)]
         step = self.get_root_network().__dict__.get("_global_train_step_var")
         if step is not None:
             params.append(step)

@@ -56,8 +56,9 @@ def test_keep_over_epoch_continues_the_state(unit_opts):
     with tf.Graph().as_default():
         net = _net({"output": {"class": "rec", "unit": "rhn", "unit_opts": unit_opts, "n_out": 3, "from": "data",
                                "initial_state": "keep_over_epoch"}})
-        assert [v.op.name for v in net.get_params_list()].count("output/rec/keep_state_var") == 0  # not saved
-        assert "output/rec/keep_state_var" in [v.op.name for v in tf1.global_variables()]
+        # a param as in the original (shape [None, n]), but never saved (see test_keep_over_epoch_state_params)
+        assert [(v.op.name, v.shape.as_list()) for v in net.get_params_list()].count(
+            ("output/rec/keep_state_var", [None, 3])) == 1
         data = net.extern_data.data["data"]
         out = net.get_default_output_layer().output.copy_as_batch_major().placeholder
         post = net.get_post_control_dependencies()
@@ -147,3 +148,19 @@ def test_keep_over_epoch_other_batch_size_starts_from_zeros():
             small = run(1, x[:2])  # a smaller batch: no kept state of that size
             fresh = run(0, x[:2])
     assert numpy.allclose(small, fresh, atol=1e-6)
+
+
+def test_keep_over_epoch_state_params_are_listed_but_not_saved(tmp_path):
+    # LSTM: rec/keep_state_c and rec/keep_state_h (the original's state variables); save and load skip them
+    with tf.Graph().as_default():
+        net = _net({"output": {"class": "rec", "unit": "lstm", "n_out": 3, "from": "data",
+                               "initial_state": "keep_over_epoch"}})
+        params = {v.op.name: v.shape.as_list() for v in net.get_params_list()}
+        assert params["output/rec/keep_state_c"] == [None, 3] and params["output/rec/keep_state_h"] == [None, 3]
+        assert {v.op.name for v in net.get_trainable_params()} == {"output/rec/W", "output/rec/W_re", "output/rec/b"}
+        with tf1.Session() as session:
+            net.initialize_params(session)
+            net.save_params_to_file(str(tmp_path / "model"), session)
+            net.load_params_from_file(str(tmp_path / "model"), session)
+    names = {n for n, _ in tf.train.list_variables(str(tmp_path / "model"))}
+    assert "output/rec/keep_state_c" not in names and "output/rec/W" in names

@@ -92,7 +92,8 @@ class CheckpointSaver:
         self._keys = None
 
     def _var_dict(self):
-        d = {p.op.name: p for p in self.network.get_params_list()}
+        d = {p.op.name: p for p in self.network.get_params_list()
+             if not getattr(p, "_returnn_lite_not_saveable", False)}  # e.g. keep_over_epoch states
         d["global_step"] = self.network.get_global_train_step_var()
         for v in self.extra_vars:
             d.setdefault(v.op.name, v)

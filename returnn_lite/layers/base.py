@@ -28,6 +28,11 @@ def register_layer_class(cls, name=None):
     return layer_registry.register(name or cls.layer_class, cls)
 
 
+def is_saveable_param(var):
+    """False for params registered with add_param(saveable=False) (e.g. the keep_over_epoch state variables)."""
+    return not getattr(var, "_returnn_lite_not_saveable", False)
+
+
 def get_layer_class(name):
     """
     :param str name: layer_class, e.g. "linear"
@@ -375,6 +380,9 @@ class LayerBase:
             return self._param_in_training(param)
         key = name[len(prefix):] if name.startswith(prefix) else name.split("/")[-1]
         self.params[key] = param
+        if saveable is False:  # a param of the network (get_params_list) that is neither saved nor loaded
+            self.saveable_param_replace[param] = None
+            param._returnn_lite_not_saveable = True  # noqa: SLF001 (read by is_saveable_param, also by the loader)
         return self._param_in_training(param)
 
     def _param_in_training(self, param):

@@ -56,8 +56,8 @@ def _initial_cell_state(layer, cell, initial_state, batch_dim, var_prefix):
 
 def _keep_state(layer, var_name, key, dim, batch_dim, reset_at_epoch_start):
     """
-    initial_state "keep_over_epoch" (as the original): a non-trainable variable ``<layer>/<var_name>`` (not a param,
-    not saved) holds the last state of the previous run ([B, dim]); the initial state is zeros when
+    initial_state "keep_over_epoch" (as the original): a non-trainable variable ``<layer>/<var_name>`` (a param of
+    shape [None, dim], never saved nor loaded) holds the last state of the previous run ([B, dim]); the initial state is zeros when
     ``network.get_epoch_step()`` is 0 (the engine feeds the step within the epoch) or the batch size differs from
     the kept one, else that variable. "keep_over_epoch_no_init" never resets. The variable is assigned the final state
     after each run (:meth:`register_post_control_dependencies`, run with the train op and in evaluation).
@@ -75,6 +75,7 @@ def _keep_state(layer, var_name, key, dim, batch_dim, reset_at_epoch_start):
     finally:
         graph._set_control_flow_context(ctx)  # noqa: SLF001
     layer.__dict__.setdefault("_keep_state_vars", {})[key] = var
+    layer.add_param(var, saveable=False)  # the original lists it as a param (e.g. rec/keep_state_c), never saved
     if reset_at_epoch_start:
         # zeros at the first step of an epoch, and also where the batch size changed (e.g. the last, smaller batch
         # of an epoch; the original fails there with a shape error)
