@@ -294,3 +294,25 @@ def test_reduce_over_time_of_prev_attention_weights_in_unit():
     for b, n in enumerate(LENS):
         np.testing.assert_allclose(m[b, 0], 0.0, atol=1e-6)  # prev:att_weights initially zeros
         np.testing.assert_allclose(m[b, 1:n, 0], a[b, :n - 1, :n, 0].max(axis=-1), rtol=1e-5)
+
+
+@pytest.mark.parametrize("initial_state", [None, "var"])
+def test_zoneoutlstm_cell_in_a_rec_loop(initial_state):
+    # the state dims of the zoneout LSTM inside a loop (the loop's initial state) need no LSTMCell-only option
+    # (was: KeyError 'num_proj'); its unit_opts are the two zoneout factors (as the original)
+    cell = {"class": "rnn_cell", "unit": "zoneoutlstm", "n_out": 4, "from": ["data:source", "prev:s"],
+            "unit_opts": {"zoneout_factor_cell": 0.1, "zoneout_factor_output": 0.05}}
+    if initial_state:
+        cell["initial_state"] = initial_state
+    with tf.Graph().as_default():
+        net = _build({"output": {"class": "rec", "from": "data", "unit": {
+            "s": cell, "output": {"class": "copy", "from": "s"}}}})
+        names = [n for n, _ in _params(net)]
+        assert "output/rec/s/rec/lstm_cell/kernel" in names
+        assert ("output/rec/s/initial_c" in names) == (initial_state == "var")
+        y = _run(net, net.get_layer("output").output.placeholder)
+        assert y.shape == (7, 3, 4) and np.isfinite(y).all()
+    with tf.Graph().as_default():
+        with pytest.raises(Exception, match="num_proj"):
+            _build({"output": {"class": "rec", "unit": "zoneoutlstm", "n_out": 4, "from": "data",
+                               "unit_opts": {"num_proj": 2}}})

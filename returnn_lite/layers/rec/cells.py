@@ -169,7 +169,7 @@ class LSTMCell(_KernelCell):
 
     @property
     def n_rec(self):
-        return self.opts["num_proj"] or self.n_out
+        return self.opts.get("num_proj") or self.n_out  # (a subclass' opts may lack it, e.g. ZoneoutLSTMCell)
 
     @classmethod
     def get_output_dim(cls, n_out, unit_opts=None):
@@ -259,6 +259,10 @@ class ZoneoutLSTMCell(LSTMCell):
     default_opts = {"zoneout_factor_cell": 0.0, "zoneout_factor_output": 0.0}
 
     def __init__(self, layer, n_in, n_out, param_prefix="rec/", **opts):
+        unknown = set(opts) - set(self.default_opts)
+        if unknown:  # the original's ZoneoutLSTMCell takes only the two zoneout factors
+            raise TypeError("ZoneoutLSTMCell: unknown unit_opts %s; known: %s" % (
+                sorted(unknown), sorted(self.default_opts)))
         zo = {k: opts.pop(k) for k in list(opts) if k in self.default_opts}
         self.opts = dict(LSTMCell.default_opts)
         self.layer, self.n_in, self.n_out = layer, n_in, n_out
