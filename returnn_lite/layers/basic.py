@@ -405,14 +405,33 @@ def _run_eval(code, layer, xs, eval_locals=None):
             out = out.copy_as_batch_major()
         return out if as_data else out.placeholder
 
-    if callable(code):
-        res = code(source=source, self=layer, **(eval_locals or {}))
+    if callable(code):  # as the original: called with the eval namespace as keyword args (tf, the TF util helpers,
+        from ..compat.eval_namespace import get_eval_namespace  # source, self, eval_locals)
+
+        ns = get_eval_namespace()
+        ns.pop("__builtins__", None)
+        ns.update({"source": source, "self": layer})
+        ns.update(eval_locals or {})
+        res = code(**_kwargs_for(code, ns))
     else:
         res = _eval_str(code, layer, source, eval_locals)
     if used != set(range(len(xs))):  # as the original: every source must be used
         raise ValueError("eval layer %r: sources %s are not used by eval %r" % (
             layer.name, sorted(set(range(len(xs))) - used), code))
     return res
+
+
+def _kwargs_for(func, namespace):
+    """All names for a function taking **kwargs; else only those it names (a lambda source, self, k: ...)."""
+    import inspect
+
+    try:
+        params = inspect.signature(func).parameters
+    except (TypeError, ValueError):  # e.g. a builtin: all names
+        return namespace
+    if any(p.kind == inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return namespace
+    return {k: v for k, v in namespace.items() if k in params}
 
 
 def _eval_str(code, layer, source, eval_locals):

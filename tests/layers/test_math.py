@@ -274,3 +274,18 @@ def test_combine_mismatch_beyond_features_stays_an_error():
             "b": {"class": "split_dims", "axis": "F", "dims": (3, 2), "from": "data"},
             "bad": {"class": "combine", "kind": "add", "from": ["a", "b"]},
             "output": {"class": "copy", "from": "bad"}})
+
+
+def test_eval_given_as_a_function_gets_the_eval_namespace():
+    # as the original: the function is called with the eval namespace as keyword args (tf, the TF util helpers such
+    # as safe_log, source, self, eval_locals)
+    x = np.abs(RNG.randn(3, 7, 5)).astype("float32") + 0.1
+
+    def log_scaled(source, tf, safe_log, self, scale, **_kwargs):
+        assert self.name == "output"
+        return safe_log(source(0)) * tf.constant(scale)
+
+    net = _net({"data": {"dim": 5}}, {"output": {"class": "eval", "from": "data", "eval": log_scaled,
+                                                 "eval_locals": {"scale": 2.0}}})
+    y = _run(net, net.get_layer("output").output.placeholder, data=x)
+    np.testing.assert_allclose(y, 2.0 * np.log(x), rtol=1e-5)
