@@ -906,14 +906,13 @@ class Engine:
             layer = self.network.get_default_output_layer()
         self.data_keys = sorted(self.network.get_used_data_keys())
         self._check_dataset_keys(dataset)
-        out = layer.output.copy_as_batch_major()
-        x = out.placeholder
-        if out.have_time_axis():
-            out = out.copy_with_time_dim_axis(1) if out.time_dim_axis != 1 else out
-            x = out.placeholder
-            seq_lens = out.get_sequence_lengths()
-        else:  # one frame per seq
-            with self.graph.as_default():
+        with self.graph.as_default():  # the layout copies add ops (e.g. the transpose of time-major outputs)
+            out = layer.output.copy_as_batch_major()
+            if out.have_time_axis():
+                out = out.copy_with_time_dim_axis(1) if out.time_dim_axis != 1 else out
+                x = out.placeholder
+                seq_lens = out.get_sequence_lengths()
+            else:  # one frame per seq
                 x = tf.expand_dims(out.placeholder, 1)
                 seq_lens = tf.ones([tf.shape(x)[0]], dtype=tf.int32)
         ndim = x.shape.rank - 1
