@@ -5,7 +5,8 @@ Their contract is that a run prints nothing on stderr but its own lines (an erro
 logging is filtered by ``TF_CPP_MIN_LOG_LEVEL`` (0 all, 1 no INFO, 2 no WARNING, 3 no ERROR); where the user has
 not set it, the tools use 3. Some lines are printed while ``import tensorflow`` loads its libraries, before TF reads
 that level (absl's "All log messages before absl::InitializeLog() ..." and the oneDNN INFO notice):
-:func:`import_tensorflow` drops those that are below the level, and passes everything else on to stderr.
+:func:`import_tensorflow` drops those that are below the level, and passes everything else on to stderr. TF's
+Python logger (deprecation warnings) gets the same level (2: errors only, 3: none).
 A user who sets ``TF_CPP_MIN_LOG_LEVEL=0`` sees all of them.
 """
 
@@ -62,10 +63,20 @@ def filter_import_lines(text, level):
 
 
 def import_tensorflow():
-    """``import tensorflow`` with the import-time lines below ``TF_CPP_MIN_LOG_LEVEL`` left out; returns the module."""
+    """
+    ``import tensorflow`` with the import-time lines below ``TF_CPP_MIN_LOG_LEVEL`` left out, and TF's Python logger
+    (deprecation warnings) at the same level; returns the module.
+    """
     if "tensorflow" in sys.modules:
         return sys.modules["tensorflow"]
     level = _level(os.environ.get(ENV_LEVEL))
+    tensorflow = _import_filtered(level)
+    if level >= 2:
+        tensorflow.get_logger().setLevel("ERROR" if level == 2 else "CRITICAL")
+    return tensorflow
+
+
+def _import_filtered(level):
     if level <= 0:
         import tensorflow
 
