@@ -117,6 +117,16 @@ def test_rnn_error_is_exactly_one_stderr_line_without_tf_logs(tmp_path):
         "%s.NNN.index)" % (tmp_path / "none")], proc.stderr
 
 
+def test_checkpoint_tool_error_is_exactly_one_stderr_line(tmp_path):
+    missing = str(tmp_path / "missing.003")
+    proc = subprocess.run([sys.executable, "-m", "returnn_lite.checkpoint_tool", "inspect", missing],
+                          capture_output=True, text=True, env=_user_env(), timeout=300)
+    assert proc.returncode == 2
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("returnn-lite-checkpoint inspect: error: ") and missing in lines[0], \
+        proc.stderr
+
+
 def test_user_log_level_is_kept(tmp_path):
     """TF_CPP_MIN_LOG_LEVEL=0 (asked for TF's logging): whatever TF prints at import passes."""
     code = ("import sys; from returnn_lite.tf_startup import configure_cli_log_level, import_tensorflow; "

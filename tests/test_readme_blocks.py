@@ -32,10 +32,11 @@ SKIPPED = {  # a substring of the block -> why it does not run here
     'pip install -e ".[test]" && python -m pytest tests': "pip install and the whole test suite",
     "TF_CONFIG=": "two machines (host0, host1) and a placeholder CONFIG",
 }
-_FEW_12AX = "\"{'class': 'Task12AXDataset', 'num_seqs': 60}\""
+_FEW_12AX = "++train \"{'class': 'Task12AXDataset', 'num_seqs': 60}\" ++dev \"{'class': 'Task12AXDataset', " \
+    "'num_seqs': 10, 'fixed_random_seed': 1}\""
 SHORTENED = {  # config -> arguments appended to its training commands (no ++task)
-    "configs/12ax_lstm.config": "++start_epoch 3 ++train " + _FEW_12AX,
-    "configs/12ax_rf_lstm.config": "++start_epoch 5 ++train " + _FEW_12AX,
+    "configs/12ax_lstm.config": "++start_epoch 3 " + _FEW_12AX,
+    "configs/12ax_rf_lstm.config": "++start_epoch 5 " + _FEW_12AX,
     "configs/attention_copy.config": "++start_epoch 12",
 }
 NEEDS = {  # a substring of the block -> commands run before it (once per session, in the shared $USER)
