@@ -8,10 +8,7 @@ Errors in the setup (config, datasets, network, model files) print one clear mes
 
 from __future__ import annotations
 
-import os
 import sys
-
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 USAGE = """usage: rnn.py [--debug] CONFIG [CONFIG ...] [++key value ...]
 
@@ -62,6 +59,10 @@ def main(argv=None):
         print("rnn.py: error: no config file given\n%s" % USAGE, file=sys.stderr)
         return 2
 
+    from .tf_startup import configure_cli_log_level, import_tensorflow
+
+    configure_cli_log_level()
+    import_tensorflow()  # first, so that its import-time log lines are filtered
     from .config import Config, ConfigError, global_config_ctx
 
     try:
@@ -101,11 +102,12 @@ def _verbosity(config):
 
 
 def _expected_errors():
+    from .config import ConfigError
     from .datasets import DatasetError
     from .engine import EngineError, LearningRateFileError, UpdaterError
     from .network import NetworkError
 
-    return (DatasetError, EngineError, UpdaterError, NetworkError, LearningRateFileError)
+    return (ConfigError, DatasetError, EngineError, UpdaterError, NetworkError, LearningRateFileError)
 
 
 def _run(config, debug=False):

@@ -17,10 +17,34 @@ import sys
 import numpy as np
 
 from . import param_conversion as pc
-from .checkpoint_files import _GLOBAL_NAMES, Checkpoint, ToolError, write_checkpoint
-from .checkpoint_loader import CheckpointError, CustomCheckpointLoader, DictCheckpoint
 
 PROG = "returnn-lite-checkpoint"
+
+# Names from the modules that import TensorFlow: bound into this module on first use (by main after parsing the
+# arguments, so that --help does not load TF; by imports from outside through __getattr__).
+_TF_MODULE_NAMES = {
+    "checkpoint_files": ("_GLOBAL_NAMES", "Checkpoint", "ToolError", "write_checkpoint"),
+    "checkpoint_loader": ("CheckpointError", "CustomCheckpointLoader", "DictCheckpoint"),
+}
+
+
+def _import_tf_modules():
+    import importlib
+
+    from .tf_startup import import_tensorflow
+
+    import_tensorflow()  # first: its import-time log lines are filtered
+    for module_name, names in _TF_MODULE_NAMES.items():
+        module = importlib.import_module("%s.%s" % (__package__, module_name))
+        for name in names:
+            globals()[name] = getattr(module, name)
+
+
+def __getattr__(name):
+    if any(name in names for names in _TF_MODULE_NAMES.values()):
+        _import_tf_modules()
+        return globals()[name]
+    raise AttributeError("module %r has no attribute %r" % (__name__, name))
 
 
 # ---- network from a config ----
@@ -36,6 +60,7 @@ def network_from_config(config_file, overrides=(), native_ops=False, search=Fals
     """
     from . import native_op
 
+    _import_tf_modules()
     import tensorflow as tf
 
     old = os.environ.get(native_op.ENV_MODE)
@@ -418,7 +443,10 @@ def make_parser():
 def main(argv=None, out=None):
     out = out or sys.stdout
     args = make_parser().parse_args(argv)
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    from .tf_startup import configure_cli_log_level
+
+    configure_cli_log_level()
+    _import_tf_modules()
     from .config import ConfigError
     from .engine.engine import EngineError
 

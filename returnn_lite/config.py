@@ -44,6 +44,13 @@ def _parse_bool_str(key, value):
     raise ConfigError("config value %r: cannot interpret %r as bool" % (key, value))
 
 
+# keys that only take numbers: a ++key value that is not one fails at once (other keys fail when read as a number)
+_NUMBER_KEYS = frozenset([
+    "num_epochs", "batch_size", "max_seqs", "learning_rate", "log_verbosity", "save_interval", "forward_batch_size",
+    "accum_grad_multiple_step", "gradient_clip", "gradient_clip_global_norm", "gradient_noise", "prefetch_batches",
+    "learning_rate_warmup_steps", "min_learning_rate", "newbob_learning_rate_decay", "num_inputs", "num_outputs"])
+
+
 def _parse_literal(value):
     """Python literal where possible (``5``, ``0.1``, ``[1,2]``, ``None``), else the string itself."""
     try:
@@ -63,6 +70,7 @@ class Config:
         self.dict = {}  # key -> list[str]
         self.typed_dict = {}  # key -> object; also the exec namespace of Python configs
         self.files = []
+        self.cmd_line_args = {}  # key -> the value string of a ++key value override (for error messages)
         if items:
             self.update(items)
 
@@ -203,11 +211,14 @@ class Config:
                 i += 1
             if not key:
                 raise ConfigError("command line: empty key in %r" % arg)
+            self.cmd_line_args[key] = value
             self._set_from_string(key, value)
         return rest
 
     def _set_from_string(self, key, value):
         old = self.typed_dict.get(key)
+        if key in _NUMBER_KEYS and isinstance(_parse_literal(value), str) and not isinstance(old, str):
+            raise ConfigError("command line: ++%s %s: %r must be a number" % (key, value, key))
         if isinstance(old, bool):
             parsed = _parse_bool_str(key, value)
         elif isinstance(old, str):
@@ -285,31 +296,43 @@ class Config:
             raise ConfigError("config value %r should be of type %s, got %r" % (key, type_.__name__, value))
         return value
 
+    def _bad_value(self, key, value, kind):
+        where = ""
+        if key in getattr(self, "cmd_line_args", {}):
+            where = " (given on the command line: ++%s %s)" % (key, self.cmd_line_args[key])
+        return ConfigError("config value %r: cannot interpret %r as %s%s" % (key, value, kind, where))
+
     def int(self, key, default=None, index=None):
         if key in self.typed_dict:
             value = self.typed_value(key, default, index=index)
-            if isinstance(value, str):
-                value = float(value)  # "5" or "5.0"
-            return None if value is None else int(value)
+            try:
+                if isinstance(value, str):
+                    value = float(value)  # "5" or "5.0"
+                return None if value is None else int(value)
+            except (TypeError, ValueError, OverflowError):
+                raise self._bad_value(key, value, "int") from None
         value = self.value(key, None, index=index)
         if value is None:
             return default
         try:
             return int(float(value))
-        except ValueError as exc:
-            raise ConfigError("config value %r: cannot interpret %r as int" % (key, value)) from exc
+        except (ValueError, OverflowError):
+            raise self._bad_value(key, value, "int") from None
 
     def float(self, key, default=None, index=None):
         if key in self.typed_dict:
             value = self.typed_value(key, default, index=index)
-            return None if value is None else float(value)
+            try:
+                return None if value is None else float(value)
+            except (TypeError, ValueError):
+                raise self._bad_value(key, value, "float") from None
         value = self.value(key, None, index=index)
         if value is None:
             return default
         try:
             return float(value)
-        except ValueError as exc:
-            raise ConfigError("config value %r: cannot interpret %r as float" % (key, value)) from exc
+        except ValueError:
+            raise self._bad_value(key, value, "float") from None
 
     def bool(self, key, default=None, index=None):
         if key in self.typed_dict:
@@ -340,11 +363,17 @@ class Config:
 
     def int_list(self, key, default=None):
         values = self.list(key, None)
-        return default if values is None else [int(v) for v in values]
+        try:
+            return default if values is None else [int(v) for v in values]
+        except (TypeError, ValueError):
+            raise self._bad_value(key, values, "a list of ints") from None
 
     def float_list(self, key, default=None):
         values = self.list(key, None)
-        return default if values is None else [float(v) for v in values]
+        try:
+            return default if values is None else [float(v) for v in values]
+        except (TypeError, ValueError):
+            raise self._bad_value(key, values, "a list of floats") from None
 
     def int_pair(self, key, default=None):
         """``(a, b)`` from a typed pair, a typed int (``(a, a)``), or a string ``"a:b"`` / ``"a"``."""

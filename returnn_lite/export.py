@@ -22,12 +22,18 @@ import os
 import shutil
 import sys
 
-import tensorflow as tf
-
-from .checkpoint_loader import CheckpointError
-
-tf1 = tf.compat.v1
 PROG = "returnn-lite-export"
+tf = tf1 = CheckpointError = None  # bound by _import_tf on first use: --help does not load TensorFlow
+
+
+def _import_tf():
+    global tf, tf1, CheckpointError
+    if tf is None:
+        from .tf_startup import import_tensorflow
+
+        tf = import_tensorflow()  # first: its import-time log lines are filtered
+        tf1 = tf.compat.v1
+        from .checkpoint_loader import CheckpointError
 
 
 class ExportError(Exception):
@@ -118,6 +124,7 @@ def build_frozen_graph(config_file, checkpoint, output_layer=None, search=False,
     """
     from .checkpoint_tool import network_from_config
 
+    _import_tf()
     engine = network_from_config(config_file, native_ops=native_ops, search=search, ref_variables=True)
     try:
         network = engine.network
@@ -167,6 +174,7 @@ def write_graph(graph_def, names, path):
 
 def write_saved_model(graph_def, names, directory):
     """SavedModel (serving signature features + lengths -> output + output_lengths); written to a temp dir first."""
+    _import_tf()
     directory = os.path.abspath(directory)
     tmp = directory + ".tmp%i" % os.getpid()
     if os.path.exists(tmp):
@@ -218,6 +226,10 @@ def main(argv=None, out=None):
     if not args.graph and not args.saved_model:
         print("%s: error: nothing to write: give --graph and/or --saved-model" % PROG, file=sys.stderr)
         return 2
+    from .tf_startup import configure_cli_log_level
+
+    configure_cli_log_level()
+    _import_tf()
     from .config import ConfigError
     from .engine.engine import EngineError
 

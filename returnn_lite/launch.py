@@ -20,6 +20,8 @@ import sys
 import threading
 import time
 
+from .tf_startup import ENV_LEVEL, user_log_level
+
 USAGE = """usage: python -m returnn_lite.launch --workers N [--timeout SECONDS] CONFIG [CONFIG ...] [++key value ...]
 
 Starts N local worker processes (loopback ports, TF_CONFIG each) of a distributed training
@@ -47,7 +49,8 @@ def free_ports(n, host="127.0.0.1"):
 def worker_env(workers, rank, base=None):
     env = dict(os.environ if base is None else base)
     env["TF_CONFIG"] = json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": rank}})
-    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    if base is None and user_log_level() is None:  # the workers use the CLI's default (tf_startup.py)
+        env.pop(ENV_LEVEL, None)
     env["PYTHONUNBUFFERED"] = "1"
     return env
 

@@ -230,7 +230,9 @@ def test_example_configs_run_one_tiny_epoch(tmp_path, capsys, name):
     config = Config()
     config.load_file(os.path.join(REPO, "configs", name))
     for key in ("train", "dev"):
-        config.set(key, dict(config.typed_value(key), num_seqs=4))
+        opts = config.typed_value(key)
+        few = {"data": opts["data"][:4]} if opts["class"] == "StaticDataset" else {"num_seqs": 4}
+        config.set(key, dict(opts, **few))
     config.update({"num_epochs": 1, "model": str(tmp_path / "model"), "learning_rate_file": str(tmp_path / "lr"),
                    "log_verbosity": 3})
     Engine(config).run()

@@ -35,6 +35,7 @@ from .checks import first_line
 from .learning_rate_control import (commit_pending_file, discard_pending_file, load_learning_rate_control_from_config,
                                     recover_pending_file)
 from .progress import Log, ProgressLine, hms
+from .resume_notices import print_notice, superseded_override_notices
 from .updater import Updater
 
 tf1 = tf.compat.v1
@@ -589,7 +590,7 @@ class Engine:
             epoch_model = (None if is_train else load_epoch, load)
         elif existing and not (load_epoch > 0 and not is_train):
             epoch_model = sorted(existing.items())[-1]
-            if load:
+            if load and "load" not in getattr(config, "cmd_line_args", ()):  # else: resume_notices.py
                 self.log.v4("note: ignoring 'load' %r because of the existing model %r" % (load, epoch_model[1]))
         elif is_train and import_epoch1 and start_epoch in (None, 1):
             epoch_model = (0, import_epoch1)
@@ -679,7 +680,7 @@ class Engine:
             self.log.v4("note: completed the learning-rate file of the last checkpoint (the run was killed after "
                         "saving it)")
         self.learning_rate_control = load_learning_rate_control_from_config(self.config)
-        self._notice_overridden_learning_rate(start_epoch)
+        self._notice_superseded_overrides(start_epoch, epoch_model)
         self._build_graph(self._get_net_dict(start_epoch), self.train_data, train=True)
         self._load_model(epoch_model, train=True)
         for dataset in [self.train_data] + list(self.eval_datasets.values()):  # before the first step
@@ -708,23 +709,10 @@ class Engine:
             if problem:
                 raise EngineError(problem + "; nothing was trained")
 
-    def _notice_overridden_learning_rate(self, start_epoch):
-        """A command-line ++learning_rate(s) that the saved learning-rate state overrides on resume: one notice."""
-        overridden = getattr(self.config, "cmd_line_keys", None) or ()
-        lrc = self.learning_rate_control
-        if start_epoch <= 1 or not lrc.epoch_data:
-            return
-        for key in ("learning_rate", "learning_rates"):
-            if key not in overridden:
-                continue
-            used = lrc.get_learning_rate_for_epoch(start_epoch)
-            given = self.config.typed_value(key)
-            wanted = _rate_for_epoch(given, start_epoch) if key == "learning_rates" else self.config.float(key, 0.0)
-            if wanted is None or used == wanted:
-                continue
-            self.log.v1("notice: ++%s %s is not used: resuming after epoch %i, the learning-rate file %r continues "
-                        "with learning rate %s for epoch %i (delete the file or set learning_rates per epoch in the "
-                        "file to change it)" % (key, given, start_epoch - 1, lrc.filename, used, start_epoch))
+    def _notice_superseded_overrides(self, start_epoch, epoch_model):
+        """On resume: one notice per ++key value that the saved state overrides (resume_notices.py)."""
+        for text in superseded_override_notices(self, start_epoch, epoch_model):
+            print_notice(self.log, text)
 
     def _maybe_update_network(self, epoch):
         if not callable(self.config.typed_value("get_network", None)) and not getattr(self, "_pretrain", None):
@@ -906,14 +894,13 @@ class Engine:
             layer = self.network.get_default_output_layer()
         self.data_keys = sorted(self.network.get_used_data_keys())
         self._check_dataset_keys(dataset)
-        out = layer.output.copy_as_batch_major()
-        x = out.placeholder
-        if out.have_time_axis():
-            out = out.copy_with_time_dim_axis(1) if out.time_dim_axis != 1 else out
-            x = out.placeholder
-            seq_lens = out.get_sequence_lengths()
-        else:  # one frame per seq
-            with self.graph.as_default():
+        with self.graph.as_default():  # the layout copies add ops (e.g. the transpose of time-major outputs)
+            out = layer.output.copy_as_batch_major()
+            if out.have_time_axis():
+                out = out.copy_with_time_dim_axis(1) if out.time_dim_axis != 1 else out
+                x = out.placeholder
+                seq_lens = out.get_sequence_lengths()
+            else:  # one frame per seq
                 x = tf.expand_dims(out.placeholder, 1)
                 seq_lens = tf.ones([tf.shape(x)[0]], dtype=tf.int32)
         ndim = x.shape.rank - 1
@@ -935,18 +922,6 @@ class Engine:
             raise
         writer.close()
         self.log.v1("forward: wrote %i seqs of layer %r to %s" % (n, layer.name, output_file))
-
-
-def _rate_for_epoch(rates, epoch):
-    """``learning_rates`` (list: first epochs, then the last one; dict: epoch -> rate) for one epoch, or None."""
-    try:
-        if isinstance(rates, dict):
-            return float(rates[epoch]) if epoch in rates else None
-        if isinstance(rates, (list, tuple)) and rates:
-            return float(rates[min(epoch, len(rates)) - 1])
-    except (TypeError, ValueError):
-        return None
-    return None
 
 
 def _scalar(score):
