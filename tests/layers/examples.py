@@ -6,6 +6,7 @@ Special keys: ``_net`` (helper layers the example needs), ``_search`` (build the
 ``_out_like_data`` (option ``out``: the template of "data", for the rf frontend's frontend_op).
 ``__TMP__`` in a string is replaced with a temporary directory.
 UNAVAILABLE maps classes that cannot run in returnn_lite to a fragment of the NotImplementedError they must raise.
+FAILS_WHEN_COMPUTED: classes that construct but cannot be computed here (tested on their own).
 Extern data: "data" (float32 [B,T,6]) and "classes" (sparse int32 [B,T], dim 4).
 """
 
@@ -15,9 +16,11 @@ UNAVAILABLE = {
     "kenlm": "KenLM",
     "twod_lstm": "MDLSTM",
     "neural_transducer": "neural transducer",
-    "fast_bw": "Baum-Welch",
-    "forced_align": "forced alignment",
 }
+
+# classes that construct but fail when their output is computed (they need RASR or a kernel returnn_lite lacks);
+# tests/layers/test_sprint.py covers them
+FAILS_WHEN_COMPUTED = {"fast_bw", "forced_align"}
 
 # internal classes that only other layers create; the example of the named layer covers them
 INTERNAL = {
