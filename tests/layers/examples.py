@@ -14,7 +14,6 @@ EXTERN = {"data": {"dim": 6}, "classes": {"dim": 4, "sparse": True}}
 
 UNAVAILABLE = {
     "kenlm": "KenLM",
-    "twod_lstm": "MDLSTM",
     "neural_transducer": "neural transducer",
 }
 
@@ -155,6 +154,7 @@ EXAMPLES = {
     'top_k': {'axis': 'F', 'k': 2},
     'train_flag': {},
     'transpose': {'perm': {'T': 'F', 'F': 'T'}},
+    'twod_lstm': {"from": ["data", "emb"], "n_out": 3, "_net": {"emb": {"class": "linear", "n_out": 2, "from": "data:classes"}}},
     'transposed_conv': {'filter_size': (3,), 'n_out': 3, 'padding': 'same'},
     'unflatten_batch': {"from": "fl", "_net": {"fl": {"class": "flatten_batch", "from": "data"}}},
     'unflatten_nd': {"sizes": "sz", "num_axes": 2, "_net": {"sz": {"class": "eval", "from": "len", "eval": "tf.stack([source(0), source(0) * 0 + 1], axis=1)", "out_type": {"shape": (2,), "dim": 2, "dtype": "int32", "batch_dim_axis": 0, "time_dim_axis": None, "feature_dim_axis": 1}}, "len": {"class": "length", "from": "data"}}},

@@ -66,7 +66,7 @@ def test_fast_bw_via_layer_hybrid_constructs_with_the_original_templates():
                           "loss_opts": {"align_layer": "fast_bw", "loss_wrt_to_act_in": "softmax"}}},
             EXTERN, train_flag=True)
         bw = net.get_layer("fast_bw")
-        assert not bw.params and bw.output.is_time_major and bw.output.dim == 4 and not bw.output.sparse
+        assert not bw.params and bw.output.is_time_major() and bw.output.dim == 4 and not bw.output.sparse
         assert _params(net) == [("output/W", (5, 4)), ("output/b", (4,)), ("prior/prior", (4,))]
         scores = _run(net, net.get_layer("scores").output.placeholder)
         assert scores.shape == (2, 6, 4)
@@ -86,7 +86,7 @@ def test_fast_bw_loss_and_forced_align():
             "viterbi_ce": {"class": "copy", "from": "output", "loss": "ce", "target": "layer:align"}},
             EXTERN, train_flag=True)
         align = net.get_layer("align")
-        assert align.output.sparse and align.output.dim == 4 and align.output.is_time_major
+        assert align.output.sparse and align.output.dim == 4 and align.output.is_time_major()
         assert align.output.batch_ndim == 2 and align.output.dtype == "int32"
         scores = net.get_layer("align/scores").output
         assert scores.batch_shape == (None,) and scores.dtype == "float32"
