@@ -173,3 +173,26 @@ def test_extra_search_net_shares_params():
         assert len(names) == len(set(names)) and all(not n.startswith("extra") for n in names)
         assert net.get_layer("decision").output.beam is None
         assert len(tf1.global_variables()) == len(names)  # the extra net made no variables of its own
+
+
+def test_beam_scores_read_inside_the_loop_are_the_score_sums():
+    # with length normalization (the default), the original ranks by the score sum (ended hypotheses scaled) and
+    # exposes that sum inside the loop; the rec layer's final scores are normalized by the length
+    unit = dict(_DECODER["output"]["unit"], end={"class": "compare", "from": "output", "value": -1},  # never ends
+                step_scores={"class": "choice_get_beam_scores", "from": "output", "is_output_layer": True},
+                log_prob={"class": "activation", "activation": "safe_log", "from": "prob"},
+                label_score={"class": "gather", "from": "log_prob", "axis": "F", "position": "output",
+                             "is_output_layer": True})
+    net_dict = dict(_DECODER, output=dict(_DECODER["output"], unit=unit),
+                    final_scores={"class": "choice_get_beam_scores", "from": "output", "is_output_layer": True})
+    with tf.Graph().as_default():
+        net = _build(net_dict)
+        step_scores, label_scores, final, lens = _run(net, ["output/step_scores", "output/label_score",
+                                                            "final_scores"])[:4]
+    assert step_scores.shape == (6, 2 * 3) and list(lens) == [6] * 6
+    # per hypothesis (backtracked): the sum of its label log probs so far (not the running mean)
+    numpy.testing.assert_allclose(step_scores, numpy.cumsum(label_scores, axis=0), rtol=1e-4, atol=1e-4)
+    # the final (normalized) scores: proportional to the last sums (all hypotheses have the same length here)
+    ratio = final / step_scores[-1]
+    numpy.testing.assert_allclose(ratio, numpy.full_like(ratio, ratio[0]), rtol=1e-4)
+    assert 0 < ratio[0] < 1
