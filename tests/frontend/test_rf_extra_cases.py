@@ -116,6 +116,19 @@ def test_pad_dynamic_dim_default_handle_dynamic_dims(backend):
         np.testing.assert_array_equal(res["out:y"][b, :n], expected[b, :n])
 
 
+@needs_checker
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_parameter_initial_set_to_an_rf_tensor(backend, monkeypatch):
+    # Parameter.initial = <rf Tensor computed in __init__> (layers backend: the variable's init_by_layer)
+    model = ("        self.scale = rf.Parameter([in_dim])\n"
+             "        self.scale.initial = rf.range_over_dim(in_dim, dtype='float32') + 2.0\n")
+    monkeypatch.setattr(sys.modules[__name__], "SRC", SRC.replace(
+        "        self.lin = rf.Linear(in_dim, out_dim)\n", "        self.lin = rf.Linear(in_dim, out_dim)\n" + model))
+    res = _run(backend, "    (x * model.scale).mark_as_output('y', shape=(batch_dim, time_dim, in_dim))")
+    for b, n in enumerate([7, 5, 4]):
+        np.testing.assert_allclose(res["out:y"][b, :n], _X[b, :n] * np.array([2.0, 3.0, 4.0]), rtol=1e-6)
+
+
 BAD = {
     "clip_int_dynamic": ("    rf.gather(x, axis=time_dim, indices=-1, clip_to_valid=True).mark_as_output('y')",
                          r"rf\.gather at <clip_int_dynamic/model\.py>:22: clip_to_valid with the int index -1 on "
