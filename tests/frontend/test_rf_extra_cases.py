@@ -129,6 +129,27 @@ def test_parameter_initial_set_to_an_rf_tensor(backend, monkeypatch):
         np.testing.assert_allclose(res["out:y"][b, :n], _X[b, :n] * np.array([2.0, 3.0, 4.0]), rtol=1e-6)
 
 
+@needs_checker
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_scan_simple_rnn_with_the_batch_dim_in_the_state(backend):
+    body = ("    hid = Dim(4, name='hid')\n"
+            "    w = rf.ones([in_dim, hid], dtype='float32') * 0.1\n"
+            "    def body(x_t, h):\n"
+            "        h = rf.tanh(rf.matmul(x_t, w, reduce=in_dim) + h)\n"
+            "        return h, h\n"
+            "    ys, last, _ = rf.scan(spatial_dim=time_dim, initial=rf.zeros([batch_dim, hid]), xs=x, ys=Tensor(\n"
+            "        'y', dims=[batch_dim, hid], dtype='float32'), body=body)\n"
+            "    ys.mark_as_output('y', shape=(batch_dim, time_dim, hid))")
+    res = _run(backend, body)
+    h, ref = np.zeros((3, 4)), []
+    for t in range(7):
+        h = np.tanh(_X[:, t] @ np.full((3, 4), 0.1) + h)
+        ref.append(h)
+    ref = np.stack(ref, axis=1)
+    for b, n in enumerate([7, 5, 4]):
+        np.testing.assert_allclose(res["out:y"][b, :n], ref[b, :n], rtol=1e-5, atol=1e-6)
+
+
 BAD = {
     "clip_int_dynamic": ("    rf.gather(x, axis=time_dim, indices=-1, clip_to_valid=True).mark_as_output('y')",
                          r"rf\.gather at <clip_int_dynamic/model\.py>:22: clip_to_valid with the int index -1 on "
