@@ -18,6 +18,7 @@ class ExternData:
 
     def __init__(self, data=None, default_input="data", default_target="classes"):
         self.data = {}
+        self.extra_added_keys = set()  # keys registered by layers (register_as_extern_data): never fed
         self.default_input = default_input
         self.default_target = default_target
         if data:
@@ -27,9 +28,9 @@ class ExternData:
         """
         From ``extern_data`` or the older ``num_inputs``/``num_outputs`` of a config, in all their forms:
         ``num_outputs = 2`` (sparse ``classes``), ``{"classes": [dim, ndim]}`` (ndim 1: sparse, 2: dense,
-        more: extra spatial axes), ``{"classes": dim}`` (sparse; ``data``: dense), dict values as Data kwargs
-        (``{"dim": 205, "sparse": True, "dtype": "uint8"}``), ``num_inputs`` (dense ``data``, sparse with
-        ``sparse_input``). HyperParam placeholders fail with one line naming the key.
+        more: extra spatial axes; also in ``extern_data``), ``{"classes": dim}`` (sparse; ``data``: dense), dict
+        values as Data kwargs (``{"dim": 205, "sparse": True, "dtype": "uint8"}``), ``num_inputs`` (dense ``data``,
+        sparse with ``sparse_input``). HyperParam placeholders fail with one line naming the key.
         """
         from .compat.hyper_param import check_no_hyper_params
 
@@ -51,8 +52,10 @@ class ExternData:
             if isinstance(opts, Data):
                 self.register_data(opts)
                 continue
+            if isinstance(opts, (list, tuple)):  # the original's (dim, ndim) shorthand
+                opts = _dim_ndim_opts(key, opts, "extern_data")
             if not isinstance(opts, dict):
-                raise ValueError("extern_data %r: expected a dict of Data kwargs, got %r" % (key, opts))
+                raise ValueError("extern_data %r: expected a dict of Data kwargs or (dim, ndim), got %r" % (key, opts))
             opts = dict(opts)
             if isinstance(opts.get("dim"), Dim):  # "dim": feature Dim object
                 opts["dim"] = opts["dim"].dimension
@@ -64,8 +67,11 @@ class ExternData:
             except (TypeError, ValueError, IndexError) as exc:
                 raise ValueError("extern_data %r: %s" % (key, exc)) from exc
 
-    def register_data(self, data):
+    def register_data(self, data, extra_added=False):
+        """:param bool extra_added: registered by a layer (``register_as_extern_data``), not fed from the dataset"""
         self.data[data.name] = data
+        if extra_added:
+            self.extra_added_keys.add(data.name)
 
     def has_data(self, name):
         return name in self.data
@@ -117,6 +123,17 @@ def _ndim_opts(dim, ndim):
     raise ValueError("ndim %r: expected 1 (sparse), 2 (dense) or more" % (ndim,))
 
 
+def _dim_ndim_opts(key, value, option):
+    """``(dim, ndim)`` -> Data kwargs: ndim 1 sparse ``[T]``, 2 dense ``[T, dim]``, more: extra spatial axes."""
+    if len(value) != 2:
+        raise ValueError("config %s[%r] = %r: expected (dim, ndim)" % (option, key, value))
+    dim, ndim = value
+    try:
+        return _ndim_opts(int(dim) if dim is not None else None, int(ndim))
+    except (TypeError, ValueError) as exc:
+        raise ValueError("config %s[%r] = %r: %s" % (option, key, value, exc)) from None
+
+
 def extern_data_opts_from_num_outputs(config):
     """Data kwargs per key from ``num_inputs``/``num_outputs`` (and ``sparse_input``), as the original reads them."""
     target = config.value("target", "classes")
@@ -143,13 +160,7 @@ def extern_data_opts_from_num_outputs(config):
         elif isinstance(value, Dim):
             opts[key] = {"dim": value.dimension, "sparse": key != "data"}
         elif isinstance(value, (list, tuple)):
-            if len(value) != 2:
-                raise ValueError("config num_outputs[%r] = %r: expected [dim, ndim]" % (key, value))
-            dim, ndim = value
-            try:
-                opts[key] = _ndim_opts(int(dim) if dim is not None else None, int(ndim))
-            except (TypeError, ValueError) as exc:
-                raise ValueError("config num_outputs[%r] = %r: %s" % (key, value, exc)) from None
+            opts[key] = _dim_ndim_opts(key, value, "num_outputs")
         elif isinstance(value, int):
             opts[key] = _ndim_opts(value, 2 if key == "data" else 1)
         else:

@@ -342,7 +342,8 @@ class TFNetwork(NetworkAPIMixin):
         if layer.loss is not None and self.eval_flag:
             self._register_loss(name, layer)
         if layer.register_as_extern_data:
-            self.get_root_network().extern_data.register_data(layer.output.copy(name=layer.register_as_extern_data))
+            self.get_root_network().extern_data.register_data(
+                layer.output.copy(name=layer.register_as_extern_data), extra_added=True)
         layer.post_init(layer_desc)
         return layer
 
@@ -419,7 +420,10 @@ class TFNetwork(NetworkAPIMixin):
         return data
 
     def get_used_data_keys(self, exclude_extra_added=True):
-        return set(self.get_root_network().used_data_keys)
+        root = self.get_root_network()
+        if exclude_extra_added:  # registered by layers (register_as_extern_data): computed, not fed
+            return root.used_data_keys - root.extern_data.extra_added_keys
+        return set(root.used_data_keys)
 
     def get_layer(self, layer_name):
         """The layer by reference ("data", "data:KEY", "base:NAME", "NAME/SUB", ...); builds it on demand."""

@@ -369,3 +369,57 @@ def test_tf1_contrib_gru_block_unit_and_cudnn_unit_error():
     net_dict["gru"]["unit"] = "cudnnlstm"
     with tf.Graph().as_default(), pytest.raises(Exception, match=r"layer 'gru'.*unit 'cudnnlstm'.*use unit 'nativelstm2'"):
         TFNetwork(config=config, train_flag=True).construct_from_dict(net_dict)
+
+
+def test_old_module_names_inside_the_returnn_package(tmp_path, monkeypatch):
+    # the original answers its old module names also inside the package (returnn.TFUtil = returnn.tf.util.basic)
+    config = Config()
+    config.load_string(
+        "#!rnn.py\nimport returnn.TFUtil\nfrom returnn.Util import describe_returnn_version\n"
+        "from returnn.Pretrain import WrapEpochValue\nimport TFHorovod\nfrom Util import cf\n"
+        "tf_version = returnn.TFUtil.tf_version_tuple()\nhvd = TFHorovod.get_ctx(config=config)\n"
+        "version = describe_returnn_version()\nwrapped = WrapEpochValue(lambda epoch: epoch * 2)\n"
+        "path = cf('/data/corpus.zip')\n", filename="old_names.config")
+    assert config.typed_value("tf_version")[0] == int(tf.__version__.split(".")[0])
+    assert config.typed_value("hvd") is None and isinstance(config.typed_value("version"), str)
+    assert isinstance(config.typed_value("wrapped"), WrapEpochValue)
+    assert config.typed_value("path") == "/data/corpus.zip"  # no cache manager: the path unchanged
+    with pytest.raises(ConfigError, match=r"'returnn.TFKenLM' \(returnn.tf.util.ken_lm\), which returnn_lite "
+                                          r"does not provide"):
+        Config().load_string("#!rnn.py\nimport returnn.TFKenLM\n", filename="k.config")
+
+
+def test_cf_uses_the_cache_manager_when_there_is_one(tmp_path, monkeypatch):
+    from returnn_lite.compat import util_basic
+
+    cached = tmp_path / "cached.zip"
+    cached.write_text("x")
+    tool = tmp_path / "bin" / "cf"
+    tool.parent.mkdir()
+    tool.write_text("#!/bin/sh\necho %s\n" % cached)
+    tool.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tool.parent) + os.pathsep + os.environ["PATH"])
+    monkeypatch.setattr(util_basic, "_cf_cache", {})
+    assert util_basic.cf("/remote/corpus.zip") == str(cached)
+
+
+def test_timit_dataset_classes_at_config_load_time():
+    # the TIMIT demo uses the dataset class at load time (its 61->39 label map for the error rate)
+    config = Config()
+    config.load_string("#!rnn.py\nfrom returnn.datasets.generating import TimitDataset, NltkTimitDataset\n"
+                       "label_map = TimitDataset.get_label_map()\nnum_labels = len(NltkTimitDataset.get_labels())\n",
+                       filename="timit.config")
+    assert len(config.typed_value("label_map")) == 61 and config.typed_value("num_labels") == 61
+
+
+def test_extern_data_dim_ndim_tuples():
+    # (dim, ndim) as in num_outputs: ndim 1 sparse, 2 dense, more: extra spatial axes
+    config = Config({"extern_data": {"data": (80, 2), "classes": (61, 1), "image": [3, 4]}})
+    with tf.Graph().as_default():
+        extern_data = ExternData()
+        extern_data.init_from_config(config)
+        got = {k: (d.batch_shape, d.sparse, d.dtype) for k, d in extern_data.data.items()}
+    assert got == {"data": ((None, None, 80), False, "float32"), "classes": ((None, None), True, "int32"),
+                   "image": ((None, None, None, None, 3), False, "float32")}
+    with pytest.raises(ValueError, match=r"extern_data\['data'\] = \(80, 2, 1\): expected \(dim, ndim\)"):
+        ExternData().init_from_config(Config({"extern_data": {"data": (80, 2, 1)}}))

@@ -57,12 +57,6 @@ def test_unknown_loss_lists_known():
         assert name in get_loss_class_names()
 
 
-def test_sprint_losses_not_implemented():
-    for name in ("sprint", "fast_bw"):
-        with pytest.raises(NotImplementedError, match="Sprint"):
-            get_loss_class(name)(base_network=None, sprint_opts={})
-
-
 def test_ce_sum_and_norm_factor():
     with tf.Graph().as_default():
         net = _build({"output": {"class": "softmax", "from": "data", "loss": "ce"}})

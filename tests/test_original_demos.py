@@ -32,6 +32,7 @@ CONSTRUCT = {
     "demo-tf-native-lstm-lowmem.12ax.config": 822,
     "demo-tf-native-lstm2.12ax.tuned.config": 8082,
     "demo-fwd.config": 9,
+    "demo-timit-lstm-ctc.config": 3697062,  # 6 BLSTM layers; its TIMIT data is not here (see test_timit_demo_...)
     "demo-rhn-enwik8.config": 10489445,  # the rhn unit (depth 5, 1000 units); its Enwik8Corpus data is not here
 }
 FAIL_CLEARLY = {
@@ -39,8 +40,6 @@ FAIL_CLEARLY = {
     "demo-hyper-param-tuning.config": r"HyperParam placeholder.*hyper-parameter tuning",
     # the original's neural_transducer is built on tf.contrib.seq2seq (TF 1 only): it cannot build this demo on TF 2 either
     "demo-tf-neural-transducer.12ax.config": r"layer .output.*neural_transducer. is not available in returnn_lite.*tf.contrib",
-    # needs the TIMIT/NLTK corpus and the original's TimitDataset (its 61->39 phone label map) at load time
-    "demo-timit-lstm-ctc.config": r"'TimitDataset' from the original's module 'returnn.datasets.generating'",
     # written for Python 2 (print statement): the original cannot load it on Python 3 either
     "demo-tf-contribrnn-lstm.12ax.config": r"demo-tf-contribrnn-lstm.12ax.config:8: Python 2 syntax.*print",
     # the old line format of the Theano backend: its hidden_type lstm_opt is a Theano layer
@@ -245,3 +244,21 @@ def test_unroll_checks_max_seq_len():
             with pytest.raises(tf.errors.InvalidArgumentError, match="max_seq_len=4"):
                 session.run(net.get_default_output_layer().output.placeholder, feed_dict={
                     data.placeholder: np.ones((1, 5, 3), "float32"), data.get_sequence_lengths(): [5]})
+
+
+def test_enc_dec_demo_trains(tmp_path, capsys):
+    # its decoder's target 'classes0' is registered by a layer (register_as_extern_data): computed, not fed
+    out = _train(tmp_path, capsys, "demo-tf-enc-dec.config", "++num_epochs", "2", "++layer_dim", "20",
+                 "++train", "{'class': 'TaskNumberBaseConvertDataset', 'num_seqs': 100}",
+                 "++dev", "{'class': 'TaskNumberBaseConvertDataset', 'num_seqs': 10, 'fixed_random_seed': 42}")
+    scores = [float(s) for s in re.findall(r"epoch \d+ score: ([\d.e+-]+)", out)]
+    assert len(scores) == 2 and scores[1] < scores[0], out[-2000:]
+
+
+def test_timit_demo_needs_the_nltk_timit_sample(tmp_path, capsys):
+    # the network builds; training stops at its dataset, naming where the NLTK TIMIT sample must be
+    rc = main([os.path.join(DEMOS, "demo-timit-lstm-ctc.config"), "++model", str(tmp_path / "model"),
+               "++learning_rate_file", str(tmp_path / "lr"),
+               "++train", "{'class': 'NltkTimitDataset', 'nltk_download_dir': '%s'}" % tmp_path])
+    assert rc == 1
+    assert "NLTK TIMIT sample is not at '%s/corpora/timit'" % tmp_path in capsys.readouterr().err

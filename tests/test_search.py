@@ -173,3 +173,96 @@ def test_extra_search_net_shares_params():
         assert len(names) == len(set(names)) and all(not n.startswith("extra") for n in names)
         assert net.get_layer("decision").output.beam is None
         assert len(tf1.global_variables()) == len(names)  # the extra net made no variables of its own
+
+
+def test_beam_scores_read_inside_the_loop_are_the_score_sums():
+    # with length normalization (the default), the original ranks by the score sum (ended hypotheses scaled) and
+    # exposes that sum inside the loop; the rec layer's final scores are normalized by the length
+    unit = dict(_DECODER["output"]["unit"], end={"class": "compare", "from": "output", "value": -1},  # never ends
+                step_scores={"class": "choice_get_beam_scores", "from": "output", "is_output_layer": True},
+                log_prob={"class": "activation", "activation": "safe_log", "from": "prob"},
+                label_score={"class": "gather", "from": "log_prob", "axis": "F", "position": "output",
+                             "is_output_layer": True})
+    net_dict = dict(_DECODER, output=dict(_DECODER["output"], unit=unit),
+                    final_scores={"class": "choice_get_beam_scores", "from": "output", "is_output_layer": True})
+    with tf.Graph().as_default():
+        net = _build(net_dict)
+        step_scores, label_scores, final, lens = _run(net, ["output/step_scores", "output/label_score",
+                                                            "final_scores"])[:4]
+    assert step_scores.shape == (6, 2 * 3) and list(lens) == [6] * 6
+    # per hypothesis (backtracked): the sum of its label log probs so far (not the running mean)
+    numpy.testing.assert_allclose(step_scores, numpy.cumsum(label_scores, axis=0), rtol=1e-4, atol=1e-4)
+    # the final (normalized) scores: proportional to the last sums (all hypotheses have the same length here)
+    ratio = final / step_scores[-1]
+    numpy.testing.assert_allclose(ratio, numpy.full_like(ratio, ratio[0]), rtol=1e-4)
+    assert 0 < ratio[0] < 1
+
+
+def _fertility_decoder():
+    # MLP attention with fertility: the accumulated attention weights over the encoder time are a loop state
+    return {
+        "encoder": {"class": "linear", "activation": "tanh", "n_out": 6, "from": "data"},
+        "enc_ctx": {"class": "linear", "activation": None, "n_out": 6, "from": "encoder"},
+        "inv_fertility": {"class": "linear", "activation": "sigmoid", "with_bias": False, "n_out": 1,
+                          "from": "encoder"},
+        "output": {"class": "rec", "from": [], "target": "classes", "max_seq_len": 6, "unit": {
+            "weight_feedback": {"class": "linear", "activation": None, "with_bias": False, "n_out": 6,
+                                "from": "prev:accum_att_weights"},
+            "s_transformed": {"class": "linear", "activation": None, "with_bias": False, "n_out": 6, "from": "prev:s"},
+            "energy_in": {"class": "combine", "kind": "add", "n_out": 6,
+                          "from": ["base:enc_ctx", "weight_feedback", "s_transformed"]},
+            "energy_tanh": {"class": "activation", "activation": "tanh", "from": "energy_in"},
+            "energy": {"class": "linear", "activation": None, "with_bias": False, "n_out": 1, "from": "energy_tanh"},
+            "att_weights": {"class": "softmax_over_spatial", "from": "energy"},
+            "accum_att_weights": {"class": "eval", "from": ["prev:accum_att_weights", "att_weights",
+                                                            "base:inv_fertility"],
+                                  "eval": "source(0) + source(1) * source(2) * 0.5",
+                                  "out_type": {"dim": 1, "shape": (None, 1)}},
+            "att": {"class": "generic_attention", "weights": "att_weights", "base": "base:encoder",
+                    "auto_squeeze": True},
+            "s": {"class": "rnn_cell", "unit": "LSTMBlock", "n_out": 6, "from": ["prev:target_embed", "att"]},
+            "output_prob": {"class": "softmax", "from": ["s", "att"], "target": "classes"},
+            "log_prob": {"class": "activation", "activation": "safe_log", "from": "output_prob"},
+            "label_score": {"class": "gather", "from": "log_prob", "axis": "F", "position": "output",
+                            "is_output_layer": True},
+            "output": {"class": "choice", "target": "classes", "beam_size": 3, "from": "output_prob",
+                       "initial_output": 0},
+            "target_embed": {"class": "linear", "activation": None, "n_out": 4, "from": "output", "initial_output": 0},
+            "end": {"class": "compare", "from": "output", "value": 0}}},
+        "decision": {"class": "decide", "from": "output", "is_output_layer": True},
+    }
+
+
+def test_search_with_fertility_state_over_the_encoder_time():
+    # the loop state over the (beam-repeated) encoder time keeps the encoder's tags: the choice sees [B*beam, dim];
+    # the best hypothesis' label scores are those of the same net fed with it as the target (no search)
+    rnd = numpy.random.RandomState(3)
+    x, x_lens = rnd.normal(size=(2, 5, 4)).astype("float32"), numpy.array([5, 3], "int32")
+    with tf.Graph().as_default():
+        net = _build(_fertility_decoder())
+        assert net.get_layer("output/output").output.beam.beam_size == 3
+        data = net.extern_data.data["data"]
+        with tf1.Session() as session:
+            net.initialize_params(session)
+            params = {p.op.name: session.run(p) * 3.0 for p in net.get_params_list()}  # peaky distributions
+            for p in net.get_params_list():
+                p.load(params[p.op.name], session)
+            labels, scores, lens, dec_lens = session.run(
+                [net.get_layer("output").output.placeholder, net.get_layer("output/label_score").output.placeholder,
+                 net.get_layer("output").output.get_time_dim_tag().dyn_size,
+                 net.get_layer("decision").output.get_time_dim_tag().dyn_size],
+                {data.placeholder: x, data.size_placeholder[0]: x_lens})
+    best = labels[:, 0::3]  # [T, B]: the first hypothesis of each sequence is the best
+    with tf.Graph().as_default():
+        net = _build(_fertility_decoder(), search=False)
+        data, classes = net.extern_data.data["data"], net.extern_data.data["classes"]
+        with tf1.Session() as session:
+            for p in net.get_params_list():
+                p.load(params[p.op.name], session)
+            forced = session.run(net.get_layer("output/label_score").output.placeholder, {
+                data.placeholder: x, data.size_placeholder[0]: x_lens,
+                classes.placeholder: best.T, classes.size_placeholder[0]: lens[0::3]})
+    for b in range(2):
+        n = lens[b * 3]
+        assert dec_lens[b] == n
+        numpy.testing.assert_allclose(forced[:n, b], scores[:n, b * 3], rtol=1e-4, atol=1e-5)

@@ -40,6 +40,13 @@ def _lazy_tf_compat():
     return {"v1": tf.compat.v1, "v2": tf.compat.v2}
 
 
+def _tf_version_tuple():
+    """The TF version as a tuple of ints, e.g. ``(2, 21, 0)`` (as the original's TFUtil gives it)."""
+    import tensorflow as tf
+
+    return tuple(int(part) for part in tf.__version__.split("-")[0].split(".") if part.isdigit())
+
+
 def _log_extras():
     return {"log": _Log()}
 
@@ -67,7 +74,8 @@ class _Log:
 # stand-in module name -> (returnn_lite modules to look names up in, in order; extra names (dict or callable))
 _LAYERS = (["returnn_lite.layers", "returnn_lite.layers.base"], lambda: _layer_class_names())
 _DATASETS = (["returnn_lite.datasets", "returnn_lite.datasets.registry"], lambda: _dataset_class_names())
-_TF_UTIL = (["returnn_lite.tf_util", "returnn_lite.compat.tensor", "returnn_lite.data", "returnn_lite.util"], None)
+_TF_UTIL = (["returnn_lite.tf_util", "returnn_lite.compat.tensor", "returnn_lite.data", "returnn_lite.util"],
+            lambda: {"tf_version_tuple": _tf_version_tuple})
 _UTIL = (["returnn_lite.compat.util_basic", "returnn_lite.util"], lambda: {"unicode": str, "long": int})
 _NETWORK = (["returnn_lite.network", "returnn_lite.extern_data"], None)
 _PRETRAIN = (["returnn_lite.pretrain"], None)
@@ -79,6 +87,8 @@ _LOG = ([], _log_extras)
 _TF_COMPAT = ([], _lazy_tf_compat)
 _PACKAGE = ([], None)
 _IMPORT = ([], lambda: {"import_": _import_error("returnn.import_.import_ (fetching code from git repositories)")})
+_HOROVOD = ([], lambda: {"get_ctx": lambda config=None: None})  # no Horovod context (as without Horovod)
+_NATIVE_OP = (["returnn_lite.native_op"], None)
 
 KNOWN_MODULES = {
     # new names
@@ -109,7 +119,43 @@ KNOWN_MODULES = {
     "TFNetworkSegModLayer": _LAYERS,
     "Dataset": _DATASETS, "GeneratingDataset": _DATASETS, "HDFDataset": _DATASETS, "MetaDataset": _DATASETS,
     "LmDataset": _DATASETS, "CachedDataset2": _DATASETS,
+    "returnn.tf.horovod": _HOROVOD, "returnn.native_op": _NATIVE_OP, "returnn.tf.native_op": _NATIVE_OP,
 }
+
+# The original's old (pre-package) module names and the package modules they became; the original answers each
+# both as a top-level module (``import TFUtil``) and inside the package (``import returnn.TFUtil``).
+OLD_TO_NEW_MODULE = {
+    "BundleFile": "datasets.bundle_file", "CachedDataset": "datasets.cached", "CachedDataset2": "datasets.cached2",
+    "Config": "config", "Dataset": "datasets.basic", "DebugHelpers": "util.debug_helpers", "Debug": "util.debug",
+    "EngineBase": "engine.base", "EngineBatch": "engine.batch", "Fsa": "util.fsa",
+    "GeneratingDataset": "datasets.generating", "HDFDataset": "datasets.hdf",
+    "HyperParamTuning": "tf.hyper_param_tuning", "LearningRateControl": "learning_rate_control",
+    "LmDataset": "datasets.lm", "Log": "log", "MetaDataset": "datasets.meta", "NativeOp": "native_op",
+    "NormalizationData": "datasets.normalization_data", "NumpyDumpDataset": "datasets.numpy_dump",
+    "Pretrain": "pretrain", "RawWavDataset": "datasets.raw_wav", "SprintCache": "sprint.cache",
+    "SprintControl": "sprint.control", "SprintDataset": "datasets.sprint", "SprintErrorSignals": "sprint.error_signals",
+    "SprintExternInterface": "sprint.extern_interface", "SprintInterface": "sprint.interface",
+    "StereoDataset": "datasets.stereo", "TaskSystem": "util.task_system", "TFCompat": "tf.compat",
+    "TFDataPipeline": "tf.data_pipeline", "TFDistributed": "tf.distributed", "TFEngine": "tf.engine",
+    "TFHorovod": "tf.horovod", "TFKenLM": "tf.util.ken_lm", "TFNativeOp": "tf.native_op", "TFNetwork": "tf.network",
+    "TFNetworkLayer": "tf.layers.basic", "TFNetworkRecLayer": "tf.layers.rec",
+    "TFNetworkSegModLayer": "tf.layers.segmental_model", "TFNetworkSigProcLayer": "tf.layers.signal_processing",
+    "TFSprint": "tf.sprint", "TFUpdater": "tf.updater", "TFUtil": "tf.util.basic", "Util": "util.basic",
+}
+
+
+def _add_old_names():
+    for old, new in OLD_TO_NEW_MODULE.items():
+        spec = KNOWN_MODULES.get("returnn." + new)
+        for name in (old, "returnn." + old):
+            if spec is not None:
+                KNOWN_MODULES[name] = spec
+            else:  # no equivalent: the import fails with one line naming the module
+                _UNPROVIDED[name] = "returnn." + new
+
+
+_UNPROVIDED = {}  # the original's module names returnn_lite has no equivalent of -> the original's new name
+_add_old_names()
 _OLD_TOP_LEVEL = {name for name in KNOWN_MODULES if "." not in name and name != "returnn"}
 
 
@@ -146,7 +192,7 @@ def _dataset_class_names():
 
 
 def is_legacy_module_name(name):
-    return name in KNOWN_MODULES or name == "returnn" or name.startswith("returnn.")
+    return name in KNOWN_MODULES or name in _UNPROVIDED or name == "returnn" or name.startswith("returnn.")
 
 
 class StandInModule(types.ModuleType):
@@ -221,6 +267,9 @@ def get_standin_module(name):
         if mirrored is not None:
             sources = list(KNOWN_MODULES[name][0]) if name in KNOWN_MODULES else []
             KNOWN_MODULES[name] = (sources + [mirrored], None)
+    if name in _UNPROVIDED:
+        raise ImportError("the config imports the original's module %r (%s), which returnn_lite does not provide"
+                          % (name, _UNPROVIDED[name]), name=name)
     if name not in KNOWN_MODULES:
         raise ImportError(
             "the config imports the original's module %r, which returnn_lite does not provide "

@@ -8,7 +8,7 @@ import getpass
 import os
 
 __all__ = ["get_login_username", "NotSpecified", "BehaviorVersion", "NumbersDict", "cleanup_env_var_path", "hms",
-           "hms_fraction", "human_size", "human_bytes_size", "dict_joined"]
+           "hms_fraction", "human_size", "human_bytes_size", "dict_joined", "cf", "describe_returnn_version"]
 
 try:
     from returnn_lite.util import NotSpecified
@@ -29,6 +29,37 @@ def get_login_username():
         return getpass.getuser()
     except Exception:  # no passwd entry, e.g. in containers
         return os.environ.get("USER") or os.environ.get("LOGNAME") or "unknown"
+
+
+_cf_cache = {}
+
+
+def cf(filename):
+    """
+    The cache-file helper of the original (its cluster's cache manager ``cf``): the path of a local copy of
+    ``filename``. Without a ``cf`` executable on PATH (no cache manager), the path unchanged.
+    """
+    import shutil
+    import subprocess
+
+    if filename in _cf_cache:
+        return _cf_cache[filename]
+    if int(os.environ.get("DEBUG", "0") or 0) or not shutil.which("cf"):
+        return filename
+    try:
+        cached = subprocess.check_output(["cf", filename]).strip().decode("utf8")
+    except (subprocess.CalledProcessError, OSError):
+        print("Cache manager: error occurred, using the file %r directly" % filename)
+        return filename
+    if not os.path.exists(cached):
+        raise FileNotFoundError("cache manager 'cf' returned %r for %r, which does not exist" % (cached, filename))
+    _cf_cache[filename] = cached
+    return cached
+
+
+def describe_returnn_version():
+    """A version string (configs print or store it)."""
+    return "1.0+returnn_lite"
 
 
 def cleanup_env_var_path(env_var, path_prefix):

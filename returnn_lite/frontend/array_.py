@@ -128,13 +128,8 @@ def pad(source, *, axes, padding, out_dims=None, mode="constant", value=None, ha
     if handle_dynamic_dims is None:
         handle_dynamic_dims = False  # the original's default at behavior version 0 (True from version 21)
     if out_dims is None:
-        for a, (left, right) in zip(axes, padding):
-            if right and a.dimension is None and not handle_dynamic_dims:
-                raise error("pad", "right padding of the dynamic dim %s with handle_dynamic_dims=False (the default, "
-                            "as the original's at behavior version 0) gives a dim with one length for all sequences "
-                            "(the padded length + %i), which is not supported: pass out_dims=[...] (the values then "
-                            "follow the padded end) or handle_dynamic_dims=True (they follow each sequence's end)" % (
-                                a.short_repr(), left + right))
+        # (handle_dynamic_dims=False with right padding of a dynamic dim: each sequence's length grows by
+        # left + right, the pad values follow the padded end, as the original's torch backend)
         out_dims = [left + a + right if (left or right) else a for a, (left, right) in zip(axes, padding)]
     else:
         out_dims = list(out_dims)

@@ -147,7 +147,8 @@ class ReturnnLayersBackend(Backend):
     def create_parameter_raw(param, *, name):
         builder = get_current_builder()
         d = {"class": "variable", "shape": list(param.dims), "dtype": param.dtype, "param_name": "param",
-             "init": ReturnnLayersBackend._init_value(param.initial), "is_output_layer": True}
+             "is_output_layer": True}
+        d.update(ReturnnLayersBackend._init_opts(param.initial))
         if not param.trainable:
             d["trainable"] = False
         layer = builder.add_layer(name, d, absolute=True)
@@ -169,8 +170,18 @@ class ReturnnLayersBackend(Backend):
         raise FrontendError("rf.Parameter.initial: unsupported value %r" % (initial,))
 
     @staticmethod
+    def _init_opts(initial):
+        """The variable layer's init option: an rf Tensor (a layer of the model) initializes it via init_by_layer."""
+        if is_tensor(initial):
+            return {"init_by_layer": _raw_name(initial)}
+        return {"init": ReturnnLayersBackend._init_value(initial)}
+
+    @staticmethod
     def set_parameter_initial_value(param, value):
-        param.placeholder.layer_dict["init"] = ReturnnLayersBackend._init_value(value)
+        layer_dict = param.placeholder.layer_dict
+        layer_dict.pop("init", None)
+        layer_dict.pop("init_by_layer", None)
+        layer_dict.update(ReturnnLayersBackend._init_opts(value))
 
     @staticmethod
     def set_parameter_trainable(param, trainable):

@@ -366,7 +366,7 @@ def _strings(v):
 # options of the emitted layer classes that name layers of the same net dict
 _REF_OPTIONS = frozenset({"from", "initial_output", "rec_layer", "condition", "true_layer", "false_layer", "loss_opts",
                           "logits", "targets", "position", "true_from", "false_from", "filter", "bias", "scale",
-                          "initial_state", "state", "reuse_params"})
+                          "initial_state", "state", "reuse_params", "init_by_layer"})
 
 
 def outer_refs(layer_dict):

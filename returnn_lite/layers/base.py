@@ -219,7 +219,8 @@ class LayerBase:
             if d.get("n_out", NotSpecified) is NotSpecified and "out_type" not in d and target:
                 tdata = cls._static_get_target_data(target, network, target_layers)
                 if tdata is not None and tdata.dim is not None:
-                    d["n_out"] = loss_class.get_auto_output_layer_dim(tdata.feature_dim).dimension
+                    # the instance's: its options may add a blank (edit_distance with ctc_decode)
+                    d["n_out"] = loss.get_auto_output_layer_dim(tdata.feature_dim).dimension
         elif (target and isinstance(target, str) and not is_layer_target(target)
               and d.get("n_out", NotSpecified) is NotSpecified and "out_type" not in d
               and target in network.extern_data.data):

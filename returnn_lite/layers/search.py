@@ -207,6 +207,9 @@ class ChoiceLayer(LayerBase):
             scores_in = tf.where(ended, only_zero[None, None, :], scores_in)
         if length_normalization and info is not None:
             t = tf.cast(info.step, tf.float32)
+            # the scores are kept as the running mean (score sum / (t+1)^exponent); the original keeps the sum
+            # (same ranking) and exposes it in the loop (choice_get_beam_scores)
+            self.beam_scores_sum_scale = (t + 1.) ** exponent
             f_base = (t / (t + 1.)) ** exponent
             f_in = 1. / (t + 1.) ** exponent
             if ended is not None:
@@ -407,7 +410,11 @@ class ChoiceGetBeamScoresLayer(LayerBase):
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
         beam = _beam_scores(self.sources[0], "choice_get_beam_scores layer %r" % self.name)
-        self.output.placeholder = tf.reshape(beam.beam_scores, [-1])
+        scores = beam.beam_scores
+        sum_scale = getattr(self.sources[0], "beam_scores_sum_scale", None)  # a choice in this loop step
+        if sum_scale is not None:
+            scores = scores * sum_scale
+        self.output.placeholder = tf.reshape(scores, [-1])
 
     @classmethod
     def get_out_data_from_opts(cls, name, sources=(), **kwargs):

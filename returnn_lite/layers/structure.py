@@ -1,7 +1,7 @@
 """
 Structure layers: subnetwork (own namespace as a child network), cond (tf.cond between two layers),
 hdf_dump (writes what passes through into an HDF file), image_summary and framewise_statistics
-(pass-through plus summaries/statistics), and forced_align / fast_bw (need an external Sprint binary).
+(pass-through plus summaries/statistics). (forced_align / fast_bw: see :mod:`.sprint`.)
 """
 
 from __future__ import annotations
@@ -531,33 +531,3 @@ class FramewiseStatisticsLayer(LayerBase):
     @classmethod
     def get_out_data_from_opts(cls, name, **kwargs):
         return Data(name="%s_output" % name, shape=(), dtype="int32", batch_dim_axis=None)
-
-
-class _NeedsSprintLayer(LayerBase):
-    _why = ""
-    accepts_any_options = True  # refused as a whole (transform_config_dict), whatever the options
-
-    @classmethod
-    def transform_config_dict(cls, d, network, get_layer):
-        raise NotImplementedError(
-            "layer class %r: %s returnn_lite has neither the native op nor the external Sprint (RASR) binary "
-            "(sprint-executables / nn-trainer) that the original calls for this." % (cls.layer_class, cls._why))
-
-    @classmethod
-    def get_out_data_from_opts(cls, **kwargs):
-        return cls.transform_config_dict({}, None, None)
-
-
-class ForcedAlignmentLayer(_NeedsSprintLayer):
-    """Viterbi forced alignment: not available (needs the original's native ops / Sprint)."""
-
-    layer_class = "forced_align"
-    _why = "the Viterbi forced alignment needs native TF ops (ctc/rna topologies built by Sprint automata)."
-
-
-class FastBaumWelchLayer(_NeedsSprintLayer):
-    """Fast Baum-Welch: not available (needs the native op and, for align_target='sprint', Sprint)."""
-
-    layer_class = "fast_bw"
-    recurrent = True
-    _why = "fast Baum-Welch needs the native FastBaumWelch op and, for align_target='sprint', the Sprint automata."

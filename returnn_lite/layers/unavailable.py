@@ -3,7 +3,6 @@ Layer classes of the original that real configs use but that need something retu
 fail at once with one line naming what is missing (instead of "unknown layer class").
 
 - ``kenlm``: the KenLM library and its TF op (the original compiles it from the KenLM sources).
-- ``twod_lstm``: the original's multi-dimensional LSTM native CUDA op (MDLSTM).
 - ``neural_transducer``: the original's neural transducer layer and loss (an extra module of the original, built on
   ``tf.contrib.seq2seq`` / ``tf.contrib.rnn``, which TF 2 removed: the original cannot build it on TF 2 either).
 """
@@ -31,13 +30,6 @@ class KenLmStateLayer(_UnavailableLayer):
 
     layer_class = "kenlm"
     _why = "it needs the KenLM library and its compiled TF op (use an LM as a network layer instead)."
-
-
-class TwoDLSTMLayer(_UnavailableLayer):
-    """2D LSTM: not available (needs the original's MDLSTM native CUDA op)."""
-
-    layer_class = "twod_lstm"
-    _why = "it needs the original's multi-dimensional LSTM native CUDA op (MDLSTM)."
 
 
 class NeuralTransducerLayer(_UnavailableLayer):

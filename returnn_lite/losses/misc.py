@@ -1,5 +1,5 @@
-"""Other losses: as_is, via_layer, search_score, expected_loss, deep_clustering, sampling_loss, triplet_loss,
-and the Sprint-based sprint / fast_bw (not available: they need an external Sprint (RASR) binary)."""
+"""Other losses: as_is, via_layer, search_score, expected_loss, deep_clustering, sampling_loss, triplet_loss
+(the RASR-based sprint / fast_bw: see :mod:`.sprint`)."""
 
 from __future__ import annotations
 
@@ -393,29 +393,3 @@ class TripletLoss(Loss):
 
     def get_error(self):
         return None
-
-
-class _NeedsSprintLoss(Loss):
-    recurrent = True
-    need_target = False
-
-    def __init__(self, sprint_opts=None, **kwargs):
-        super().__init__(**kwargs)
-        raise NotImplementedError(
-            "loss %r needs an external Sprint (RASR) binary (sprint_opts), which returnn_lite does not support"
-            % self.class_name)
-
-
-class ExternSprintLoss(_NeedsSprintLoss):
-    """Loss computed by an external Sprint instance (not available)."""
-
-    class_name = "sprint"
-
-
-class FastBaumWelchLoss(_NeedsSprintLoss):
-    """Full-sum loss via fast_baum_welch on Sprint automata (not available)."""
-
-    class_name = "fast_bw"
-
-    def __init__(self, sprint_opts=None, tdp_scale=1.0, **kwargs):
-        super().__init__(sprint_opts=sprint_opts, **kwargs)

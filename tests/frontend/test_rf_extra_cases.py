@@ -103,6 +103,53 @@ def test_gather_clip_to_valid_per_sequence(backend):
             np.testing.assert_array_equal(res["out:z"][b, t], _X[b, max(t - 2, 0)])
 
 
+@needs_checker
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_pad_dynamic_dim_default_handle_dynamic_dims(backend):
+    # handle_dynamic_dims=False (the default at behavior version 0): each length grows by left + right; the pad
+    # values follow the padded end, the frames between a sequence's end and the padded end keep the source's values
+    res = _run(backend, "    y, (o,) = rf.pad(x, axes=[time_dim], padding=[(1, 2)], value=9.)\n"
+                        "    y.mark_as_output('y', shape=(batch_dim, o, in_dim))")
+    np.testing.assert_array_equal(res["out:y:size1"], [10, 8, 7])
+    expected = np.concatenate([np.full((3, 1, 3), 9.0), _X, np.full((3, 2, 3), 9.0)], axis=1)
+    for b, n in enumerate([10, 8, 7]):
+        np.testing.assert_array_equal(res["out:y"][b, :n], expected[b, :n])
+
+
+@needs_checker
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_parameter_initial_set_to_an_rf_tensor(backend, monkeypatch):
+    # Parameter.initial = <rf Tensor computed in __init__> (layers backend: the variable's init_by_layer)
+    model = ("        self.scale = rf.Parameter([in_dim])\n"
+             "        self.scale.initial = rf.range_over_dim(in_dim, dtype='float32') + 2.0\n")
+    monkeypatch.setattr(sys.modules[__name__], "SRC", SRC.replace(
+        "        self.lin = rf.Linear(in_dim, out_dim)\n", "        self.lin = rf.Linear(in_dim, out_dim)\n" + model))
+    res = _run(backend, "    (x * model.scale).mark_as_output('y', shape=(batch_dim, time_dim, in_dim))")
+    for b, n in enumerate([7, 5, 4]):
+        np.testing.assert_allclose(res["out:y"][b, :n], _X[b, :n] * np.array([2.0, 3.0, 4.0]), rtol=1e-6)
+
+
+@needs_checker
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_scan_simple_rnn_with_the_batch_dim_in_the_state(backend):
+    body = ("    hid = Dim(4, name='hid')\n"
+            "    w = rf.ones([in_dim, hid], dtype='float32') * 0.1\n"
+            "    def body(x_t, h):\n"
+            "        h = rf.tanh(rf.matmul(x_t, w, reduce=in_dim) + h)\n"
+            "        return h, h\n"
+            "    ys, last, _ = rf.scan(spatial_dim=time_dim, initial=rf.zeros([batch_dim, hid]), xs=x, ys=Tensor(\n"
+            "        'y', dims=[batch_dim, hid], dtype='float32'), body=body)\n"
+            "    ys.mark_as_output('y', shape=(batch_dim, time_dim, hid))")
+    res = _run(backend, body)
+    h, ref = np.zeros((3, 4)), []
+    for t in range(7):
+        h = np.tanh(_X[:, t] @ np.full((3, 4), 0.1) + h)
+        ref.append(h)
+    ref = np.stack(ref, axis=1)
+    for b, n in enumerate([7, 5, 4]):
+        np.testing.assert_allclose(res["out:y"][b, :n], ref[b, :n], rtol=1e-5, atol=1e-6)
+
+
 BAD = {
     "clip_int_dynamic": ("    rf.gather(x, axis=time_dim, indices=-1, clip_to_valid=True).mark_as_output('y')",
                          r"rf\.gather at <clip_int_dynamic/model\.py>:22: clip_to_valid with the int index -1 on "
@@ -115,9 +162,6 @@ BAD = {
     "dims_mismatch": ("    (model.lin(x) + x).mark_as_output('y')",
                       r"rf\.combine\('add'\) at <dims_mismatch/model\.py>:22: dims do not match: .*'out'\(2\).*"
                       r"'in'\(3\)"),
-    "pad_dynamic_default": ("    rf.pad(x, axes=[time_dim], padding=[(1, 2)])[0].mark_as_output('y')",
-                            r"rf\.pad at <pad_dynamic_default/model\.py>:22: right padding of the dynamic dim "
-                            r"'time'\(\?\) with handle_dynamic_dims=False \(the default"),
     "concat_wrong_axis": ("    rf.concat((x, in_dim), (model.lin(x), in_dim))[0].mark_as_output('y')",
                           r"rf\.concat at <concat_wrong_axis/model\.py>:22: axis 'in'\(3\) is not a dim of"),
 }

@@ -21,7 +21,8 @@ from returnn_lite.layers.base import layer_registry
 from returnn_lite.network import TFNetwork
 
 sys.path.insert(0, os.path.dirname(__file__))
-from examples import EXAMPLES, EXTERN, INTERNAL, NO_INPUT_GRADIENT, UNAVAILABLE, UNCONNECTED_PARAMS  # noqa: E402
+from examples import (EXAMPLES, EXTERN, FAILS_WHEN_COMPUTED, INTERNAL, NO_INPUT_GRADIENT, UNAVAILABLE,  # noqa: E402
+                      UNCONNECTED_PARAMS)
 
 tf1 = tf.compat.v1
 
@@ -57,9 +58,9 @@ def _build(layer_class, opts, train_flag, tmp="/nonexistent"):
 
 def test_every_class_has_example():
     names = set(get_layer_class_names())
-    missing = sorted(names - set(EXAMPLES) - set(UNAVAILABLE) - set(INTERNAL))
+    missing = sorted(names - set(EXAMPLES) - set(UNAVAILABLE) - set(INTERNAL) - FAILS_WHEN_COMPUTED)
     assert not missing, "layer classes without example in tests/layers/examples.py: %s" % missing
-    stale = sorted((set(EXAMPLES) | set(UNAVAILABLE) | set(INTERNAL)) - names)
+    stale = sorted((set(EXAMPLES) | set(UNAVAILABLE) | set(INTERNAL) | FAILS_WHEN_COMPUTED) - names)
     assert not stale, "examples for unregistered layer classes: %s" % stale
     assert set(INTERNAL.values()) <= set(EXAMPLES)
     assert set(NO_INPUT_GRADIENT) <= set(EXAMPLES) and set(UNCONNECTED_PARAMS) <= set(EXAMPLES)
@@ -105,7 +106,8 @@ def test_unavailable_raises(layer_class):
 
 @pytest.mark.parametrize("train_flag", [False, True], ids=["eval", "train"])
 @pytest.mark.parametrize("layer_class", [name for name in get_layer_class_names()
-                                         if name not in UNAVAILABLE and name not in INTERNAL])
+                                         if name not in UNAVAILABLE and name not in INTERNAL
+                                         and name not in FAILS_WHEN_COMPUTED])
 def test_template_matches_output(layer_class, train_flag, tmp_path):
     assert layer_class in EXAMPLES, "no example for layer class %r in tests/layers/examples.py" % layer_class
     graph, net = _build(layer_class, EXAMPLES[layer_class], train_flag, tmp_path)

@@ -1,4 +1,4 @@
-"""subnetwork, cond, hdf_dump, image_summary, framewise_statistics, forced_align / fast_bw."""
+"""subnetwork, cond, hdf_dump, image_summary, framewise_statistics."""
 
 import h5py
 import numpy as np
@@ -180,17 +180,6 @@ def test_passthrough_summaries_and_stats():
             img, stats = session.run([net.get_layer("img").output.placeholder, net.get_layer("output").stats], feed)
         np.testing.assert_array_equal(img, feed[net.extern_data.get_data("data").placeholder])
         assert 0.0 <= stats["fer"] <= 1.0
-
-
-@pytest.mark.parametrize("cls,opts", [("forced_align", {"align_target": "classes", "topology": "ctc",
-                                                        "input_type": "log_prob"}),
-                                      ("fast_bw", {"align_target": "sprint"})])
-def test_sprint_layers_raise_clearly(cls, opts):
-    with tf.Graph().as_default():
-        with pytest.raises(NetworkLayerException) as exc:
-            _build({"output": dict({"class": cls, "from": "data"}, **opts)})
-    assert "Sprint" in str(exc.value) and "'output'" in str(exc.value)
-    assert isinstance(exc.value.__cause__, NotImplementedError)
 
 
 def test_flatten_subnetworks_in_unit():

@@ -842,6 +842,9 @@ class RecSubnetLoop:
         pretiled = {}  # base: layers used only by layers on the beam: repeated per hypothesis once, outside the loop
         if beam is not None:
             root_beam = SearchBeam(k_beam, name="%s/repeated" % rec.get_absolute_name(), invariant=True)
+            # repeated axes get the tags the templates got (a loop state over the encoder time, e.g. accumulated
+            # attention weights, must match the repeated encoder in the loop)
+            root_beam._tiled_dims = beam._tiled_dims
             users = {}
             for x in in_loop:
                 for ref in tpl.deps.get(x, ()):
