@@ -223,7 +223,7 @@ def test_concurrent_builds(tiny):
 def test_no_compiler_falls_back(monkeypatch, capsys):
     monkeypatch.setattr(native_op, "find_compiler", lambda: None)
     monkeypatch.setattr(native_op, "_modules", {})
-    monkeypatch.setattr(native_op, "_said_no_compiler", False)
+    monkeypatch.setattr(native_op, "_unavailable", {})
     monkeypatch.setenv(native_op.ENV_MODE, "auto")
     assert native_op.lstm_module() is None and native_op.lstm_module() is None
     assert capsys.readouterr().err.count("no C++ compiler found") == 1  # said once
