@@ -30,15 +30,27 @@ constexpr int kVecBytes = 32;  // two 16-byte registers on SSE/NEON; one on AVX
 constexpr int kMR = 4;     // rows of a register tile
 constexpr int kKC = 256;   // depth of a packed block (a B block of kKC x NR stays in L1)
 
+// Vector types (GCC/Clang vector extensions; lowered to AVX-512, AVX, SSE or NEON as the target has them), and
+// their unaligned twins for loads and stores (declared directly: attributes on template arguments are dropped).
+typedef float VecF __attribute__((vector_size(kVecBytes)));
+typedef double VecD __attribute__((vector_size(kVecBytes)));
+typedef float VecFU __attribute__((vector_size(kVecBytes), aligned(alignof(float))));
+typedef double VecDU __attribute__((vector_size(kVecBytes), aligned(alignof(double))));
+
+inline VecF Load(const float* p) { return *reinterpret_cast<const VecFU*>(p); }
+inline VecD Load(const double* p) { return *reinterpret_cast<const VecDU*>(p); }
+inline void Store(float* p, VecF v) { *reinterpret_cast<VecFU*>(p) = v; }
+inline void Store(double* p, VecD v) { *reinterpret_cast<VecDU*>(p) = v; }
+
 template <typename T>
 struct Vec;
 template <>
 struct Vec<float> {
-  typedef float type __attribute__((vector_size(kVecBytes), aligned(4)));  // unaligned loads/stores
+  typedef VecF type;
 };
 template <>
 struct Vec<double> {
-  typedef double type __attribute__((vector_size(kVecBytes), aligned(8)));
+  typedef VecD type;
 };
 
 template <typename T>
@@ -99,40 +111,41 @@ void PackA(View<T> a, int64_t m_dim, int64_t k_dim, std::vector<T>* out) {
   }
 }
 
-// One register tile: C[mr, nr] (+)= Ap[kc][MR] @ Bp[kc][NR].
+// One register tile: C[mr, nr] (+)= Ap[kc][MR] @ Bp[kc][NR]. The 8 accumulators are separate variables so that
+// they stay in registers.
 template <typename T>
-inline void MicroKernel(int64_t kc, const T* ap, const T* bp, T* c, int64_t ldc, int64_t mr, int64_t nr,
-                        bool accumulate) {
+inline void MicroKernel(int64_t kc, const T* __restrict ap, const T* __restrict bp, T* c, int64_t ldc, int64_t mr,
+                        int64_t nr, bool accumulate) {
+  static_assert(kMR == 4, "the tile below is written out for 4 rows");
   typedef typename Tile<T>::V V;
   constexpr int L = Tile<T>::kLanes, NR = Tile<T>::kNR;
-  V acc[kMR][2];
-  for (int i = 0; i < kMR; ++i) acc[i][0] = acc[i][1] = V{} ;
+  V c00{}, c01{}, c10{}, c11{}, c20{}, c21{}, c30{}, c31{};
   for (int64_t k = 0; k < kc; ++k) {
-    V b0, b1;
-    std::memcpy(&b0, bp + k * NR, sizeof(V));
-    std::memcpy(&b1, bp + k * NR + L, sizeof(V));
-    for (int i = 0; i < kMR; ++i) {
-      const T a = ap[k * kMR + i];
-      acc[i][0] += a * b0;
-      acc[i][1] += a * b1;
-    }
+    const V b0 = Load(bp + k * NR), b1 = Load(bp + k * NR + L);
+    const T* a = ap + k * kMR;
+    c00 += a[0] * b0;
+    c01 += a[0] * b1;
+    c10 += a[1] * b0;
+    c11 += a[1] * b1;
+    c20 += a[2] * b0;
+    c21 += a[2] * b1;
+    c30 += a[3] * b0;
+    c31 += a[3] * b1;
   }
+  const V acc[kMR][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}};
   if (mr == kMR && nr == NR) {
     for (int i = 0; i < kMR; ++i) {
-      V* row0 = reinterpret_cast<V*>(c + i * ldc);
-      V* row1 = reinterpret_cast<V*>(c + i * ldc + L);
-      if (accumulate) {
-        *row0 += acc[i][0];
-        *row1 += acc[i][1];
-      } else {
-        *row0 = acc[i][0];
-        *row1 = acc[i][1];
-      }
+      T* row = c + i * ldc;
+      Store(row, accumulate ? Load(row) + acc[i][0] : acc[i][0]);
+      Store(row + L, accumulate ? Load(row + L) + acc[i][1] : acc[i][1]);
     }
     return;
   }
   T tmp[kMR][NR];
-  std::memcpy(tmp, acc, sizeof(tmp));
+  for (int i = 0; i < kMR; ++i) {
+    Store(tmp[i], acc[i][0]);
+    Store(tmp[i] + L, acc[i][1]);
+  }
   for (int64_t i = 0; i < mr; ++i)
     for (int64_t j = 0; j < nr; ++j) c[i * ldc + j] = accumulate ? c[i * ldc + j] + tmp[i][j] : tmp[i][j];
 }
