@@ -22,10 +22,13 @@ namespace {
 // ------------------------------------------------------------------------------------------------------------
 // GEMM: C[M, N] (+)= A[M, K] @ B[K, N], with A and B packed into register-tile panels (zero-padded at the edges).
 
+// the target's vector register width (wider vectors split over narrow registers compile badly)
 #if defined(__AVX512F__)
 constexpr int kVecBytes = 64;
+#elif defined(__AVX__)
+constexpr int kVecBytes = 32;
 #else
-constexpr int kVecBytes = 32;  // two 16-byte registers on SSE/NEON; one on AVX
+constexpr int kVecBytes = 16;  // SSE2 (the x86-64 baseline), NEON (aarch64), ...
 #endif
 constexpr int kMR = 4;     // rows of a register tile
 constexpr int kKC = 256;   // depth of a packed block (a B block of kKC x NR stays in L1)
