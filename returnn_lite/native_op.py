@@ -68,6 +68,7 @@ class NativeOpError(RuntimeError):
         self.summary = summary
         self.cause = cause or summary
         self.entry = entry  # the cache entry that records the failure, if any
+        self.line_open = False  # build(keep_line_open=True) left its "compiling ..." line on stderr for the caller
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -335,8 +336,9 @@ def _compile_units(cxx, units, link_flags, tmp_dir):
     objs = [os.path.join(tmp_dir, "%i-%s.o" % (i, os.path.basename(src))) for i, (src, _, _) in enumerate(units)]
     cmds = [[cxx, "-c", src, "-o", obj] + flags for (src, flags, _), obj in zip(units, objs)]
     results = _run_parallel(cmds)
-    retry = [i for i, (rc, _) in enumerate(results) if rc != 0 and units[i][2] is not None]
-    if retry:  # e.g. a compiler that does not know -march=native for this CPU: portable flags
+    failed = [i for i, (rc, _) in enumerate(results) if rc != 0]
+    retry = [i for i in failed if units[i][2] is not None]
+    if retry and len(retry) == len(failed):  # (if another unit failed for good, the build fails anyway)  # e.g. a compiler that does not know -march=native for this CPU: portable flags
         cmds_retry = [[cxx, "-c", units[i][0], "-o", objs[i]] + units[i][2] for i in retry]
         for i, cmd, res in zip(retry, cmds_retry, _run_parallel(cmds_retry)):
             if res[0] == 0:
@@ -360,12 +362,15 @@ def _sources(name, src):
     return [source_path(u) for u in units], [source_path(h) for h in headers]
 
 
-def build(name, cxx=None, force=False, src=None, quiet=False, retry_failed=False):
+def build(name, cxx=None, force=False, src=None, quiet=False, retry_failed=False, keep_line_open=False):
     """
-    Compiles the op (native_ops/<name> with its kernel units, or the one file src) if not cached.
+    Compiles the op (native_ops/<name> with its kernel units, or the one file src) if not cached. Says so on stderr
+    in one line: "compiling native op NAME (first use, cached afterwards)... done in S s" (or "... failed").
     :param bool force: build even if the entry records a success or a failure
     :param bool retry_failed: build again if the entry records a failure (else that failure is raised at once)
-    :param bool quiet: no line before the build
+    :param bool quiet: no line on stderr
+    :param bool keep_line_open: on a failure, leave the stderr line unfinished (NativeOpError.line_open) for the
+      caller to complete
     :return: (path of the library, build seconds; 0.0 when cached)
     :raises NativeOpError: no compiler, or the build failed now or before (recorded in the entry); the message's first
       line names the compiler's first error line and the command
@@ -413,8 +418,8 @@ def build(name, cxx=None, force=False, src=None, quiet=False, retry_failed=False
         if hit:
             return hit
         if not quiet:
-            print("returnn_lite: compiling native op %s (first use, cached afterwards)..." % name, file=sys.stderr,
-                  flush=True)
+            print("returnn_lite: compiling native op %s (first use, cached afterwards)..." % name, end="",
+                  file=sys.stderr, flush=True)
         record = {"key": key, "tf": tf.__version__, "compiler": version, "units": units}
         t0 = time.perf_counter()
         tmp_dir = tempfile.mkdtemp(dir=entry, prefix=".tmp-")
@@ -425,16 +430,24 @@ def build(name, cxx=None, force=False, src=None, quiet=False, retry_failed=False
             except _Failed as failed:
                 record.update(status="failed", error=failed.cause, command=failed.cmd, output=failed.output[-20000:])
                 _write_atomic(meta_path, json.dumps(record, indent=1))
-                raise NativeOpError("compiling native op %s failed: %s; command: %s" % (
+                exc = NativeOpError("compiling native op %s failed: %s; command: %s" % (
                     name, failed.cause, " ".join(failed.cmd)), cause=failed.cause, details=failed.output[-8000:],
                     entry=entry)
+                exc.line_open = not quiet and keep_line_open
+                raise exc from None
             elapsed = time.perf_counter() - t0
             digest = _sha256_file(built)
             os.replace(built, lib)
+            record.update(status="ok", sha256=digest, commands=cmds, seconds=round(elapsed, 2))
+            _write_atomic(meta_path, json.dumps(record, indent=1))
+        except BaseException as exc:
+            if not quiet and not getattr(exc, "line_open", False):
+                print(" failed", file=sys.stderr, flush=True)
+            raise
         finally:
             shutil.rmtree(tmp_dir, ignore_errors=True)
-        record.update(status="ok", sha256=digest, commands=cmds, seconds=round(elapsed, 2))
-        _write_atomic(meta_path, json.dumps(record, indent=1))
+        if not quiet:
+            print(" done in %.1f s" % elapsed, file=sys.stderr, flush=True)
     return lib, elapsed
 
 
@@ -469,12 +482,18 @@ def load(name="lstm.cc", required=True):
             mod = _build_and_load(tf, name, retry_failed=required)
         except NativeOpError as exc:
             if required:
+                if exc.line_open:
+                    print(" failed", file=sys.stderr, flush=True)
                 raise
             _unavailable[name] = exc.cause
-            why = exc.cause if not exc.entry else "building native op %s failed: %s (recorded in %s; delete it to " \
-                "retry)" % (name, exc.cause, exc.entry)
-            print("returnn_lite: %s; the LSTM units use the pure-TF loop (same results, slower); %s." % (
-                why, SILENCE_HINT), file=sys.stderr, flush=True)
+            if not exc.entry:  # e.g. no compiler
+                why = "returnn_lite: " + exc.cause
+            else:
+                why = "%s: %s (recorded in %s; delete it to retry)" % (
+                    " failed" if exc.line_open else "returnn_lite: building native op %s failed" % name, exc.cause,
+                    exc.entry)
+            print("%s; the LSTM units use the pure-TF loop (same results, slower); %s." % (why, SILENCE_HINT),
+                  file=sys.stderr, flush=True)
             return None
         _modules[name] = mod
         _unavailable.pop(name, None)
@@ -483,7 +502,7 @@ def load(name="lstm.cc", required=True):
 
 
 def _build_and_load(tf, name, retry_failed=False):
-    lib, secs = build(name, retry_failed=retry_failed)
+    lib, secs = build(name, retry_failed=retry_failed, keep_line_open=True)
     try:
         mod = tf.load_op_library(lib)
     except Exception as exc:
@@ -495,7 +514,7 @@ def _build_and_load(tf, name, retry_failed=False):
         # a corrupt or stale entry: rebuild once
         print("returnn_lite: cached %s could not be loaded (%s); rebuilding" % (lib, first_error_line(str(exc))),
               file=sys.stderr)
-        lib, secs = build(name, force=True)
+        lib, secs = build(name, force=True, keep_line_open=True)
         try:
             mod = tf.load_op_library(lib)
         except Exception as exc2:
@@ -503,9 +522,6 @@ def _build_and_load(tf, name, retry_failed=False):
             record_failure(lib, cause)
             raise NativeOpError("native op %s was built but %s" % (name, cause), cause=cause,
                                 entry=os.path.dirname(lib)) from None
-    if secs:
-        print("returnn_lite: compiled native op %s in %.1f s (cache: %s)" % (name, secs, os.path.dirname(lib)),
-              file=sys.stderr, flush=True)
     return mod
 
 
