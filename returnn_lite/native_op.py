@@ -345,12 +345,12 @@ def _compile_units(cxx, units, link_flags, tmp_dir):
                 cmds[i], results[i] = cmd, res
     for cmd, (rc, out) in zip(cmds, results):
         if rc != 0:
-            raise _Failed(first_error_line(out) or "exit code %s" % rc, cmd, out)
+            raise _Failed(first_error_line(out) or "%s exited with code %s and no output" % (cxx, rc), cmd, out)
     lib = os.path.join(tmp_dir, "lib.so")
     link_cmd = [cxx] + objs + ["-o", lib] + link_flags
     rc, out = _run_parallel([link_cmd])[0]
     if rc != 0:
-        raise _Failed(first_error_line(out) or "exit code %s" % rc, link_cmd, out)
+        raise _Failed(first_error_line(out) or "%s exited with code %s and no output" % (cxx, rc), link_cmd, out)
     return lib, cmds + [link_cmd]
 
 

@@ -212,3 +212,16 @@ def test_first_error_line():
     assert native_op.first_error_line(out) == "b.h:740:49: error: expected initializer before '<' token"
     assert native_op.first_error_line("ld: cannot find -lfoo\n") == "ld: cannot find -lfoo"
     assert native_op.first_error_line("") == ""
+
+
+def test_compiler_without_output(tmp_path, monkeypatch):
+    """CXX=/bin/false: no error line to quote, so the cause names the compiler and its exit code."""
+    if not os.path.exists("/bin/false"):
+        pytest.skip("no /bin/false")
+    monkeypatch.setenv("CXX", "/bin/false")
+    monkeypatch.setenv(native_op.ENV_CACHE, str(tmp_path / "cache"))
+    with pytest.raises(native_op.NativeOpError) as exc:
+        native_op.build("lstm.cc", quiet=True)
+    assert exc.value.cause == "/bin/false exited with code 1 and no output"
+    with pytest.raises(native_op.NativeOpError, match="failed earlier .*recorded in"):
+        native_op.build("lstm.cc", quiet=True)  # recorded: not run again
