@@ -241,3 +241,21 @@ def test_initial_state_dim_mismatch_names_layer():
                            "lstm": {"class": "rec", "unit": "nativelstm2", "n_out": 4, "from": "data",
                                     "initial_state": {"c": "zeros", "h": "init"}},
                            "output": {"class": "copy", "from": "lstm"}}, {"data": {"dim": 3}})
+
+
+def test_large_steps_on_the_thread_pool(mod):
+    """Batch x units large enough that every step's GEMM and gate math are split over TF's intra-op pool."""
+    rng = np.random.RandomState(5)
+    n_time, n_batch, n = 3, 64, 256  # 64 * 256 * 1024 >= 2^24: the per-step pool path
+    lens = np.array([3] * 60 + [2, 1, 0, 3], "int32")
+    with tf.Graph().as_default():
+        z, w, c0, h0 = [tf.constant(a) for a in _inputs(rng, n_time, n_batch, n)]
+        w = w * 0.1
+        res = {}
+        for key, native in (("op", mod), ("loop", False)):
+            loss, outs = _loss_and_outputs(native, z, w, c0, h0, tf.constant(lens), False)
+            res[key] = outs + tf.gradients(loss, [z, w, c0, h0])
+        with tf1.Session(config=tf1.ConfigProto(intra_op_parallelism_threads=2)) as session:
+            got, want = session.run([res["op"], res["loop"]])
+    for name, a, b in zip(["y", "c_final", "h_final", "dz", "dW_re", "dc0", "dh0"], got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-11, err_msg=name)
