@@ -4,8 +4,9 @@ First-build time of the native LSTM op (returnn_lite/native_op.py), as a new use
 fresh temporary cache directory and ``native_op.build("lstm.cc")`` (TF already imported, not counted). Prints the
 wall seconds and the CPU seconds of the compiler processes (best repeat), against the goal of 15 s on 2 cores.
 
-Also, in the same process, each unit compiled alone (CPU seconds): the TF glue, the plain C++ kernel, the link; and
-the baseline: a unit that only includes TF's ``op_kernel.h`` (the floor of any TF custom op's glue). On a busy
+Also, in the same process, each unit compiled alone (CPU seconds): the TF glue (C API), the plain C++ kernel, the
+link; and the baseline: a unit that only includes TF's C++ ``op_kernel.h`` (the floor of a glue written against TF's
+C++ API, as the op's glue was before). On a busy
 machine the wall time is inflated by the load; the critical path (the slowest unit, as the units compile in
 parallel, plus the link) is what the build costs on 2 idle cores.
 
@@ -60,7 +61,7 @@ def compile_alone(cxx, src, flags, out_dir):
 
 def units_alone(native_op):
     cxx = native_op.find_compiler()
-    units, _ = native_op._sources("lstm.cc", None)
+    units, _, _ = native_op._sources("lstm.cc", None)
     glue_flags, kernel_flags, _, link_flags = native_op._compile_flags()
     out = tempfile.mkdtemp(prefix="returnn-lite-native-bench-")
     try:

@@ -394,5 +394,64 @@ template void Backward<double>(const Parallel&, int64_t, int64_t, int64_t, bool,
                                const double*, const int32_t*, const double*, const double*, const double*,
                                const double*, const double*, const double*, double*, double*, double*, double*);
 
+namespace {
+
+void SerialFor(void*, int64_t n, int64_t, ShardFn fn, void* arg) { fn(arg, 0, n); }
+
+// Forward against a scalar reference, on sizes that leave partial register tiles; Backward must give finite values.
+template <typename T>
+bool SelfTest(double tol) {
+  const int64_t n_time = 3, n_batch = 5, n = 7, n4 = 4 * n;
+  const int32_t lens[n_batch] = {3, 2, 0, 1, 3};
+  std::vector<T> z(n_time * n_batch * n4), w(n * n4), c0(n_batch * n), h0(n_batch * n);
+  for (size_t i = 0; i < z.size(); ++i) z[i] = T(std::sin(0.37 * i));
+  for (size_t i = 0; i < w.size(); ++i) w[i] = T(0.3 * std::cos(0.11 * i));
+  for (size_t i = 0; i < c0.size(); ++i) c0[i] = T(0.5 * std::sin(1.3 * i)), h0[i] = T(0.5 * std::cos(0.7 * i));
+  std::vector<T> y(n_time * n_batch * n), c(y.size()), gates(z.size()), cf(c0.size()), hf(c0.size());
+  const Parallel serial{&SerialFor, nullptr};
+  Forward<T>(serial, n_time, n_batch, n, false, z.data(), w.data(), c0.data(), h0.data(), lens, y.data(), c.data(),
+             gates.data(), cf.data(), hf.data());
+  for (int64_t b = 0; b < n_batch; ++b) {
+    std::vector<double> cs(c0.begin() + b * n, c0.begin() + (b + 1) * n), hs(h0.begin() + b * n, h0.begin() + (b + 1) * n);
+    for (int64_t t = 0; t < n_time; ++t) {
+      const T* yt = y.data() + (t * n_batch + b) * n;
+      for (int64_t k = 0; k < n; ++k) {
+        if (t >= lens[b]) {
+          if (yt[k] != T(0)) return false;
+          continue;
+        }
+        double g[4];
+        for (int q = 0; q < 4; ++q) {
+          g[q] = z[(t * n_batch + b) * n4 + q * n + k];
+          for (int64_t j = 0; j < n; ++j) g[q] += hs[j] * w[j * n4 + q * n + k];
+        }
+        const double cn = 1 / (1 + std::exp(-g[2])) * cs[k] + 1 / (1 + std::exp(-g[1])) * std::tanh(g[0]);
+        const double h = 1 / (1 + std::exp(-g[3])) * std::tanh(cn);
+        if (!(std::fabs(yt[k] - h) <= tol) || !(std::fabs(c[(t * n_batch + b) * n + k] - cn) <= tol)) return false;
+      }
+      if (t < lens[b])  // the new state (all units computed above from the previous one)
+        for (int64_t k = 0; k < n; ++k) cs[k] = c[(t * n_batch + b) * n + k], hs[k] = yt[k];
+    }
+    for (int64_t k = 0; k < n; ++k)
+      if (!(std::fabs(cf[b * n + k] - cs[k]) <= tol) || !(std::fabs(hf[b * n + k] - hs[k]) <= tol)) return false;
+  }
+  std::vector<T> dz(z.size()), dw(w.size()), dc0(c0.size()), dh0(c0.size());
+  Backward<T>(serial, n_time, n_batch, n, true, w.data(), c0.data(), h0.data(), lens, y.data(), c.data(), gates.data(),
+              y.data(), cf.data(), hf.data(), dz.data(), dw.data(), dc0.data(), dh0.data());
+  double sum = 0;
+  for (const std::vector<T>* v : {&dz, &dw, &dc0, &dh0})
+    for (T x : *v) sum += std::fabs(x);
+  return std::isfinite(sum) && sum > 0;
+}
+
+}  // namespace
 }  // namespace lstm_kernel
 }  // namespace returnn_lite
+
+extern "C" int returnn_lite_lstm_selftest() {
+#ifdef RETURNN_LITE_LSTM_SELFTEST_TRAP
+  __builtin_trap();  // test hook: fail the way a library with instructions this CPU lacks fails
+#endif
+  using returnn_lite::lstm_kernel::SelfTest;
+  return SelfTest<float>(1e-5) && SelfTest<double>(1e-12) ? 1 : 0;
+}

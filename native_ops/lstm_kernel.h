@@ -35,4 +35,9 @@ void Backward(const Parallel& par, int64_t n_time, int64_t n_batch, int64_t n, b
 }  // namespace lstm_kernel
 }  // namespace returnn_lite
 
+// Runs Forward and Backward on a small input (float and double) and compares them with a scalar reference:
+// 1 if all is well. returnn_lite/native_op.py calls it in a separate process right after the build, so that a
+// library whose flags do not fit this CPU (an illegal instruction) is found there and not in the training process.
+extern "C" int returnn_lite_lstm_selftest();
+
 #endif  // RETURNN_LITE_LSTM_KERNEL_H_

@@ -2,13 +2,15 @@
 Native (C++) TensorFlow ops of returnn_lite, compiled on first use; a build that fails never breaks a run.
 
 The sources live in ``native_ops/`` (top level of a checkout; shipped as package data ``returnn_lite/native_ops/``
-in an installed wheel). An op is a thin TF glue unit (op registration and shape checks, TF's framework headers only)
-plus a kernel unit in plain C++ (no TF or Eigen headers); both are compiled in parallel and linked into one library:
+in an installed wheel). An op is a thin TF glue unit written against TF's stable C API (``tensorflow/c/kernels.h``,
+``ops.h``: plain C headers, no Eigen, so it compiles in well under a second with any flags) plus a kernel unit in
+plain C++ (no TF or Eigen headers); both are compiled at once and linked into one library:
 
-- the glue with TF's flags (``tf.sysconfig``) and ``-O2``, without ``-march``: TF's bundled Eigen does not compile
-  under every ``-march=native`` (e.g. not on CPUs with AVX512-FP16), and the glue has no hot loops;
+- the glue with TF's flags (``tf.sysconfig``) and ``-O2``;
 - the kernel with ``-O3 -march=native``; if the compiler refuses that, again without ``-march=native``.
 
+Right after the link, the library's self-test runs in a fresh process (ctypes, no TF import), so that a library
+that does not fit this CPU fails there and not in the training process.
 ``$RETURNN_LITE_NATIVE_EXTRA_FLAGS`` (split like a shell line) adds flags to every compile and link (e.g. to try
 flags that do not fit). The library goes into a cache directory (``$RETURNN_LITE_NATIVE_CACHE``, else
 ``$XDG_CACHE_HOME/returnn_lite/native_ops``, else ``~/.cache/returnn_lite/native_ops``), in an entry keyed by the hash
@@ -47,9 +49,9 @@ CONFIG_KEY = "native_ops"
 SILENCE_HINT = "set %s=0 or config native_ops=False to silence this" % ENV_MODE
 BUILD_TIMEOUT_S = 900
 
-# The translation units of each op: the TF glue (whose name names the op) first, then the plain C++ kernel units,
-# and the headers they include (part of the cache key).
-OP_UNITS = {"lstm.cc": (("lstm.cc", "lstm_kernel.cc"), ("lstm_kernel.h",))}
+# The translation units of each op: the TF glue (whose name names the op) first, then the plain C++ kernel units;
+# the headers they include (part of the cache key); the library's self-test function (see _selftest).
+OP_UNITS = {"lstm.cc": (("lstm.cc", "lstm_kernel.cc"), ("lstm_kernel.h",), "returnn_lite_lstm_selftest")}
 
 _lock = threading.RLock()
 _modules = {}  # op name -> loaded module
@@ -205,6 +207,8 @@ def _compile_flags():
     import tensorflow as tf
 
     tf_cflags = [f for f in tf.sysconfig.get_compile_flags() if not f.startswith(("--std=", "-std="))]
+    # (no -march for the glue: nothing in it is hot, and TF's C++ headers, should a glue include them, pull in
+    # Eigen, which does not compile under every -march=native, e.g. not with AVX512-FP16)
     abi = [f for f in tf_cflags if f.startswith("-D_GLIBCXX_USE_CXX11_ABI")]  # the kernel's std:: types match TF's
     common = ["-std=c++17", "-fPIC", "-w"]
     extra = _extra_flags()
@@ -355,11 +359,63 @@ def _compile_units(cxx, units, link_flags, tmp_dir):
 
 
 def _sources(name, src):
-    """:return: (unit paths, header paths) of the op (src: one file given directly, e.g. in tests)"""
+    """:return: (unit paths, header paths, self-test function or None) of the op (src: one file, e.g. in tests)"""
     if src:
-        return [src], []
-    units, headers = OP_UNITS.get(name, ((name,), ()))
-    return [source_path(u) for u in units], [source_path(h) for h in headers]
+        return [src], [], None
+    units, headers, selftest = OP_UNITS.get(name, ((name,), (), None))
+    return [source_path(u) for u in units], [source_path(h) for h in headers], selftest
+
+
+_SELFTEST_SCRIPT = """
+import ctypes, sys
+lib, framework, symbol = sys.argv[1:4]
+try:
+    if framework:
+        ctypes.CDLL(framework, mode=ctypes.RTLD_GLOBAL)
+    fn = getattr(ctypes.CDLL(lib), symbol)
+except (OSError, AttributeError) as exc:
+    print("cannot load for the self-test: %s" % exc)
+    sys.exit(5)
+sys.exit(0 if fn() == 1 else 3)
+"""
+
+
+def _tf_framework_lib(link_flags):
+    """The path of TF's framework library from its link flags (-L<dir> -l:<file>), or "" if not found."""
+    dirs = [f[2:] for f in link_flags if f.startswith("-L")]
+    files = [f[3:] for f in link_flags if f.startswith("-l:")]
+    for d in dirs:
+        for f in files:
+            if os.path.isfile(os.path.join(d, f)):
+                return os.path.join(d, f)
+    return ""
+
+
+def _selftest(lib, symbol, link_flags):
+    """
+    Runs the library's self-test in a fresh process (ctypes only, no TF import; ~0.2 s), so that a library that does
+    not fit this CPU (e.g. extra flags for an instruction set it lacks: an illegal instruction) fails there and not
+    in the training process. A library that cannot be loaded without TF's Python runtime is not tested (TF's own load
+    reports real problems).
+    :raises _Failed: it crashed or computed wrong results
+    """
+    cmd = [sys.executable, "-c", _SELFTEST_SCRIPT, lib, _tf_framework_lib(link_flags), symbol]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    except subprocess.TimeoutExpired:
+        raise _Failed("the self-test of the built library did not finish in 300 s", cmd, "") from None
+    if proc.returncode in (0, 5):
+        return
+    out = proc.stdout + proc.stderr
+    if proc.returncode < 0:
+        import signal
+
+        try:
+            sig = signal.Signals(-proc.returncode).name
+        except ValueError:
+            sig = "signal %i" % -proc.returncode
+        raise _Failed("the built library crashed in its self-test (%s): its flags do not fit this CPU" % sig, cmd, out)
+    raise _Failed("the built library failed its self-test (wrong results, exit code %i)" % proc.returncode, cmd, out)
 
 
 def build(name, cxx=None, force=False, src=None, quiet=False, retry_failed=False, keep_line_open=False):
@@ -380,7 +436,7 @@ def build(name, cxx=None, force=False, src=None, quiet=False, retry_failed=False
     cxx = cxx or find_compiler()
     if not cxx:
         raise NativeOpError("%s to build native op %s" % (_no_compiler_message(), name), cause=_no_compiler_message())
-    units, headers = _sources(name, src)
+    units, headers, selftest = _sources(name, src)
     glue_flags, kernel_flags, kernel_portable, link_flags = _compile_flags()
     version = _compiler_version(cxx)
     parts = []
@@ -427,10 +483,12 @@ def build(name, cxx=None, force=False, src=None, quiet=False, retry_failed=False
             unit_specs = [(units[0], glue_flags, None)] + [(u, kernel_flags, kernel_portable) for u in units[1:]]
             try:
                 built, cmds = _compile_units(cxx, unit_specs, link_flags, tmp_dir)
+                if selftest:
+                    _selftest(built, selftest, link_flags)
             except _Failed as failed:
                 record.update(status="failed", error=failed.cause, command=failed.cmd, output=failed.output[-20000:])
                 _write_atomic(meta_path, json.dumps(record, indent=1))
-                exc = NativeOpError("compiling native op %s failed: %s; command: %s" % (
+                exc = NativeOpError("building native op %s failed: %s; command: %s" % (
                     name, failed.cause, " ".join(failed.cmd)), cause=failed.cause, details=failed.output[-8000:],
                     entry=entry)
                 exc.line_open = not quiet and keep_line_open

@@ -195,7 +195,7 @@ def test_compile_error_shows_message_and_command(tiny):
     with pytest.raises(native_op.NativeOpError) as exc:
         native_op.build("tiny.cc", src=str(tiny))
     msg = str(exc.value)
-    assert "compiling native op tiny.cc failed" in msg and "error" in msg and "command: " in msg
+    assert "building native op tiny.cc failed" in msg and "error" in msg and "command: " in msg
     assert str(tiny) in msg
 
 
