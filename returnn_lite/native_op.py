@@ -215,8 +215,8 @@ def _compile_flags():
     glue = common + ["-O2"] + tf_cflags + extra
     # -march=native: the kernel's GEMM and gate loops use the CPU's vector units (AVX2/AVX-512 vs the SSE2 default);
     # the entry is therefore keyed by the CPU too (_cpu_id)
+    kernel = common + ["-O3", "-march=native"] + abi + extra
     kernel_portable = common + ["-O3"] + abi + extra
-    kernel = kernel_portable[:4] + ["-march=native"] + kernel_portable[4:]
     link = ["-shared"] + list(tf.sysconfig.get_link_flags()) + extra
     return glue, kernel, kernel_portable, link
 
@@ -292,12 +292,10 @@ def _write_atomic(path, data):
 
 
 def first_error_line(output):
-    """The compiler's first line with "error" (gcc, clang: "file:line:col: error: ..."), else its first line."""
+    """The compiler's first line with "error:" (gcc, clang: "file:line:col: error: ..."), else its first line."""
     lines = [line.strip() for line in output.splitlines() if line.strip()]
-    for line in lines:
-        if "error" in line.lower():
-            return line if len(line) <= 500 else line[:500] + "..."
-    return lines[0][:500] if lines else ""
+    line = next((line for line in lines if "error:" in line.lower()), lines[0] if lines else "")
+    return line if len(line) <= 500 else line[:500] + "..."
 
 
 class _Failed(Exception):
@@ -342,7 +340,9 @@ def _compile_units(cxx, units, link_flags, tmp_dir):
     results = _run_parallel(cmds)
     failed = [i for i, (rc, _) in enumerate(results) if rc != 0]
     retry = [i for i in failed if units[i][2] is not None]
-    if retry and len(retry) == len(failed):  # (if another unit failed for good, the build fails anyway)  # e.g. a compiler that does not know -march=native for this CPU: portable flags
+    # e.g. a compiler that does not know -march=native for this CPU: the portable flags (unless another unit failed
+    # for good: then the build fails anyway)
+    if retry and len(retry) == len(failed):
         cmds_retry = [[cxx, "-c", units[i][0], "-o", objs[i]] + units[i][2] for i in retry]
         for i, cmd, res in zip(retry, cmds_retry, _run_parallel(cmds_retry)):
             if res[0] == 0:

@@ -233,8 +233,8 @@ def test_kernel_retried_without_march_native(tmp_path):
 
 
 def test_first_error_line():
-    out = ("In file included from a.h:1,\n                 from lstm.cc:3:\nb.h:740:49: error: expected initializer "
-           "before '<' token\nb.h:800:1: error: second\n")
+    out = ("In file included from tensorflow/core/platform/errors.h:1,\n                 from lstm.cc:3:\nb.h:740:49: "
+           "error: expected initializer before '<' token\nb.h:800:1: error: second\n")
     assert native_op.first_error_line(out) == "b.h:740:49: error: expected initializer before '<' token"
     assert native_op.first_error_line("ld: cannot find -lfoo\n") == "ld: cannot find -lfoo"
     assert native_op.first_error_line("") == ""
