@@ -71,31 +71,48 @@ struct View {
   T at(int64_t r, int64_t k) const { return p[r * rs + k * ks]; }
 };
 
-// B [K, N] packed as blocks [pc][panel][kc][NR]: each kc x NR block contiguous, columns past N zero.
+// B [K, N] as blocks [pc][panel][kc][NR]: packed once (each kc x NR block contiguous, columns past N zero; for a B
+// used in many GEMMs), or a row-major B read in place whose blocks each GEMM packs one at a time (no full copy).
 template <typename T>
 struct PackedB {
   int64_t K = 0, N = 0, panels = 0;
+  const T* rows = nullptr;  // in place: B [K, N] row-major
   std::vector<T> data;
 
   // b.at(k, j) is B[k, j]
   void Pack(View<T> b, int64_t k_dim, int64_t n_dim) {
-    constexpr int NR = Tile<T>::kNR;
+    Shape(k_dim, n_dim);
+    data.assign(static_cast<size_t>(panels * Tile<T>::kNR * K), T(0));
+    for (int64_t pc = 0; pc < K; pc += kKC)
+      for (int64_t jp = 0; jp < panels; ++jp) PackBlock(b, pc, jp, data.data() + Offset(pc, jp));
+  }
+  void InPlace(const T* b, int64_t k_dim, int64_t n_dim) {
+    Shape(k_dim, n_dim);
+    rows = b;
+  }
+  // the block (pc, jp), packed into *buf if B is in place
+  const T* Block(int64_t pc, int64_t jp, std::vector<T>* buf) const {
+    if (!rows) return data.data() + Offset(pc, jp);
+    buf->assign(static_cast<size_t>(std::min<int64_t>(kKC, K - pc) * Tile<T>::kNR), T(0));
+    PackBlock(View<T>{rows, N, 1}, pc, jp, buf->data());
+    return buf->data();
+  }
+
+ private:
+  void Shape(int64_t k_dim, int64_t n_dim) {
     K = k_dim;
     N = n_dim;
-    panels = (N + NR - 1) / NR;
-    data.assign(static_cast<size_t>(panels * NR * K), T(0));
-    for (int64_t pc = 0; pc < K; pc += kKC) {
-      const int64_t kc = std::min<int64_t>(kKC, K - pc);
-      for (int64_t jp = 0; jp < panels; ++jp) {
-        T* dst = Block(pc, jp);
-        const int64_t j0 = jp * NR, nr = std::min<int64_t>(NR, N - j0);
-        for (int64_t k = 0; k < kc; ++k)
-          for (int64_t j = 0; j < nr; ++j) dst[k * NR + j] = b.at(pc + k, j0 + j);
-      }
-    }
+    panels = (N + Tile<T>::kNR - 1) / Tile<T>::kNR;
   }
-  T* Block(int64_t pc, int64_t jp) { return data.data() + pc * panels * Tile<T>::kNR + jp * std::min<int64_t>(kKC, K - pc) * Tile<T>::kNR; }
-  const T* Block(int64_t pc, int64_t jp) const { return const_cast<PackedB*>(this)->Block(pc, jp); }
+  int64_t Offset(int64_t pc, int64_t jp) const {
+    return pc * panels * Tile<T>::kNR + jp * std::min<int64_t>(kKC, K - pc) * Tile<T>::kNR;
+  }
+  void PackBlock(View<T> b, int64_t pc, int64_t jp, T* dst) const {
+    constexpr int NR = Tile<T>::kNR;
+    const int64_t kc = std::min<int64_t>(kKC, K - pc), j0 = jp * NR, nr = std::min<int64_t>(NR, N - j0);
+    for (int64_t k = 0; k < kc; ++k)
+      for (int64_t j = 0; j < nr; ++j) dst[k * NR + j] = b.at(pc + k, j0 + j);
+  }
 };
 
 // A [M, K] packed as blocks [pc][row tile][kc][MR]: rows past M zero.
@@ -162,7 +179,7 @@ void ParallelRun(const Parallel& par, bool use_pool, int64_t n, int64_t cost_per
   par.Run(n, cost_per_unit, [](void* arg, int64_t b, int64_t e) { (*static_cast<F*>(arg))(b, e); }, &f);
 }
 
-// C[M, N] = A[M, K] @ B (packed) with A packed into *a_pack; split over the column panels when use_pool.
+// C[M, N] = A[M, K] @ B with A packed into *a_pack; split over the column panels when use_pool.
 template <typename T>
 void Gemm(const Parallel& par, bool use_pool, View<T> a, int64_t m_dim, const PackedB<T>& b, T* c, int64_t ldc,
           std::vector<T>* a_pack) {
@@ -177,11 +194,12 @@ void Gemm(const Parallel& par, bool use_pool, View<T> a, int64_t m_dim, const Pa
   const T* ap_all = a_pack->data();
   const int64_t tiles = (m_dim + kMR - 1) / kMR;
   auto shard = [&](int64_t p0, int64_t p1) {
+    std::vector<T> b_buf;  // one packed block of an in-place B
     for (int64_t jp = p0; jp < p1; ++jp) {
       const int64_t j0 = jp * NR, nr = std::min<int64_t>(NR, N - j0);
       for (int64_t pc = 0; pc < K; pc += kKC) {
         const int64_t kc = std::min<int64_t>(kKC, K - pc);
-        const T* bp = b.Block(pc, jp);
+        const T* bp = b.Block(pc, jp, &b_buf);
         for (int64_t it = 0; it < tiles; ++it) {
           const int64_t i0 = it * kMR;
           MicroKernel<T>(kc, ap_all + pc * tiles * kMR + it * kc * kMR, bp, c + i0 * ldc + j0, ldc,
@@ -377,8 +395,8 @@ void Backward(const Parallel& par, int64_t n_time, int64_t n_batch, int64_t n, b
     std::fill_n(dw_re, n * n4, T(0));
     return;
   }
-  PackedB<T> dz_all;
-  dz_all.Pack(View<T>{dz, n4, 1}, rows, n4);
+  PackedB<T> dz_all;  // in place: packed block by block, no copy of all of dz
+  dz_all.InPlace(dz, rows, n4);
   Gemm<T>(par, true, View<T>{hprev.data(), 1, n}, n, dz_all, dw_re, n4, &a_pack);
 }
 
