@@ -9,358 +9,277 @@
 // down to 0, which (as frames past the length are skipped) is the same as running forward over each sequence
 // reversed in place (tf.reverse_sequence) and reversing the output back.
 //
-// Per step: one GEMM h_prev @ W_re through Eigen on TF's intra-op thread pool, then the gate math in one pass
-// (parallel over the batch). The forward op keeps the activated gates and the cell states, so that the gradient
-// op needs no forward recomputation: per step one GEMM dz @ W_re^T for the recurrent state gradient, and one big
-// GEMM (sum_t h_prev[t]^T dz[t]) at the end for dW_re.
+// This file is only the TF glue (op and kernel registration, shape checks, outputs), written against TF's stable
+// C API (tensorflow/c/kernels.h, ops.h: plain C headers, no Eigen), so that it compiles in a fraction of a second
+// with any flags. The math is in lstm_kernel.cc. The forward op keeps the activated gates and the cell states, so
+// that the gradient op needs no recomputation.
 
-#define EIGEN_USE_THREADS
+#include <cstdint>
+#include <string>
 
-#include <cmath>
+#include "lstm_kernel.h"
+#include "tensorflow/c/kernels.h"
+#include "tensorflow/c/ops.h"
+#include "tensorflow/c/tf_status.h"
+#include "tensorflow/c/tf_tensor.h"
 
-#include "tensorflow/core/framework/op.h"
-#include "tensorflow/core/framework/op_kernel.h"
-#include "tensorflow/core/framework/shape_inference.h"
-#include "unsupported/Eigen/CXX11/Tensor"
+namespace {
 
-namespace returnn_lite {
+using returnn_lite::lstm_kernel::Parallel;
+using returnn_lite::lstm_kernel::ShardFn;
 
-using tensorflow::DEVICE_CPU;
-using tensorflow::OpKernel;
-using tensorflow::OpKernelConstruction;
-using tensorflow::OpKernelContext;
-using tensorflow::Status;
-using tensorflow::Tensor;
-using tensorflow::TensorShape;
-using tensorflow::shape_inference::DimensionHandle;
-using tensorflow::shape_inference::InferenceContext;
-using tensorflow::shape_inference::ShapeHandle;
-namespace errors = tensorflow::errors;
-typedef Eigen::ThreadPoolDevice CPUDevice;
-typedef Eigen::IndexPair<Eigen::DenseIndex> IdxPair;
+// The C API has no access to TF's intra-op thread pool: the kernel runs on the calling thread (TF runs independent
+// ops, e.g. the two directions of a BLSTM, in parallel on its inter-op pool).
+void SerialFor(void*, int64_t n, int64_t, ShardFn fn, void* arg) { fn(arg, 0, n); }
+const Parallel kSerial{&SerialFor, nullptr};
 
-template <typename T>
-using Mat = Eigen::TensorMap<Eigen::Tensor<T, 2, Eigen::RowMajor>, Eigen::Unaligned>;
-template <typename T>
-using CMat = Eigen::TensorMap<Eigen::Tensor<const T, 2, Eigen::RowMajor>, Eigen::Unaligned>;
+// ------------------------------------------------------------------------------------------------------------
+// op definitions
 
-template <typename T>
-using Arr = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>, Eigen::Unaligned>;
-template <typename T>
-using CArr = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>, Eigen::Unaligned>;
-
-REGISTER_OP("NativeLstm2")
-    .Input("z: T")           // [T, B, 4n] input projection (x W + b)
-    .Input("w_re: T")        // [n, 4n]
-    .Input("c0: T")          // [B, n]
-    .Input("h0: T")          // [B, n]
-    .Input("seq_len: int32")  // [B]
-    .Attr("T: {float, double}")
-    .Attr("reverse: bool = false")
-    .Output("y: T")          // [T, B, n] output h (0 past the length)
-    .Output("c: T")          // [T, B, n] cell state (0 past the length), for the gradient
-    .Output("gates: T")      // [T, B, 4n] activated gates (j, i, f, o), for the gradient
-    .Output("c_final: T")    // [B, n]
-    .Output("h_final: T")    // [B, n]
-    .SetShapeFn([](InferenceContext* c) {
-      ShapeHandle z, w, s0, s1, lens;
-      TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 3, &z));
-      TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 2, &w));
-      TF_RETURN_IF_ERROR(c->WithRank(c->input(2), 2, &s0));
-      TF_RETURN_IF_ERROR(c->WithRank(c->input(3), 2, &s1));
-      TF_RETURN_IF_ERROR(c->WithRank(c->input(4), 1, &lens));
-      DimensionHandle n = c->Dim(w, 0), t = c->Dim(z, 0), b = c->Dim(z, 1);
-      c->set_output(0, c->MakeShape({t, b, n}));
-      c->set_output(1, c->MakeShape({t, b, n}));
-      c->set_output(2, c->MakeShape({t, b, c->Dim(w, 1)}));
-      c->set_output(3, c->MakeShape({b, n}));
-      c->set_output(4, c->MakeShape({b, n}));
-      return Status();
-    })
-    .Doc("Fused LSTM (NativeLstm2 layout) over all frames; see native_ops/lstm.cc.");
-
-REGISTER_OP("NativeLstm2Grad")
-    .Input("w_re: T")
-    .Input("c0: T")
-    .Input("h0: T")
-    .Input("seq_len: int32")
-    .Input("y: T")
-    .Input("c: T")
-    .Input("gates: T")
-    .Input("dy: T")          // [T, B, n]
-    .Input("dc_final: T")    // [B, n]
-    .Input("dh_final: T")    // [B, n]
-    .Attr("T: {float, double}")
-    .Attr("reverse: bool = false")
-    .Output("dz: T")         // [T, B, 4n]
-    .Output("dw_re: T")      // [n, 4n]
-    .Output("dc0: T")        // [B, n]
-    .Output("dh0: T")        // [B, n]
-    .SetShapeFn([](InferenceContext* c) {
-      c->set_output(0, c->input(6));
-      c->set_output(1, c->input(0));
-      c->set_output(2, c->input(1));
-      c->set_output(3, c->input(2));
-      return Status();
-    })
-    .Doc("Gradient of NativeLstm2.");
-
-// The per-step work (GEMM [B, n] x [n, 4n] and the gate math) goes to TF's intra-op thread pool only when it is
-// large enough: for small steps the hand-off to the pool and back, 2-3 times per frame, costs more than it saves
-// (and much more on a loaded machine). The dW_re GEMM over all frames always uses the pool.
-static bool UsePool(int64_t n_batch, int64_t n) { return n_batch * n * 4 * n >= (int64_t(1) << 24); }
-
-template <typename F>
-static void for_batch(const CPUDevice& dev, bool use_pool, int64_t n_batch, const Eigen::TensorOpCost& cost, F f) {
-  if (use_pool)
-    dev.parallelFor(n_batch, cost, f);
-  else
-    f(0, n_batch);
+// out = concat(a[a0:a1], b[b0:b1]) (shapes), and its dims known where the inputs' are
+bool Concat(TF_ShapeInferenceContext* ctx, TF_ShapeHandle* a, int64_t a0, int64_t a1, TF_ShapeHandle* b, int64_t b0,
+            int64_t b1, TF_ShapeHandle* out, TF_Status* status) {
+  TF_ShapeHandle* sa = TF_NewShapeHandle();
+  TF_ShapeHandle* sb = TF_NewShapeHandle();
+  TF_ShapeInferenceContextSubshape(ctx, a, a0, a1, sa, status);
+  if (TF_GetCode(status) == TF_OK) TF_ShapeInferenceContextSubshape(ctx, b, b0, b1, sb, status);
+  if (TF_GetCode(status) == TF_OK) TF_ShapeInferenceContextConcatenateShapes(ctx, sa, sb, out, status);
+  TF_DeleteShapeHandle(sa);
+  TF_DeleteShapeHandle(sb);
+  return TF_GetCode(status) == TF_OK;
 }
 
-// Shapes: checked once per call, with an error naming the input.
-static Status CheckShapes(const Tensor& w_re, const Tensor& c0, const Tensor& h0, const Tensor& lens, int64_t n_time,
-                          int64_t n_batch, int64_t n4, const char* what) {
-  if (w_re.dims() != 2 || w_re.dim_size(1) != 4 * w_re.dim_size(0))
-    return errors::InvalidArgument(what, ": w_re must be [n, 4n], got ", w_re.shape().DebugString());
-  int64_t n = w_re.dim_size(0);
-  if (n4 != 4 * n)
-    return errors::InvalidArgument(what, ": the input projection has dim ", n4, ", w_re needs 4*", n, " = ", 4 * n);
-  for (const Tensor* s : {&c0, &h0})
-    if (s->dims() != 2 || s->dim_size(0) != n_batch || s->dim_size(1) != n)
-      return errors::InvalidArgument(what, ": the initial state must be [batch=", n_batch, ", n=", n, "], got ",
-                                     s->shape().DebugString());
-  if (lens.dims() != 1 || lens.dim_size(0) != n_batch)
-    return errors::InvalidArgument(what, ": seq_len must be [batch=", n_batch, "], got ", lens.shape().DebugString());
-  (void)n_time;
-  return Status();
-}
-
-template <typename T>
-class NativeLstm2Op : public OpKernel {
- public:
-  explicit NativeLstm2Op(OpKernelConstruction* ctx) : OpKernel(ctx) {
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("reverse", &reverse_));
+void LstmShape(TF_ShapeInferenceContext* ctx, TF_Status* status) {
+  const int ranks[5] = {3, 2, 2, 2, 1};
+  TF_ShapeHandle* in[5];
+  for (int i = 0; i < 5; ++i) in[i] = TF_NewShapeHandle();
+  for (int i = 0; i < 5 && TF_GetCode(status) == TF_OK; ++i) {
+    TF_ShapeHandle* raw = TF_NewShapeHandle();
+    TF_ShapeInferenceContextGetInput(ctx, i, raw, status);
+    if (TF_GetCode(status) == TF_OK) TF_ShapeInferenceContextWithRank(ctx, raw, ranks[i], in[i], status);
+    TF_DeleteShapeHandle(raw);
   }
+  TF_ShapeHandle *z = in[0], *w = in[1];
+  TF_ShapeHandle* tbn = TF_NewShapeHandle();  // [T, B, n]
+  TF_ShapeHandle* tbn4 = TF_NewShapeHandle();  // [T, B, 4n]
+  TF_ShapeHandle* bn = TF_NewShapeHandle();  // [B, n]
+  if (TF_GetCode(status) == TF_OK && Concat(ctx, z, 0, 2, w, 0, 1, tbn, status) &&
+      Concat(ctx, z, 0, 2, w, 1, 2, tbn4, status) && Concat(ctx, z, 1, 2, w, 0, 1, bn, status)) {
+    TF_ShapeHandle* outs[5] = {tbn, tbn, tbn4, bn, bn};
+    for (int i = 0; i < 5 && TF_GetCode(status) == TF_OK; ++i)
+      TF_ShapeInferenceContextSetOutput(ctx, i, outs[i], status);
+  }
+  for (TF_ShapeHandle* h : {tbn, tbn4, bn}) TF_DeleteShapeHandle(h);
+  for (int i = 0; i < 5; ++i) TF_DeleteShapeHandle(in[i]);
+}
 
-  void Compute(OpKernelContext* ctx) override {
-    const Tensor& z = ctx->input(0);
-    const Tensor& w_re = ctx->input(1);
-    const Tensor& c0 = ctx->input(2);
-    const Tensor& h0 = ctx->input(3);
-    const Tensor& lens_t = ctx->input(4);
-    OP_REQUIRES(ctx, z.dims() == 3,
-                errors::InvalidArgument("NativeLstm2: z must be [T, B, 4n], got ", z.shape().DebugString()));
-    const int64_t n_time = z.dim_size(0), n_batch = z.dim_size(1), n4 = z.dim_size(2);
-    OP_REQUIRES_OK(ctx, CheckShapes(w_re, c0, h0, lens_t, n_time, n_batch, n4, "NativeLstm2"));
-    const int64_t n = n4 / 4;
+void LstmGradShape(TF_ShapeInferenceContext* ctx, TF_Status* status) {
+  const int from[4] = {6, 0, 1, 2};  // dz like gates, dw_re like w_re, dc0 like c0, dh0 like h0
+  for (int i = 0; i < 4 && TF_GetCode(status) == TF_OK; ++i) {
+    TF_ShapeHandle* h = TF_NewShapeHandle();
+    TF_ShapeInferenceContextGetInput(ctx, from[i], h, status);
+    if (TF_GetCode(status) == TF_OK) TF_ShapeInferenceContextSetOutput(ctx, i, h, status);
+    TF_DeleteShapeHandle(h);
+  }
+}
 
-    Tensor *y_t, *c_t, *gates_t, *cf_t, *hf_t;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({n_time, n_batch, n}), &y_t));
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({n_time, n_batch, n}), &c_t));
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(2, TensorShape({n_time, n_batch, n4}), &gates_t));
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(3, TensorShape({n_batch, n}), &cf_t));
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(4, TensorShape({n_batch, n}), &hf_t));
-    Tensor rec_t;  // h_prev @ W_re of one step
-    OP_REQUIRES_OK(ctx, ctx->allocate_temp(tensorflow::DataTypeToEnum<T>::value, TensorShape({n_batch, n4}), &rec_t));
+void RegisterOp(const char* name, const char* const* inputs, const char* const* outputs,
+                void (*shape_fn)(TF_ShapeInferenceContext*, TF_Status*)) {
+  TF_Status* status = TF_NewStatus();
+  TF_OpDefinitionBuilder* b = TF_NewOpDefinitionBuilder(name);
+  for (const char* const* s = inputs; *s; ++s) TF_OpDefinitionBuilderAddInput(b, *s);
+  for (const char* const* s = outputs; *s; ++s) TF_OpDefinitionBuilderAddOutput(b, *s);
+  TF_OpDefinitionBuilderAddAttr(b, "T: {float, double}");
+  TF_OpDefinitionBuilderAddAttr(b, "reverse: bool = false");
+  TF_OpDefinitionBuilderSetShapeInferenceFunction(b, shape_fn);
+  TF_RegisterOpDefinition(b, status);  // takes the builder
+  TF_DeleteStatus(status);
+}
 
-    const CPUDevice& dev = ctx->eigen_device<CPUDevice>();
-    const T* z_p = z.flat<T>().data();
-    const int32_t* lens = lens_t.flat<int32_t>().data();
-    T* y_p = y_t->flat<T>().data();
-    T* c_p = c_t->flat<T>().data();
-    T* g_p = gates_t->flat<T>().data();
-    T* c_state = cf_t->flat<T>().data();  // the final-state outputs hold the running state
-    T* h_state = hf_t->flat<T>().data();
-    T* rec = rec_t.flat<T>().data();
-    std::copy_n(c0.flat<T>().data(), n_batch * n, c_state);
-    std::copy_n(h0.flat<T>().data(), n_batch * n, h_state);
-    CMat<T> w(w_re.flat<T>().data(), n, n4);
-    Mat<T> rec_m(rec, n_batch, n4);
-    CMat<T> h_m(h_state, n_batch, n);
-    const Eigen::array<IdxPair, 1> prod = {IdxPair(1, 0)};
-    const Eigen::TensorOpCost cost(sizeof(T) * 6 * n, sizeof(T) * 6 * n, 60 * n);
-    const bool use_pool = UsePool(n_batch, n);
+// ------------------------------------------------------------------------------------------------------------
+// kernels
 
-    for (int64_t s = 0; s < n_time; ++s) {
-      const int64_t t = reverse_ ? n_time - 1 - s : s;
-      bool any = false;
-      for (int64_t b = 0; b < n_batch; ++b) any |= t < lens[b];
-      const int64_t off = t * n_batch;
-      if (!any) {
-        std::fill_n(y_p + off * n, n_batch * n, T(0));
-        std::fill_n(c_p + off * n, n_batch * n, T(0));
-        std::fill_n(g_p + off * n4, n_batch * n4, T(0));
-        continue;
-      }
-      if (use_pool)
-        rec_m.device(dev) = h_m.contract(w, prod);
-      else
-        rec_m = h_m.contract(w, prod);
-      for_batch(dev, use_pool, n_batch, cost, [&](Eigen::Index b0, Eigen::Index b1) {
-        for (Eigen::Index b = b0; b < b1; ++b) {
-          T* y = y_p + (off + b) * n;
-          T* c = c_p + (off + b) * n;
-          T* g = g_p + (off + b) * n4;
-          if (t >= lens[b]) {
-            std::fill_n(y, n, T(0));
-            std::fill_n(c, n, T(0));
-            std::fill_n(g, n4, T(0));
-            continue;
-          }
-          const T* zz = z_p + (off + b) * n4;
-          const T* r = rec + b * n4;
-          // vectorised gate math (Eigen's packet tanh/logistic, as TF's own Tanh/Sigmoid kernels)
-          Arr<T> gj(g, n), gi(g + n, n), gf(g + 2 * n, n), go(g + 3 * n, n), cs(c_state + b * n, n),
-              hs(h_state + b * n, n), cn(c, n), yn(y, n);
-          gj = (CArr<T>(zz, n) + CArr<T>(r, n)).tanh();
-          gi = (CArr<T>(zz + n, n) + CArr<T>(r + n, n)).logistic();
-          gf = (CArr<T>(zz + 2 * n, n) + CArr<T>(r + 2 * n, n)).logistic();
-          go = (CArr<T>(zz + 3 * n, n) + CArr<T>(r + 3 * n, n)).logistic();
-          cn = gf * cs + gi * gj;
-          yn = go * cn.tanh();
-          cs = cn;
-          hs = yn;
-        }
-      });
+struct Attrs {
+  bool reverse = false;
+};
+
+void* CreateKernel(TF_OpKernelConstruction* ctx) {
+  Attrs* attrs = new Attrs;
+  TF_Status* status = TF_NewStatus();
+  TF_Bool reverse = 0;
+  TF_OpKernelConstruction_GetAttrBool(ctx, "reverse", &reverse, status);
+  if (TF_GetCode(status) != TF_OK) TF_OpKernelConstruction_Failure(ctx, status);
+  attrs->reverse = reverse;
+  TF_DeleteStatus(status);
+  return attrs;
+}
+
+void DeleteKernel(void* attrs) { delete static_cast<Attrs*>(attrs); }
+
+// Inputs and outputs of one call; owns the TF_Tensor handles and reports the first error to TF.
+class Call {
+ public:
+  Call(TF_OpKernelContext* ctx, const char* what) : ctx_(ctx), what_(what), status_(TF_NewStatus()) {}
+  ~Call() {
+    if (!error_.empty()) {
+      TF_SetStatus(status_, TF_INVALID_ARGUMENT, (std::string(what_) + ": " + error_).c_str());
+      TF_OpKernelContext_Failure(ctx_, status_);
     }
+    for (int i = 0; i < n_in_; ++i) TF_DeleteTensor(in_[i]);
+    for (int i = 0; i < n_out_; ++i) TF_DeleteTensor(out_[i]);
+    TF_DeleteStatus(status_);
+  }
+  bool ok() const { return error_.empty() && TF_GetCode(status_) == TF_OK; }
+  void Fail(const std::string& msg) {
+    if (error_.empty()) error_ = msg;
+  }
+  // input i, checked to have the given rank
+  TF_Tensor* In(int i, int rank) {
+    TF_Tensor* t = nullptr;
+    TF_GetInput(ctx_, i, &t, status_);
+    if (TF_GetCode(status_) != TF_OK) {
+      TF_OpKernelContext_Failure(ctx_, status_);
+      error_ = "-";  // reported
+      return nullptr;
+    }
+    in_[n_in_++] = t;
+    if (TF_NumDims(t) != rank) Fail("input " + std::to_string(i) + " must have rank " + std::to_string(rank));
+    return t;
+  }
+  void* Out(int i, TF_DataType dtype, std::initializer_list<int64_t> dims) {
+    int64_t d[3];
+    size_t bytes = TF_DataTypeSize(dtype);
+    int k = 0;
+    for (int64_t x : dims) bytes *= static_cast<size_t>(d[k++] = x);
+    TF_Tensor* t = TF_AllocateOutput(ctx_, i, dtype, d, k, bytes, status_);
+    if (TF_GetCode(status_) != TF_OK) {
+      TF_OpKernelContext_Failure(ctx_, status_);
+      error_ = "-";
+      return nullptr;
+    }
+    out_[n_out_++] = t;
+    return TF_TensorData(t);
   }
 
  private:
-  bool reverse_;
+  TF_OpKernelContext* ctx_;
+  const char* what_;
+  TF_Status* status_;
+  std::string error_;
+  TF_Tensor* in_[10] = {};
+  TF_Tensor* out_[5] = {};
+  int n_in_ = 0, n_out_ = 0;
 };
+
+std::string Dims(TF_Tensor* t) {
+  std::string s = "[";
+  for (int i = 0; i < TF_NumDims(t); ++i) s += (i ? ", " : "") + std::to_string(TF_Dim(t, i));
+  return s + "]";
+}
+
+// w_re [n, 4n], c0 and h0 [B, n], lens [B]
+bool CheckShapes(Call* call, TF_Tensor* w_re, TF_Tensor* c0, TF_Tensor* h0, TF_Tensor* lens, int64_t n_batch,
+                 int64_t n4) {
+  if (!call->ok()) return false;
+  const int64_t n = TF_Dim(w_re, 0);
+  if (TF_Dim(w_re, 1) != 4 * n) call->Fail("w_re must be [n, 4n], got " + Dims(w_re));
+  else if (n4 != 4 * n)
+    call->Fail("the input projection has dim " + std::to_string(n4) + ", w_re needs 4*" + std::to_string(n) + " = " +
+               std::to_string(4 * n));
+  for (TF_Tensor* s : {c0, h0})
+    if (TF_Dim(s, 0) != n_batch || TF_Dim(s, 1) != n)
+      call->Fail("the initial state must be [batch=" + std::to_string(n_batch) + ", n=" + std::to_string(n) +
+                 "], got " + Dims(s));
+  if (TF_Dim(lens, 0) != n_batch) call->Fail("seq_len must be [batch=" + std::to_string(n_batch) + "], got " + Dims(lens));
+  return call->ok();
+}
 
 template <typename T>
-class NativeLstm2GradOp : public OpKernel {
- public:
-  explicit NativeLstm2GradOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("reverse", &reverse_));
-  }
+const T* Data(TF_Tensor* t) {
+  return static_cast<const T*>(TF_TensorData(t));
+}
 
-  void Compute(OpKernelContext* ctx) override {
-    const Tensor& w_re = ctx->input(0);
-    const Tensor& c0 = ctx->input(1);
-    const Tensor& h0 = ctx->input(2);
-    const Tensor& lens_t = ctx->input(3);
-    const Tensor& y_t = ctx->input(4);
-    const Tensor& c_t = ctx->input(5);
-    const Tensor& gates_t = ctx->input(6);
-    const Tensor& dy_t = ctx->input(7);
-    const Tensor& dcf_t = ctx->input(8);
-    const Tensor& dhf_t = ctx->input(9);
-    OP_REQUIRES(ctx, gates_t.dims() == 3,
-                errors::InvalidArgument("NativeLstm2Grad: gates must be [T, B, 4n], got ",
-                                        gates_t.shape().DebugString()));
-    const int64_t n_time = gates_t.dim_size(0), n_batch = gates_t.dim_size(1), n4 = gates_t.dim_size(2);
-    OP_REQUIRES_OK(ctx, CheckShapes(w_re, c0, h0, lens_t, n_time, n_batch, n4, "NativeLstm2Grad"));
-    const int64_t n = n4 / 4;
-    const TensorShape state_shape({n_time, n_batch, n});
-    for (const Tensor* x : {&y_t, &c_t, &dy_t})
-      OP_REQUIRES(ctx, x->shape() == state_shape,
-                  errors::InvalidArgument("NativeLstm2Grad: y/c/dy must be ", state_shape.DebugString(), ", got ",
-                                          x->shape().DebugString()));
-    for (const Tensor* x : {&dcf_t, &dhf_t})
-      OP_REQUIRES(ctx, x->shape() == c0.shape(),
-                  errors::InvalidArgument("NativeLstm2Grad: final state grads must be ", c0.shape().DebugString()));
+template <typename T>
+void ComputeLstm(void* attrs, TF_OpKernelContext* ctx) {
+  Call call(ctx, "NativeLstm2");
+  TF_Tensor* z = call.In(0, 3);
+  TF_Tensor* w_re = call.In(1, 2);
+  TF_Tensor* c0 = call.In(2, 2);
+  TF_Tensor* h0 = call.In(3, 2);
+  TF_Tensor* lens = call.In(4, 1);
+  if (!call.ok()) return;
+  const int64_t n_time = TF_Dim(z, 0), n_batch = TF_Dim(z, 1), n4 = TF_Dim(z, 2), n = n4 / 4;
+  if (!CheckShapes(&call, w_re, c0, h0, lens, n_batch, n4)) return;
+  const TF_DataType dt = TF_TensorType(z);
+  T* y = static_cast<T*>(call.Out(0, dt, {n_time, n_batch, n}));
+  T* c = static_cast<T*>(call.Out(1, dt, {n_time, n_batch, n}));
+  T* gates = static_cast<T*>(call.Out(2, dt, {n_time, n_batch, n4}));
+  T* c_final = static_cast<T*>(call.Out(3, dt, {n_batch, n}));
+  T* h_final = static_cast<T*>(call.Out(4, dt, {n_batch, n}));
+  if (!call.ok()) return;
+  returnn_lite::lstm_kernel::Forward<T>(kSerial, n_time, n_batch, n, static_cast<Attrs*>(attrs)->reverse, Data<T>(z),
+                                        Data<T>(w_re), Data<T>(c0), Data<T>(h0), Data<int32_t>(lens), y, c, gates,
+                                        c_final, h_final);
+}
 
-    Tensor *dz_t, *dw_t, *dc0_t, *dh0_t;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, gates_t.shape(), &dz_t));
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, w_re.shape(), &dw_t));
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(2, c0.shape(), &dc0_t));
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(3, h0.shape(), &dh0_t));
-    Tensor hprev_t, dhrec_t;
-    OP_REQUIRES_OK(ctx, ctx->allocate_temp(tensorflow::DataTypeToEnum<T>::value, state_shape, &hprev_t));
-    OP_REQUIRES_OK(ctx, ctx->allocate_temp(tensorflow::DataTypeToEnum<T>::value, TensorShape({n_batch, n}), &dhrec_t));
+template <typename T>
+void ComputeLstmGrad(void* attrs, TF_OpKernelContext* ctx) {
+  Call call(ctx, "NativeLstm2Grad");
+  TF_Tensor* w_re = call.In(0, 2);
+  TF_Tensor* c0 = call.In(1, 2);
+  TF_Tensor* h0 = call.In(2, 2);
+  TF_Tensor* lens = call.In(3, 1);
+  TF_Tensor* y = call.In(4, 3);
+  TF_Tensor* c = call.In(5, 3);
+  TF_Tensor* gates = call.In(6, 3);
+  TF_Tensor* dy = call.In(7, 3);
+  TF_Tensor* dc_final = call.In(8, 2);
+  TF_Tensor* dh_final = call.In(9, 2);
+  if (!call.ok()) return;
+  const int64_t n_time = TF_Dim(gates, 0), n_batch = TF_Dim(gates, 1), n4 = TF_Dim(gates, 2), n = n4 / 4;
+  if (!CheckShapes(&call, w_re, c0, h0, lens, n_batch, n4)) return;
+  for (TF_Tensor* x : {y, c, dy})
+    if (TF_Dim(x, 0) != n_time || TF_Dim(x, 1) != n_batch || TF_Dim(x, 2) != n)
+      call.Fail("y/c/dy must be [" + std::to_string(n_time) + ", " + std::to_string(n_batch) + ", " +
+                std::to_string(n) + "], got " + Dims(x));
+  for (TF_Tensor* x : {dc_final, dh_final})
+    if (TF_Dim(x, 0) != n_batch || TF_Dim(x, 1) != n) call.Fail("final state grads must be " + Dims(c0));
+  if (!call.ok()) return;
+  const TF_DataType dt = TF_TensorType(gates);
+  T* dz = static_cast<T*>(call.Out(0, dt, {n_time, n_batch, n4}));
+  T* dw_re = static_cast<T*>(call.Out(1, dt, {n, n4}));
+  T* dc0 = static_cast<T*>(call.Out(2, dt, {n_batch, n}));
+  T* dh0 = static_cast<T*>(call.Out(3, dt, {n_batch, n}));
+  if (!call.ok()) return;
+  returnn_lite::lstm_kernel::Backward<T>(kSerial, n_time, n_batch, n, static_cast<Attrs*>(attrs)->reverse,
+                                         Data<T>(w_re), Data<T>(c0), Data<T>(h0), Data<int32_t>(lens), Data<T>(y),
+                                         Data<T>(c), Data<T>(gates), Data<T>(dy), Data<T>(dc_final),
+                                         Data<T>(dh_final), dz, dw_re, dc0, dh0);
+}
 
-    const CPUDevice& dev = ctx->eigen_device<CPUDevice>();
-    const int32_t* lens = lens_t.flat<int32_t>().data();
-    const T* c0_p = c0.flat<T>().data();
-    const T* h0_p = h0.flat<T>().data();
-    const T* y_p = y_t.flat<T>().data();
-    const T* c_p = c_t.flat<T>().data();
-    const T* g_p = gates_t.flat<T>().data();
-    const T* dy_p = dy_t.flat<T>().data();
-    T* dz_p = dz_t->flat<T>().data();
-    T* hprev = hprev_t.flat<T>().data();
-    T* dhrec = dhrec_t.flat<T>().data();
-    T* dc_state = dc0_t->flat<T>().data();  // the initial-state grad outputs hold the running state grads
-    T* dh_state = dh0_t->flat<T>().data();
-    std::copy_n(dcf_t.flat<T>().data(), n_batch * n, dc_state);
-    std::copy_n(dhf_t.flat<T>().data(), n_batch * n, dh_state);
-    CMat<T> w(w_re.flat<T>().data(), n, n4);
-    Mat<T> dhrec_m(dhrec, n_batch, n);
-    const Eigen::array<IdxPair, 1> prod_t = {IdxPair(1, 1)};  // dz @ W_re^T
-    const Eigen::TensorOpCost cost(sizeof(T) * 12 * n, sizeof(T) * 6 * n, 40 * n);
-    const bool use_pool = UsePool(n_batch, n);
+template <typename T>
+void RegisterKernel(const char* op, TF_DataType dtype, void (*compute)(void*, TF_OpKernelContext*)) {
+  TF_Status* status = TF_NewStatus();
+  TF_KernelBuilder* b = TF_NewKernelBuilder(op, "CPU", &CreateKernel, compute, &DeleteKernel);
+  TF_KernelBuilder_TypeConstraint(b, "T", dtype, status);
+  if (TF_GetCode(status) == TF_OK) TF_RegisterKernelBuilder(op, b, status);  // takes the builder
+  TF_DeleteStatus(status);
+}
 
-    for (int64_t s = n_time - 1; s >= 0; --s) {
-      const int64_t t = reverse_ ? n_time - 1 - s : s;
-      const int64_t t_prev = reverse_ ? t + 1 : t - 1;  // the frame processed before t
-      const int64_t off = t * n_batch;
-      bool any = false;
-      for (int64_t b = 0; b < n_batch; ++b) any |= t < lens[b];
-      if (!any) {
-        std::fill_n(dz_p + off * n4, n_batch * n4, T(0));
-        std::fill_n(hprev + off * n, n_batch * n, T(0));
-        continue;
-      }
-      for_batch(dev, use_pool, n_batch, cost, [&](Eigen::Index b0, Eigen::Index b1) {
-        for (Eigen::Index b = b0; b < b1; ++b) {
-          T* dz = dz_p + (off + b) * n4;
-          T* hp_out = hprev + (off + b) * n;
-          if (t >= lens[b]) {
-            std::fill_n(dz, n4, T(0));
-            std::fill_n(hp_out, n, T(0));
-            continue;
-          }
-          const bool first = reverse_ ? t == lens[b] - 1 : t == 0;
-          const T* hp = first ? h0_p + b * n : y_p + (t_prev * n_batch + b) * n;
-          const T* cp = first ? c0_p + b * n : c_p + (t_prev * n_batch + b) * n;
-          std::copy_n(hp, n, hp_out);
-          const T* g = g_p + (off + b) * n4;
-          CArr<T> gj(g, n), gi(g + n, n), gf(g + 2 * n, n), go(g + 3 * n, n), c(c_p + (off + b) * n, n),
-              dy(dy_p + (off + b) * n, n), cpa(cp, n);
-          Arr<T> dcs(dc_state + b * n, n), dhs(dh_state + b * n, n), dzj(dz, n), dzi(dz + n, n),
-              dzf(dz + 2 * n, n), dzo(dz + 3 * n, n);
-          // no temporaries: dcs becomes dc (the grad of the new cell state) in place, then dc * f
-          dzo = (dy + dhs) * c.tanh() * go * (T(1) - go);
-          dcs += (dy + dhs) * go * (T(1) - c.tanh().square());
-          dzj = dcs * gi * (T(1) - gj.square());
-          dzi = dcs * gj * gi * (T(1) - gi);
-          dzf = dcs * cpa * gf * (T(1) - gf);
-          dcs *= gf;
-        }
-      });
-      CMat<T> dz_m(dz_p + off * n4, n_batch, n4);
-      if (use_pool)
-        dhrec_m.device(dev) = dz_m.contract(w, prod_t);
-      else
-        dhrec_m = dz_m.contract(w, prod_t);
-      for (int64_t b = 0; b < n_batch; ++b)
-        if (t < lens[b]) std::copy_n(dhrec + b * n, n, dh_state + b * n);
-    }
-    // dW_re = sum_t h_prev[t]^T dz[t], as one GEMM over all frames
-    CMat<T> hp_all(hprev, n_time * n_batch, n);
-    CMat<T> dz_all(dz_p, n_time * n_batch, n4);
-    Mat<T> dw(dw_t->flat<T>().data(), n, n4);
-    const Eigen::array<IdxPair, 1> prod_0 = {IdxPair(0, 0)};
-    if (n_time * n_batch > 0)
-      dw.device(dev) = hp_all.contract(dz_all, prod_0);
-    else
-      dw.setZero();
-  }
+// registered when TF loads the library (tf.load_op_library)
+const bool kRegistered = [] {
+  static const char* const kLstmIn[] = {"z: T", "w_re: T", "c0: T", "h0: T", "seq_len: int32", nullptr};
+  static const char* const kLstmOut[] = {"y: T", "c: T", "gates: T", "c_final: T", "h_final: T", nullptr};
+  static const char* const kGradIn[] = {"w_re: T", "c0: T", "h0: T", "seq_len: int32", "y: T", "c: T",
+                                        "gates: T", "dy: T", "dc_final: T", "dh_final: T", nullptr};
+  static const char* const kGradOut[] = {"dz: T", "dw_re: T", "dc0: T", "dh0: T", nullptr};
+  RegisterOp("NativeLstm2", kLstmIn, kLstmOut, &LstmShape);
+  RegisterOp("NativeLstm2Grad", kGradIn, kGradOut, &LstmGradShape);
+  RegisterKernel<float>("NativeLstm2", TF_FLOAT, &ComputeLstm<float>);
+  RegisterKernel<double>("NativeLstm2", TF_DOUBLE, &ComputeLstm<double>);
+  RegisterKernel<float>("NativeLstm2Grad", TF_FLOAT, &ComputeLstmGrad<float>);
+  RegisterKernel<double>("NativeLstm2Grad", TF_DOUBLE, &ComputeLstmGrad<double>);
+  return true;
+}();
 
- private:
-  bool reverse_;
-};
-
-#define REGISTER(T)                                                                            \
-  REGISTER_KERNEL_BUILDER(Name("NativeLstm2").Device(DEVICE_CPU).TypeConstraint<T>("T"),     \
-                          NativeLstm2Op<T>);                                                   \
-  REGISTER_KERNEL_BUILDER(Name("NativeLstm2Grad").Device(DEVICE_CPU).TypeConstraint<T>("T"), \
-                          NativeLstm2GradOp<T>);
-REGISTER(float)
-REGISTER(double)
-#undef REGISTER
-
-}  // namespace returnn_lite
+}  // namespace

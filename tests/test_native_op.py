@@ -195,7 +195,7 @@ def test_compile_error_shows_message_and_command(tiny):
     with pytest.raises(native_op.NativeOpError) as exc:
         native_op.build("tiny.cc", src=str(tiny))
     msg = str(exc.value)
-    assert "compiling native op tiny.cc failed" in msg and "error" in msg and "command: " in msg
+    assert "building native op tiny.cc failed" in msg and "error" in msg and "command: " in msg
     assert str(tiny) in msg
 
 
@@ -223,7 +223,7 @@ def test_concurrent_builds(tiny):
 def test_no_compiler_falls_back(monkeypatch, capsys):
     monkeypatch.setattr(native_op, "find_compiler", lambda: None)
     monkeypatch.setattr(native_op, "_modules", {})
-    monkeypatch.setattr(native_op, "_said_no_compiler", False)
+    monkeypatch.setattr(native_op, "_unavailable", {})
     monkeypatch.setenv(native_op.ENV_MODE, "auto")
     assert native_op.lstm_module() is None and native_op.lstm_module() is None
     assert capsys.readouterr().err.count("no C++ compiler found") == 1  # said once
@@ -241,3 +241,21 @@ def test_initial_state_dim_mismatch_names_layer():
                            "lstm": {"class": "rec", "unit": "nativelstm2", "n_out": 4, "from": "data",
                                     "initial_state": {"c": "zeros", "h": "init"}},
                            "output": {"class": "copy", "from": "lstm"}}, {"data": {"dim": 3}})
+
+
+def test_large_steps_on_the_thread_pool(mod):
+    """Batch x units large enough that every step's GEMM and gate math are split over TF's intra-op pool."""
+    rng = np.random.RandomState(5)
+    n_time, n_batch, n = 3, 64, 256  # 64 * 256 * 1024 >= 2^24: the per-step pool path
+    lens = np.array([3] * 60 + [2, 1, 0, 3], "int32")
+    with tf.Graph().as_default():
+        z, w, c0, h0 = [tf.constant(a) for a in _inputs(rng, n_time, n_batch, n)]
+        w = w * 0.1
+        res = {}
+        for key, native in (("op", mod), ("loop", False)):
+            loss, outs = _loss_and_outputs(native, z, w, c0, h0, tf.constant(lens), False)
+            res[key] = outs + tf.gradients(loss, [z, w, c0, h0])
+        with tf1.Session(config=tf1.ConfigProto(intra_op_parallelism_threads=2)) as session:
+            got, want = session.run([res["op"], res["loop"]])
+    for name, a, b in zip(["y", "c_final", "h_final", "dz", "dW_re", "dc0", "dh0"], got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-11, err_msg=name)
