@@ -840,6 +840,23 @@ class TorchBackend(Backend):
         return _from_nc(y, shape_b, batch_like, in_dim, out_dim, in_spatial_dims, out_spatial_dims, source)
 
     @staticmethod
+    def stft(x, *, in_spatial_dim, frame_step, frame_size, fft_length, frame_pad_left, window, out_spatial_dim,
+             out_dim):
+        """Frames of frame_size every frame_step, padded to fft_length, times window, rfft (see rf.stft)."""
+        batch_like = [d for d in x.dims if d != in_spatial_dim]
+        raw = _transposed(x, batch_like + [in_spatial_dim])
+        if raw.shape[-1] < frame_size:
+            raise FrontendError("rf.stft at %s: %i samples are fewer than one frame (%i)" % (
+                call_site(), raw.shape[-1], frame_size))
+        frames = raw.unfold(-1, frame_size, frame_step)
+        if fft_length > frame_size:
+            frames = F.pad(frames, (frame_pad_left, fft_length - frame_size - frame_pad_left))
+        frames = frames * torch.as_tensor(window, dtype=frames.dtype, device=frames.device)
+        y = torch.fft.rfft(frames, n=fft_length)
+        _set_conv_out_sizes([in_spatial_dim], [out_spatial_dim], [frame_size], "valid", [frame_step], [1])
+        return _new("stft", batch_like + [out_spatial_dim, out_dim], y)
+
+    @staticmethod
     def pool(source, *, mode, pool_size, padding="valid", dilation_rate=1, strides, in_spatial_dims,
              out_spatial_dims=None):
         rest = [d for d in source.dims if d not in in_spatial_dims]
