@@ -143,7 +143,7 @@ class DimFrontendMixin:
         return self.dimension
 
     # ---- dim arithmetic ----
-    def _derive(self, kind, other, reverse=False):
+    def _derive(self, kind, other, reverse=False):  # noqa: C901
         Dim = _data_mod(self).Dim  # noqa: N806
 
         if not isinstance(other, (int, Dim)):
@@ -156,6 +156,9 @@ class DimFrontendMixin:
         def _key(x):
             return ("int", x) if isinstance(x, int) else ("dim", id(x.get_same_base()))
 
+        simplified = _undo_mul(kind, a, b)
+        if simplified is not None:
+            return simplified
         key = ("arith", kind, _key(a), _key(b))
 
         def _create():
@@ -170,6 +173,7 @@ class DimFrontendMixin:
                     description="%s%s%s" % (_n(a), sym, _n(b)), auto_generated=True)
             if static is None:
                 d.__dict__["_derived_from"] = (kind, (a, b))
+            d.__dict__["_arith_of"] = (kind, (a, b))  # for _undo_mul: (2 * d) // 2 is d, as the original
             return d
 
         return anchor.get_derived(key, _create)
@@ -203,3 +207,18 @@ class DimFrontendMixin:
 
     def __truediv__(self, other):
         return self._derive("ceildiv", other)
+
+
+def _undo_mul(kind, a, b):
+    """``(n * d).div_left(n)`` / ``(d * n) // n`` -> d (e.g. rf.gating of a ``2 * d`` feature dim gives back d)."""
+    if kind != "floordiv" or not isinstance(b, int) or isinstance(a, int):
+        return None
+    kind_a, operands = a.__dict__.get("_arith_of") or (None, ())
+    if kind_a != "mul":
+        return None
+    x, y = operands
+    if isinstance(x, int) and x == b and not isinstance(y, int):
+        return y
+    if isinstance(y, int) and y == b and not isinstance(x, int):
+        return x
+    return None

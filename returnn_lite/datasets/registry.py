@@ -27,6 +27,7 @@ _BUILTIN = {
     "meta": ("MetaDataset",),
     "audio": ("OggZipDataset", "LibriSpeechCorpus"),
     "text": ("LmDataset", "TranslationDataset"),
+    "synthetic_speech": ("SyntheticSpeechDataset",),
 }
 
 

@@ -29,6 +29,8 @@ from .nn import (  # noqa: F401
     LSTM, BatchNorm, Conv1d, Conv2d, Embedding, LayerNorm, Linear, Loop, LstmState, State, cond, conv,
     cross_entropy, ctc_loss, dropout, make_conv_out_spatial_dims, max_pool, max_pool1d, pool, pool1d, pool2d, random,
     random_normal, random_uniform, scan, set_random_seed, while_loop)
+from .conv import Conv3d, gating, pool2d, pool3d, use_mask_default  # noqa: F401
+from .signal import stft  # noqa: F401
 from .run_ctx import Loss, RunCtx, get_run_ctx, init_forward_step_run_ctx, init_train_step_run_ctx  # noqa: F401
 from .attention import *  # noqa: F401,F403
 from .build_from_dict import build_dict, build_from_dict  # noqa: F401
@@ -45,3 +47,5 @@ def _register():
 
 
 _register()
+
+from . import audio  # noqa: E402,F401 (rf.audio, as the original)

@@ -211,20 +211,12 @@ def split(source, *, axis, out_dims):
 
 def merge_dims(source, *, dims, out_dim=None):
     """Flatten ``dims`` (in this order) into one dim -> (Tensor, out_dim)."""
-    from ..data import Dim
-
     dims = list(dims)
     check_dims_in("merge_dims", source, dims)
-    if out_dim is None:
-        if all(d.dimension is not None for d in dims):
-            n = 1
-            for d in dims:
-                n *= d.dimension
-            out_dim = Dim(n, name="merged(%s)" % ",".join(d.description for d in dims))
-        else:
-            out_dim = dims[0]
-            for d in dims[1:]:
-                out_dim = out_dim * d
+    if out_dim is None:  # the product dim, as the original: merging [a, b] gives a * b (the same Dim each time)
+        out_dim = dims[0]
+        for d in dims[1:]:
+            out_dim = out_dim * d
     out = get_backend_for_tensor(source).merge_dims(source, dims=dims, out_dim=out_dim)
     return out, out_dim
 

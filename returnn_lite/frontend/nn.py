@@ -7,6 +7,9 @@ from ..data import Dim
 from . import array_, math_
 from ._backend import get_backend_for_tensor, get_selected_backend
 from ._utils import check_dims_in, dims_str, error, is_tensor
+from .conv import (  # noqa: F401 (conv and pooling live in conv.py; re-exported for the old import path)
+    Conv1d, Conv2d, Conv3d, conv, gating, make_conv_out_spatial_dims, max_pool, max_pool1d, pool, pool1d, pool2d,
+    pool3d, use_mask_default)
 from .module import Glorot, Module, Parameter
 
 
@@ -56,152 +59,6 @@ class Embedding(Module):
             raise error("Embedding", "expects sparse indices with sparse_dim %s, got %r" % (
                 self.in_dim.short_repr(), source))
         return array_.gather(self.weight, indices=source, axis=self.in_dim)
-
-
-# ---- conv and pooling ----
-def _as_tuple(x, n):
-    if isinstance(x, (list, tuple)):
-        if len(x) != n:
-            raise ValueError("expected %i values, got %r" % (n, x))
-        return tuple(x)
-    return (x,) * n
-
-
-def make_conv_out_spatial_dims(in_spatial_dims, *, filter_size, padding, strides=1, dilation_rate=1,
-                               description_prefix=None):
-    """The output spatial dims of a conv/pool (new dims; dynamic ones with lengths derived from the inputs)."""
-    n = len(in_spatial_dims)
-    filter_size, strides, dilation_rate = _as_tuple(filter_size, n), _as_tuple(strides, n), _as_tuple(dilation_rate, n)
-    padding = padding.lower()
-    out = []
-    for d, fs, st, dil in zip(in_spatial_dims, filter_size, strides, dilation_rate):
-        if padding == "same" and st == 1:
-            out.append(d)
-            continue
-        if padding == "valid":
-            ext = (fs - 1) * dil
-            new = d - ext if ext else d
-        else:
-            new = d
-        if st != 1:
-            new = new.ceildiv_right(st) if isinstance(new, Dim) else -(-new // st)
-        if new is d:
-            new = d.copy(same_as_self=False)
-        out.append(new)
-    return out
-
-
-class _ConvN(Module):
-    nd = None
-
-    def __init__(self, in_dim, out_dim, filter_size, *, padding, strides=1, dilation_rate=1, groups=None,
-                 with_bias=True):
-        super().__init__()
-        self.in_dim = in_dim
-        self.out_dim = out_dim
-        fs = _as_tuple(filter_size, self.nd)
-        self.filter_size = [d if isinstance(d, Dim) else Dim(int(d), name="filter-dim%i" % i)
-                            for i, d in enumerate(fs)]
-        self.padding = padding
-        self.strides = strides
-        self.dilation_rate = dilation_rate
-        if groups not in (None, 1):
-            raise error("Conv%id" % self.nd, "groups=%r is not supported" % groups)
-        self.groups = groups
-        self.filter = Parameter([out_dim, in_dim] + self.filter_size)
-        self.filter.initial = Glorot()
-        self.with_bias = with_bias
-        if with_bias:
-            self.bias = Parameter([out_dim])
-            self.bias.initial = 0.0
-
-    def _call(self, source, in_spatial_dims, out_spatial_dims=None):
-        return conv(source, in_dim=self.in_dim, out_dim=self.out_dim, in_spatial_dims=in_spatial_dims,
-                    out_spatial_dims=out_spatial_dims, filter=self.filter, filter_size=self.filter_size,
-                    padding=self.padding, strides=self.strides, dilation_rate=self.dilation_rate,
-                    bias=self.bias if self.with_bias else None)
-
-
-class Conv1d(_ConvN):
-    """1D conv: ``(y, out_spatial_dim) = conv(x, in_spatial_dim=)``; params filter [out, in, k], bias [out]."""
-
-    nd = 1
-
-    def __call__(self, source, *, in_spatial_dim, out_spatial_dim=None):
-        out, (out_spatial_dim,) = self._call(
-            source, [in_spatial_dim], [out_spatial_dim] if out_spatial_dim is not None else None)
-        return out, out_spatial_dim
-
-
-class Conv2d(_ConvN):
-    nd = 2
-
-    def __call__(self, source, *, in_spatial_dims, out_spatial_dims=None):
-        return self._call(source, list(in_spatial_dims), out_spatial_dims)
-
-
-def conv(source, *, in_dim, out_dim, in_spatial_dims, out_spatial_dims=None, filter, filter_size, padding,  # noqa
-         strides=1, dilation_rate=1, groups=None, bias=None):
-    in_spatial_dims = list(in_spatial_dims)
-    check_dims_in("conv", source, [in_dim] + in_spatial_dims)
-    if padding.lower() not in ("same", "valid"):
-        raise error("conv", "padding must be 'same' or 'valid', got %r" % padding)
-    if out_spatial_dims is None:
-        out_spatial_dims = make_conv_out_spatial_dims(
-            in_spatial_dims, filter_size=[d.dimension for d in filter_size], padding=padding, strides=strides,
-            dilation_rate=dilation_rate)
-    out = get_backend_for_tensor(source).conv(
-        source, in_dim=in_dim, out_dim=out_dim, in_spatial_dims=in_spatial_dims, out_spatial_dims=out_spatial_dims,
-        filter=filter, filter_size=filter_size, padding=padding, strides=strides, dilation_rate=dilation_rate,
-        groups=groups, bias=bias)
-    return out, out_spatial_dims
-
-
-def pool(source, *, mode, pool_size, padding="valid", dilation_rate=1, strides=None, in_spatial_dims,
-         out_spatial_dims=None):
-    in_spatial_dims = list(in_spatial_dims)
-    check_dims_in("pool", source, in_spatial_dims)
-    n = len(in_spatial_dims)
-    pool_size = _as_tuple(pool_size, n)
-    strides = pool_size if strides is None else _as_tuple(strides, n)
-    if mode not in ("max", "avg"):
-        raise error("pool", "mode must be 'max' or 'avg', got %r" % mode)
-    if out_spatial_dims is None:
-        out_spatial_dims = make_conv_out_spatial_dims(
-            in_spatial_dims, filter_size=pool_size, padding=padding, strides=strides, dilation_rate=dilation_rate)
-    out = get_backend_for_tensor(source).pool(
-        source, mode=mode, pool_size=pool_size, padding=padding, dilation_rate=_as_tuple(dilation_rate, n),
-        strides=strides, in_spatial_dims=in_spatial_dims, out_spatial_dims=out_spatial_dims)
-    return out, out_spatial_dims
-
-
-def max_pool(source, *, pool_size, padding="valid", dilation_rate=1, strides=None, in_spatial_dims,
-             out_spatial_dims=None):
-    return pool(source, mode="max", pool_size=pool_size, padding=padding, dilation_rate=dilation_rate,
-                strides=strides, in_spatial_dims=in_spatial_dims, out_spatial_dims=out_spatial_dims)
-
-
-def pool1d(source, *, mode, pool_size, padding="valid", dilation_rate=1, strides=None, in_spatial_dim,
-           out_spatial_dim=None):
-    out, (d,) = pool(source, mode=mode, pool_size=pool_size, padding=padding, dilation_rate=dilation_rate,
-                     strides=strides, in_spatial_dims=[in_spatial_dim],
-                     out_spatial_dims=[out_spatial_dim] if out_spatial_dim is not None else None)
-    return out, d
-
-
-def max_pool1d(source, *, pool_size, padding="valid", dilation_rate=1, strides=None, in_spatial_dim,
-               out_spatial_dim=None):
-    return pool1d(source, mode="max", pool_size=pool_size, padding=padding, dilation_rate=dilation_rate,
-                  strides=strides, in_spatial_dim=in_spatial_dim, out_spatial_dim=out_spatial_dim)
-
-
-def pool2d(source, *, mode, pool_size, padding="valid", dilation_rate=1, strides=None, in_spatial_dims,
-           out_spatial_dims=None):
-    """pool over two spatial dims -> (Tensor, out_spatial_dims)."""
-    if len(in_spatial_dims) != 2:
-        raise error("pool2d", "needs 2 in_spatial_dims, got %s" % dims_str(in_spatial_dims))
-    return pool(source, mode=mode, pool_size=pool_size, padding=padding, dilation_rate=dilation_rate,
-                strides=strides, in_spatial_dims=in_spatial_dims, out_spatial_dims=out_spatial_dims)
 
 
 # ---- normalization ----

@@ -487,7 +487,7 @@ class ReturnnLayersBackend(Backend):
         dilation_rate = tuple(dilation_rate) if isinstance(dilation_rate, (list, tuple)) else (dilation_rate,) * n
         dims = [out_spatial_dims[in_spatial_dims.index(d)] if d in in_spatial_dims else
                 (out_dim if d == in_dim else d) for d in source.dims]
-        if _conv_layer_fits(source, in_dim, in_spatial_dims) and (not groups or groups == 1):
+        if _conv_layer_fits(source, in_dim, in_spatial_dims) and not groups and isinstance(padding, str):
             perm = {i: d for i, d in enumerate(list(filter_size) + [in_dim, out_dim])}
             opts = {"filter": _raw_name(filter), "filter_perm": perm, "filter_size": [d.dimension for d in filter_size],
                     "padding": padding.lower(), "strides": list(strides), "dilation_rate": list(dilation_rate),
@@ -499,7 +499,8 @@ class ReturnnLayersBackend(Backend):
         return _make("conv", [source, filter] + ([bias] if bias is not None else []), dims, source.dtype,
                      opts={"in_dim": in_dim, "out_dim": out_dim, "in_spatial_dims": list(in_spatial_dims),
                            "out_spatial_dims": list(out_spatial_dims), "filter_size": list(filter_size),
-                           "padding": padding.lower(), "strides": strides, "dilation_rate": dilation_rate})
+                           "padding": padding.lower() if isinstance(padding, str) else list(padding),
+                           "strides": strides, "dilation_rate": dilation_rate, "groups": groups or 1})
 
     @staticmethod
     def pool(source, *, mode, pool_size, padding="valid", dilation_rate=1, strides, in_spatial_dims,
@@ -509,13 +510,14 @@ class ReturnnLayersBackend(Backend):
         if feat is None:
             raise FrontendError("rf.pool at %s: the input %s needs a feature dim" % (call_site(), dims_str(source.dims)))
         dims = [out_spatial_dims[in_spatial_dims.index(d)] if d in in_spatial_dims else d for d in source.dims]
-        if _conv_layer_fits(source, feat, in_spatial_dims):
+        if _conv_layer_fits(source, feat, in_spatial_dims) and isinstance(padding, str):
             return _emit("pool", [source], dims, source.dtype, mode=mode, pool_size=list(pool_size),
                          padding=padding.lower(), dilation_rate=list(dilation_rate), strides=list(strides),
                          in_spatial_dims=list(in_spatial_dims), out_spatial_dims=list(out_spatial_dims),
                          name=mode + "_pool")
         return _make("pool", [source], dims, source.dtype,
-                     opts={"mode": mode, "pool_size": tuple(pool_size), "padding": padding.lower(),
+                     opts={"mode": mode, "pool_size": tuple(pool_size),
+                           "padding": padding.lower() if isinstance(padding, str) else list(padding),
                            "dilation_rate": tuple(dilation_rate), "strides": tuple(strides),
                            "in_spatial_dims": list(in_spatial_dims), "out_spatial_dims": list(out_spatial_dims),
                            "in_dim": feat}, name=mode + "_pool")

@@ -836,11 +836,29 @@ class TorchBackend(Backend):
         ks = [d.dimension for d in filter_size]
         x, batch_like, shape_b = _to_nc(source, in_dim, in_spatial_dims)
         x = _same_pad(x, padding, ks, strides, dilation_rate, 0.0)
-        w = _transposed(filter, [out_dim, in_dim] + list(filter_size))
+        w = _conv_filter(filter, out_dim, filter_size)
         fn = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}[n]
-        y = fn(x, w, None if bias is None else _transposed(bias, [out_dim]), stride=strides, dilation=dilation_rate)
+        y = fn(x, w, None if bias is None else _transposed(bias, [out_dim]), stride=strides, dilation=dilation_rate,
+               padding=tuple(padding) if isinstance(padding, (list, tuple)) else 0, groups=groups or 1)
         _set_conv_out_sizes(in_spatial_dims, out_spatial_dims, ks, padding, strides, dilation_rate)
         return _from_nc(y, shape_b, batch_like, in_dim, out_dim, in_spatial_dims, out_spatial_dims, source)
+
+    @staticmethod
+    def stft(x, *, in_spatial_dim, frame_step, frame_size, fft_length, frame_pad_left, window, out_spatial_dim,
+             out_dim):
+        """Frames of frame_size every frame_step, padded to fft_length, times window, rfft (see rf.stft)."""
+        batch_like = [d for d in x.dims if d != in_spatial_dim]
+        raw = _transposed(x, batch_like + [in_spatial_dim])
+        if raw.shape[-1] < frame_size:
+            raise FrontendError("rf.stft at %s: %i samples are fewer than one frame (%i)" % (
+                call_site(), raw.shape[-1], frame_size))
+        frames = raw.unfold(-1, frame_size, frame_step)
+        if fft_length > frame_size:
+            frames = F.pad(frames, (frame_pad_left, fft_length - frame_size - frame_pad_left))
+        frames = frames * torch.as_tensor(window, dtype=frames.dtype, device=frames.device)
+        y = torch.fft.rfft(frames, n=fft_length)
+        _set_conv_out_sizes([in_spatial_dim], [out_spatial_dim], [frame_size], "valid", [frame_step], [1])
+        return _new("stft", batch_like + [out_spatial_dim, out_dim], y)
 
     @staticmethod
     def pool(source, *, mode, pool_size, padding="valid", dilation_rate=1, strides, in_spatial_dims,
@@ -853,6 +871,7 @@ class TorchBackend(Backend):
         n = len(in_spatial_dims)
         x, batch_like, shape_b = _to_nc(source, feat, in_spatial_dims)
         pool_size, strides, dilation_rate = tuple(pool_size), tuple(strides), tuple(dilation_rate)
+        x = _int_pad(x, padding, float("-inf") if mode == "max" else 0.0)
         if mode == "max":
             x = _same_pad(x, padding, pool_size, strides, dilation_rate, float("-inf"))
             fn = {1: F.max_pool1d, 2: F.max_pool2d, 3: F.max_pool3d}[n]
@@ -1137,9 +1156,28 @@ def _from_nc(y, shape_b, batch_like, in_dim, out_feat, in_spatial_dims, out_spat
     return _new("conv", res, _transposed(_new("y", y_dims, y), res))
 
 
+def _conv_filter(filter, out_dim, filter_size):  # noqa: A002
+    """The rf conv filter [out, in // groups, *filter_size] as torch's weight (its in dim may equal out_dim)."""
+    dims = list(filter.dims)
+    if dims[0] == out_dim and dims[2:] == list(filter_size):
+        return filter.placeholder
+    in_dims = [d for d in dims if d != out_dim and d not in filter_size]
+    return _transposed(filter, [out_dim] + in_dims + list(filter_size))
+
+
+def _int_pad(x, padding, value):
+    """Explicit int padding (both sides) of the spatial axes of [N, C, *spatial]; 'same'/'valid' unchanged."""
+    if not isinstance(padding, (list, tuple)) or not any(padding):
+        return x
+    flat = []
+    for p in reversed(padding):
+        flat += [p, p]
+    return F.pad(x, flat, mode="constant", value=value)
+
+
 def _same_pad(x, padding, ks, strides, dilation_rate, value):
     """TF "same" padding (more on the right) of the spatial axes of [N, C, *spatial]."""
-    if padding.lower() != "same":
+    if not isinstance(padding, str) or padding.lower() != "same":
         return x
     pads = []
     for i, (k, s, d) in enumerate(zip(ks, strides, dilation_rate)):
@@ -1160,7 +1198,9 @@ def _set_conv_out_sizes(in_spatial_dims, out_spatial_dims, ks, padding, strides,
         if not _is_dyn(d_out) or d_out == d_in:
             continue
         size, sdims = _sizes(d_in)
-        if padding.lower() == "valid":
+        if isinstance(padding, (list, tuple)):
+            size = size + 2 * padding[list(in_spatial_dims).index(d_in)] - (k - 1) * dil
+        elif padding.lower() == "valid":
             size = size - (k - 1) * dil
         _set_sizes(d_out, torch.clamp(torch.div(size + s - 1, s, rounding_mode="floor"), min=0), sdims)
 
