@@ -262,3 +262,66 @@ def test_bad_options_are_refused_with_clear_errors():
     with pytest.raises(rf.FrontendError, match="needs state"):
         att(_tensor(np.zeros((B, 6), "float32"), [batch_dim, d]), axis=single_step_dim)
     assert time_dim is not None
+
+
+# ---- layers backend ----
+def _run_layers(make_model, x, lens, in_dim, out_dim, params):
+    """The model (self attention over time) on the RETURNN-layers backend: -> output [B,T,out]."""
+    import tensorflow as tf
+
+    from returnn_lite.config import Config, global_config_ctx
+    from returnn_lite.frontend_layers import get_net_dict
+    from returnn_lite.network import TFNetwork
+
+    time_dim = Dim(None, name="time")
+    extern_data = {"data": {"dims": (batch_dim, time_dim, in_dim), "dtype": "float32"}}
+
+    def train_step(*, model, extern_data, **_):
+        y = model(extern_data["data"], axis=time_dim)
+        y.mark_as_output("y", shape=[batch_dim, time_dim, out_dim])
+        rf.reduce_sum(y, axis=[batch_dim, time_dim, out_dim]).mark_as_loss("sum")
+
+    config = Config({"extern_data": extern_data, "get_model": lambda **_: make_model(), "task": "train",
+                     "train_step": train_step})
+    rf.select_backend_returnn_layers_tf()
+    try:
+        with tf.Graph().as_default() as graph, tf.compat.v1.Session(graph=graph) as session, \
+                global_config_ctx(config):
+            net_dict, _ = get_net_dict(epoch=1, step=0)
+            out = rf.get_run_ctx().outputs.data["y"]
+            net = TFNetwork(config=config, train_flag=False, eval_flag=True)
+            net.construct_from_dict(net_dict)
+            fetch = net.get_layer(out.raw_tensor.get_abs_name()).output.placeholder
+            param_vars = {v.op.name[:-len("/param")].replace("/", "."): v for v in net.get_params_list()}
+            assert set(param_vars) == set(params)
+            session.run(tf.compat.v1.global_variables_initializer())
+            for name, v in param_vars.items():
+                v.load(params[name], session)
+            data = net.extern_data.data["data"]
+            feed = {data.placeholder: x, data.dims[1].dyn_size_ext.raw_tensor: lens}
+            return session.run(fetch, feed_dict=feed)
+    finally:
+        time_dim.reset_eager()
+        rf.select_backend_torch()
+
+
+@pytest.mark.parametrize("cls", ["SelfAttention", "RelPosSelfAttention"])
+def test_self_attention_on_layers_backend_matches_numpy(cls):
+    in_dim, key_dim, value_dim, out_dim = _model_dims(False)
+    rf.select_backend_torch()
+    shapes = {n: tuple(d.dimension for d in p.dims) for n, p in getattr(rf, cls)(
+        in_dim, out_dim, key_dim_total=key_dim, value_dim_total=value_dim, num_heads=2).named_parameters()}
+    rng = np.random.RandomState(3)
+    params = {n: rng.uniform(-0.5, 0.5, s).astype("float32") for n, s in sorted(shapes.items())}
+    x = np.random.RandomState(1).randn(B, T, 8).astype("float32")
+
+    def make_model():
+        return getattr(rf, cls)(in_dim, out_dim, key_dim_total=key_dim, value_dim_total=value_dim, num_heads=2,
+                                att_dropout=0.0)
+
+    out = _run_layers(make_model, x, LENS, in_dim, out_dim, params)
+    if cls == "SelfAttention":
+        ref = _np_self_attention(x, params, 2, 4, 4, LENS)
+    else:
+        ref = _np_rel_pos_self_attention(x, params, 2, 4, 4, LENS)
+    np.testing.assert_allclose(_valid(out), _valid(ref), rtol=RTOL, atol=ATOL)
