@@ -630,6 +630,8 @@ class TorchBackend(Backend):
     @staticmethod
     def slice(source, *, axis, start=None, end=None, step=None, size=None, out_dim):
         dims = list(source.dims)
+        if isinstance(size, Dim):  # [start:start + size] with a (maybe dynamic) size Dim
+            end = (start or 0) + _dim_len(size)
         sl = [slice(None)] * len(dims)
         sl[dims.index(axis)] = slice(start, end, step)
         return _new("slice", [out_dim if d == axis else d for d in dims], source.placeholder[tuple(sl)],
