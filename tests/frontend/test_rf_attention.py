@@ -325,3 +325,47 @@ def test_self_attention_on_layers_backend_matches_numpy(cls):
     else:
         ref = _np_rel_pos_self_attention(x, params, 2, 4, 4, LENS)
     np.testing.assert_allclose(_valid(out), _valid(ref), rtol=RTOL, atol=ATOL)
+
+
+def _np_rope(x, positions):
+    """Standard RoPE (Su et al. 2021): pairs (x[2i], x[2i+1]) rotated by pos * 10000^(-2i/F)."""
+    feat = x.shape[-1]
+    ang = positions[:, None] * 1e4 ** (-2 * np.arange(feat // 2) / feat)  # [T,F/2]
+    ang = ang[None, :, None, :]  # [1,T,1,F/2]
+    re, im = x[..., 0::2], x[..., 1::2]
+    out = np.empty_like(x)
+    out[..., 0::2] = re * np.cos(ang) - im * np.sin(ang)
+    out[..., 1::2] = re * np.sin(ang) + im * np.cos(ang)
+    return out
+
+
+def test_rotary_pos_self_attention_matches_numpy_and_causal_steps():
+    time_dim = _setup()
+    in_dim, key_dim, value_dim, out_dim = _model_dims(False)
+    att = rf.RotaryPosSelfAttention(in_dim, out_dim, key_dim_total=key_dim, value_dim_total=value_dim, num_heads=2,
+                                    att_dropout=0.0)
+    p = _set_random_params(att)
+    x = np.random.RandomState(1).randn(B, T, 8).astype("float32")
+    out = att(_tensor(x, [batch_dim, time_dim, in_dim]), axis=time_dim)
+    q, k, v = _heads_qkv(x.astype("float64"), p, 2, 4, 4)
+    pos = np.arange(T, dtype="float64")
+    q, k = _np_rope(q, pos), _np_rope(k, pos)
+    mask = np.arange(T)[None, None, None, :] < LENS[:, None, None, None]
+    ref = _linear(_attend(np.einsum("bthk,bshk->bhts", q, k) / 2.0, v, mask), p, "proj")
+    np.testing.assert_allclose(_valid(_np(out, [batch_dim, time_dim, out_dim])), _valid(ref), rtol=RTOL, atol=ATOL)
+    # the causal variant: whole sequence == step by step, and == causal numpy
+    catt = rf.RotaryPosCausalSelfAttention(in_dim, out_dim, key_dim_total=key_dim, value_dim_total=value_dim,
+                                           num_heads=2, att_dropout=0.0)
+    for name, param in catt.named_parameters():
+        with torch.no_grad():
+            param.raw_tensor.copy_(torch.tensor(p[name]))
+    seq, _ = catt(_tensor(x, [batch_dim, time_dim, in_dim]), axis=time_dim)
+    seq = _np(seq, [batch_dim, time_dim, out_dim])
+    full_mask = np.broadcast_to(np.arange(T)[None, None, None, :] <= np.arange(T)[None, None, :, None],
+                                (B, 1, T, T))
+    ref_causal = _linear(_attend(np.einsum("bthk,bshk->bhts", q, k) / 2.0, v, full_mask), p, "proj")
+    np.testing.assert_allclose(seq, ref_causal, rtol=RTOL, atol=ATOL)
+    state = catt.default_initial_state(batch_dims=[batch_dim])
+    for t in range(T):
+        y, state = catt(_tensor(x[:, t], [batch_dim, in_dim]), axis=single_step_dim, state=state)
+        np.testing.assert_allclose(_np(y, [batch_dim, out_dim]), seq[:, t], rtol=RTOL, atol=ATOL)
