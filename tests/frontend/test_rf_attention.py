@@ -95,7 +95,7 @@ def _np_sinusoids(positions, feat, log_step):
     return np.concatenate([np.sin(arg), np.cos(arg)], axis=-1)
 
 
-def _np_rel_pos_self_attention(x, p, heads, key, value, lens, learned_clip=None):
+def _np_rel_pos_self_attention(x, p, heads, key, value, lens, learned_clip=None, causal=False):
     """Transformer-XL (Dai et al. 2019, section 3.3): a + c = (q + u) k, b + d = (q + v) W_r R_{j-i}."""
     t = x.shape[1]
     q, k, v = _heads_qkv(x, p, heads, key, value)
@@ -109,6 +109,8 @@ def _np_rel_pos_self_attention(x, p, heads, key, value, lens, learned_clip=None)
     pos_ij = pos[np.arange(t)[None, :] - np.arange(t)[:, None] + t - 1]  # [T(i),T(j),H,K]: R_{j-i}
     bd = np.einsum("bthk,tshk->bhts", q + p["pos_bias_v"], pos_ij)
     mask = np.arange(t)[None, None, None, :] < lens[:, None, None, None]
+    if causal:
+        mask = mask & (np.arange(t)[None, None, None, :] <= np.arange(t)[None, None, :, None])
     return _linear(_attend((ac + bd) / math.sqrt(key), v, mask), p, "proj")
 
 
@@ -196,9 +198,8 @@ def test_causal_self_attention_whole_sequence_equals_steps(cls, same):
     seq, _ = att(_tensor(x, [batch_dim, time_dim, model_dim]), axis=time_dim,
                  state=att.default_initial_state(batch_dims=[batch_dim]))
     seq = _np(seq, [batch_dim, time_dim, out_dim])
-    if cls == "CausalSelfAttention":
-        np.testing.assert_allclose(seq, _np_self_attention(x, p, 2, 4, 4, np.full([B], T), causal=True),
-                                   rtol=RTOL, atol=ATOL)
+    ref_fn = _np_self_attention if cls == "CausalSelfAttention" else _np_rel_pos_self_attention
+    np.testing.assert_allclose(seq, ref_fn(x, p, 2, 4, 4, np.full([B], T), causal=True), rtol=RTOL, atol=ATOL)
     state = att.default_initial_state(batch_dims=[batch_dim])
     steps = []
     for t in range(T):
@@ -265,6 +266,18 @@ def test_bad_options_are_refused_with_clear_errors():
 
 
 # ---- layers backend ----
+class _CausalWhole(rf.Module):
+    """A causal self attention over the whole sequence, called like a non-causal one."""
+
+    def __init__(self, att):
+        super().__init__()
+        self.att = att
+
+    def __call__(self, x, *, axis):
+        y, _ = self.att(x, axis=axis, state=None)
+        return y
+
+
 def _run_layers(make_model, x, lens, in_dim, out_dim, params):
     """The model (self attention over time) on the RETURNN-layers backend: -> output [B,T,out]."""
     import tensorflow as tf
@@ -305,7 +318,8 @@ def _run_layers(make_model, x, lens, in_dim, out_dim, params):
         rf.select_backend_torch()
 
 
-@pytest.mark.parametrize("cls", ["SelfAttention", "RelPosSelfAttention"])
+@pytest.mark.parametrize("cls", ["SelfAttention", "RelPosSelfAttention", "CausalSelfAttention",
+                                 "RelPosCausalSelfAttention"])
 def test_self_attention_on_layers_backend_matches_numpy(cls):
     in_dim, key_dim, value_dim, out_dim = _model_dims(False)
     rf.select_backend_torch()
@@ -315,15 +329,17 @@ def test_self_attention_on_layers_backend_matches_numpy(cls):
     params = {n: rng.uniform(-0.5, 0.5, s).astype("float32") for n, s in sorted(shapes.items())}
     x = np.random.RandomState(1).randn(B, T, 8).astype("float32")
 
-    def make_model():
-        return getattr(rf, cls)(in_dim, out_dim, key_dim_total=key_dim, value_dim_total=value_dim, num_heads=2,
-                                att_dropout=0.0)
+    causal = "Causal" in cls
 
-    out = _run_layers(make_model, x, LENS, in_dim, out_dim, params)
-    if cls == "SelfAttention":
-        ref = _np_self_attention(x, params, 2, 4, 4, LENS)
-    else:
-        ref = _np_rel_pos_self_attention(x, params, 2, 4, 4, LENS)
+    def make_model():
+        att = getattr(rf, cls)(in_dim, out_dim, key_dim_total=key_dim, value_dim_total=value_dim, num_heads=2,
+                               att_dropout=0.0)
+        return _CausalWhole(att) if causal else att
+
+    out = _run_layers(make_model, x, LENS, in_dim, out_dim,
+                      {("att." if causal else "") + k: v for k, v in params.items()})
+    ref_fn = _np_rel_pos_self_attention if "RelPos" in cls else _np_self_attention
+    ref = ref_fn(x, params, 2, 4, 4, LENS, causal=causal)
     np.testing.assert_allclose(_valid(out), _valid(ref), rtol=RTOL, atol=ATOL)
 
 
