@@ -487,7 +487,8 @@ def _rel_pos_indices(query_spatial_dim, key_value_spatial_dim, query_offset=None
     if query_spatial_dim == single_step_dim:
         if query_offset is not None and not (isinstance(query_offset, int) and query_offset == 0):
             raise ValueError("relative positional encoding: query_offset with a single step is not supported")
-        indices = array_.range_over_dim(key_value_spatial_dim) - (key_value_spatial_dim.get_size_tensor() - 1)
+        indices = math_.combine_bc(array_.range_over_dim(key_value_spatial_dim), "-",
+                                   key_value_spatial_dim.get_size_tensor() - 1)
         return indices, key_value_spatial_dim
     q_m1 = query_spatial_dim - 1
     out_dim = q_m1 + key_value_spatial_dim
@@ -524,7 +525,7 @@ class LearnedRelativePositionalEncoding(Module):
         if query_spatial_dim == single_step_dim:
             if query_offset is not None:
                 raise ValueError("LearnedRelativePositionalEncoding.full_matrix: query_offset with a single step")
-            indices = kv_pos - (key_value_spatial_dim.get_size_tensor() - 1)
+            indices = math_.combine_bc(kv_pos, "-", key_value_spatial_dim.get_size_tensor() - 1)
         else:
             q_pos = array_.range_over_dim(query_spatial_dim)
             if query_offset is not None:

@@ -385,3 +385,39 @@ def test_rotary_pos_self_attention_matches_numpy_and_causal_steps():
     for t in range(T):
         y, state = catt(_tensor(x[:, t], [batch_dim, in_dim]), axis=single_step_dim, state=state)
         np.testing.assert_allclose(_np(y, [batch_dim, out_dim]), seq[:, t], rtol=RTOL, atol=ATOL)
+
+
+class _CausalSteps(rf.Module):
+    """A causal self attention run frame by frame in rf.Loop (step-wise with its state)."""
+
+    def __init__(self, att):
+        super().__init__()
+        self.att = att
+
+    def __call__(self, x, *, axis):
+        loop = rf.Loop(axis=axis)
+        loop.state.att = self.att.default_initial_state(batch_dims=[batch_dim])
+        with loop:
+            y_t, loop.state.att = self.att(loop.unstack(x), axis=single_step_dim, state=loop.state.att)
+            y = loop.stack(y_t)
+        return y
+
+
+@pytest.mark.parametrize("cls", ["CausalSelfAttention", "RelPosCausalSelfAttention"])
+def test_causal_self_attention_steps_in_loop_on_layers_backend(cls):
+    in_dim, key_dim, value_dim, out_dim = _model_dims(False)
+    rf.select_backend_torch()
+    shapes = {n: tuple(d.dimension for d in p.dims) for n, p in getattr(rf, cls)(
+        in_dim, out_dim, key_dim_total=key_dim, value_dim_total=value_dim, num_heads=2).named_parameters()}
+    rng = np.random.RandomState(3)
+    params = {n: rng.uniform(-0.5, 0.5, s).astype("float32") for n, s in sorted(shapes.items())}
+    x = np.random.RandomState(1).randn(B, T, 8).astype("float32")
+
+    def make_model():
+        return _CausalSteps(getattr(rf, cls)(in_dim, out_dim, key_dim_total=key_dim, value_dim_total=value_dim,
+                                             num_heads=2, att_dropout=0.0))
+
+    out = _run_layers(make_model, x, LENS, in_dim, out_dim, {"att." + k: v for k, v in params.items()})
+    ref_fn = _np_rel_pos_self_attention if "RelPos" in cls else _np_self_attention
+    np.testing.assert_allclose(_valid(out), _valid(ref_fn(x, params, 2, 4, 4, LENS, causal=True)), rtol=RTOL,
+                               atol=ATOL)
