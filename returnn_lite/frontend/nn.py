@@ -7,6 +7,7 @@ from ..data import Dim
 from . import array_, math_
 from ._backend import get_backend_for_tensor, get_selected_backend
 from ._utils import check_dims_in, dims_str, error, is_tensor
+from .dims import dim_match_priority_when_needed
 from .module import Glorot, Module, Parameter
 
 
@@ -20,7 +21,7 @@ class Linear(Module):
             raise error("Linear", "in_dim and out_dim must be Dims, got %r, %r" % (in_dim, out_dim))
         self.in_dim = in_dim
         self.out_dim = out_dim
-        self.weight = Parameter([in_dim, out_dim])
+        self.weight = Parameter([dim_match_priority_when_needed(in_dim, out_dim), out_dim])
         self.weight.initial = Glorot()
         self.with_bias = with_bias
         if with_bias:
