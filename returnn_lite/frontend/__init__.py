@@ -18,6 +18,7 @@ from ._backend import (  # noqa: F401
     Backend, get_backend_by_raw_tensor_type, get_backend_for_dims, get_backend_for_tensor, get_selected_backend,
     is_backend_selected, select_backend_returnn_layers_tf, select_backend_tf, select_backend_torch)
 from ._utils import FrontendError  # noqa: F401
+from .dims import dim_match_priority_when_needed  # noqa: F401
 from .array_ import *  # noqa: F401,F403
 from .array_ import slice  # noqa: F401 (shadows the builtin on purpose, as the original)
 from .math_ import *  # noqa: F401,F403
