@@ -454,3 +454,37 @@ def test_reshape_rel_shift_on_layers_backend():
     ref = [sum(100 * i + (j - i + T - 1) for j in range(T)) for i in range(T)]
     np.testing.assert_allclose(out[0, :, 0], ref)
     np.testing.assert_allclose(out[:, :, 1], out[:, :, 0])
+
+
+class _HistoryDimCausal(rf.Module):
+    """Causal attention as model code written for the original does it: keys/values over a history Dim whose
+    lengths are i + 1 at query frame i (Dim of a size tensor)."""
+
+    def __init__(self, att):
+        super().__init__()
+        self.att = att
+
+    def __call__(self, x, *, axis):
+        q, k, v = self.att.forward_qkv(x)
+        hist_dim = Dim(rf.range_over_dim(axis, device="cpu") + 1, name="hist")
+        k, _ = rf.replace_dim(k, in_dim=axis, out_dim=hist_dim)
+        v, _ = rf.replace_dim(v, in_dim=axis, out_dim=hist_dim)
+        return self.att.attention(q, k, v, kv_axis=hist_dim)
+
+
+def test_history_dim_of_size_tensor_on_layers_backend():
+    in_dim, key_dim, value_dim, out_dim = _model_dims(False)
+    rf.select_backend_torch()
+    shapes = {n: tuple(d.dimension for d in p.dims) for n, p in rf.CausalSelfAttention(
+        in_dim, out_dim, key_dim_total=key_dim, value_dim_total=value_dim, num_heads=2).named_parameters()}
+    rng = np.random.RandomState(3)
+    params = {n: rng.uniform(-0.5, 0.5, s).astype("float32") for n, s in sorted(shapes.items())}
+    x = np.random.RandomState(1).randn(B, T, 8).astype("float32")
+
+    def make_model():
+        return _HistoryDimCausal(rf.CausalSelfAttention(in_dim, out_dim, key_dim_total=key_dim,
+                                                        value_dim_total=value_dim, num_heads=2, att_dropout=0.0))
+
+    out = _run_layers(make_model, x, LENS, in_dim, out_dim, {"att." + k: v for k, v in params.items()})
+    np.testing.assert_allclose(_valid(out), _valid(_np_self_attention(x, params, 2, 4, 4, LENS, causal=True)),
+                               rtol=RTOL, atol=ATOL)
