@@ -461,6 +461,16 @@ class Data(TensorFrontendMixin):
         axis = self.feature_dim_axis
         return None if axis is None else self.dims[axis]
 
+    @feature_dim.setter
+    def feature_dim(self, dim):
+        """Make ``dim`` (one of the dims) the feature axis, or None for none (as the original's Tensor)."""
+        if dim is None:
+            self._feature_dim_axis = None
+            return
+        if dim not in self.dims:
+            raise ValueError("feature_dim %s is not a dim of %r" % (dim, self))
+        self._feature_dim_axis = list(self.dims).index(dim)
+
     @property
     def size_placeholder(self):
         return {

@@ -287,3 +287,32 @@ def cum_concat_step(source, *, prev_accum, axis, out_spatial_dim=None):
     res = get_backend_for_tensor(prev_accum).cum_concat_step(source, prev_accum=prev_accum, axis=axis,
                                                              out_spatial_dim=out_spatial_dim)
     return res, res.dims[list(prev_accum.dims).index(axis)]
+
+
+def stack(sources, *, out_dim=None):
+    """Tensors with the same dims stacked along a new (static) dim -> (Tensor, out_dim)."""
+    from ..data import Dim
+
+    sources = list(sources)
+    if not sources or not all(is_tensor(s) for s in sources):
+        raise error("stack", "expects a non-empty sequence of Tensors, got %r" % (sources,))
+    if out_dim is None:
+        out_dim = Dim(len(sources), name="stack")
+    elif out_dim.dimension != len(sources):
+        raise error("stack", "out_dim %s does not match the number of sources %i" % (
+            out_dim.short_repr(), len(sources)))
+    parts = []
+    for i, s in enumerate(sources):
+        one = Dim(1, name="stack%i" % i)
+        parts.append((expand_dim(s, one), one))
+    out, _ = concat(*parts, allow_broadcast=True, out_dim=out_dim)
+    return out, out_dim
+
+
+def last_frame_position_of_dim(dim, *, device=None, allow_scalar_on_cpu=True):
+    """Index of the last frame of ``dim``: an int for a static dim (0 if empty), else size - 1 (at least 0)."""
+    from . import math_
+
+    if dim.dimension is not None:
+        return max(dim.dimension - 1, 0)
+    return math_.maximum(dim.get_size_tensor() - 1, 0)

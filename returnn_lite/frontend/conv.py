@@ -1,7 +1,6 @@
 """
 rf convolution and pooling: ``Conv1d/2d/3d`` (also grouped / depthwise: ``groups=``), :func:`conv`, :func:`pool`
-(``max_pool``, ``pool1d/2d/3d``), :func:`make_conv_out_spatial_dims` and :func:`gating` (GLU, as used by the
-Conformer conv block), with the original's options.
+(``max_pool``, ``pool1d/2d/3d``) and :func:`make_conv_out_spatial_dims`, with the original's options.
 
 Masking (``use_mask``): the padded frames of dynamic spatial dims are set to 0 (max pooling: -inf) before the op, so
 that they do not leak into the last frames; the default follows the config (``rf_use_mask``) or the behavior version
@@ -15,7 +14,7 @@ from __future__ import annotations
 from ..data import Dim
 from . import array_, math_
 from ._backend import get_backend_for_tensor
-from ._utils import check_dims_in, error, is_tensor
+from ._utils import check_dims_in, error
 from .module import Glorot, Module, Parameter
 
 __all__ = ["conv", "Conv1d", "Conv2d", "Conv3d", "pool", "max_pool", "max_pool1d", "pool1d", "pool2d", "pool3d",
@@ -343,22 +342,3 @@ def make_conv_out_spatial_dims(in_spatial_dims, *, filter_size, padding, strides
             new.description = "%s:spatial%i" % (description_prefix, i)
         out.append(new)
     return out
-
-
-def gating(x, *, axis=None, gate_func=None, act_func=None, out_dim=None):
-    """GLU-style gating: x split in halves (a, b) over axis -> (act_func(a) * gate_func(b), out_dim); defaults
-    gate_func=sigmoid, act_func=identity."""
-    if not is_tensor(x):
-        raise error("gating", "expects a Tensor, got %r" % (x,))
-    if axis is None:
-        axis = x.feature_dim
-        if axis is None:
-            raise error("gating", "the input has no feature dim: pass axis=")
-    if axis.dimension is None or axis.dimension % 2:
-        raise error("gating", "axis %s must be static and even" % axis.short_repr())
-    if not out_dim:
-        out_dim = axis.div_left(2)
-    a, b = array_.split(x, axis=axis, out_dims=[out_dim, out_dim])
-    gate_func = gate_func or math_.sigmoid
-    act_func = act_func or math_.identity
-    return act_func(a) * gate_func(b), out_dim

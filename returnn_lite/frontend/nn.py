@@ -1,5 +1,5 @@
 """rf modules and functions built from the rf primitives: Linear, Embedding, Conv1d/2d, pooling, LayerNorm,
-BatchNorm, LSTM, attention, losses, dropout, random, State, cond."""
+BatchNorm, LSTM, losses, dropout, random, State, cond."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from . import array_, math_
 from ._backend import get_backend_for_tensor, get_selected_backend
 from ._utils import check_dims_in, dims_str, error, is_tensor
 from .conv import (  # noqa: F401 (conv and pooling live in conv.py; re-exported for the old import path)
-    Conv1d, Conv2d, Conv3d, conv, gating, make_conv_out_spatial_dims, max_pool, max_pool1d, pool, pool1d, pool2d,
-    pool3d, use_mask_default)
+    Conv1d, Conv2d, Conv3d, conv, make_conv_out_spatial_dims, max_pool, max_pool1d, pool, pool1d, pool2d, pool3d,
+    use_mask_default)
 from .module import Glorot, Module, Parameter
 
 
@@ -227,76 +227,6 @@ def single_step_dim():
     from ..data import single_step_dim as d
 
     return d
-
-
-# ---- attention ----
-def dot_attention(query, keys, values, *, key_dim, axis, att_dropout=0.0, att_dropout_broadcast=None):
-    """softmax(query . keys / sqrt(key_dim) over axis) . values; padded frames of axis are masked."""
-    check_dims_in("dot_attention", query, [key_dim], what="key_dim")
-    check_dims_in("dot_attention", keys, [key_dim, axis])
-    check_dims_in("dot_attention", values, [axis])
-    query = query * (key_dim.dimension ** -0.5)
-    energy = math_.matmul(query, keys, reduce=key_dim)
-    att_weights = math_.softmax(energy, axis=axis)
-    att_weights = dropout(att_weights, att_dropout, axis=axis if att_dropout_broadcast else None)
-    # no mask needed (as the original): the softmax gave the padded frames of axis weight 0.0
-    return math_.matmul(att_weights, values, reduce=axis, use_mask=False)
-
-
-class GenericSelfAttention(Module):
-    """Multi-head self attention; params ``qkv`` (Linear in -> heads*(2*key+value)), ``proj`` (Linear)."""
-
-    def __init__(self, in_dim, proj_dim, *, key_dim_total, value_dim_total, num_heads, with_bias=True,
-                 att_dropout=0.1, att_dropout_broadcast=None):
-        super().__init__()
-        self.in_dim = in_dim
-        self.out_dim = proj_dim if proj_dim else value_dim_total
-        if isinstance(num_heads, int):
-            num_heads = Dim(num_heads, name="num_heads")
-        self.key_dim_total = key_dim_total
-        self.key_dim_per_head = Dim(key_dim_total.dimension // num_heads.dimension, name="key-dim-per-head")
-        self.value_dim_total = value_dim_total
-        self.value_dim_per_head = Dim(value_dim_total.dimension // num_heads.dimension, name="value-dim-per-head")
-        self.num_heads = num_heads
-        self.qkv_dim_total = 2 * key_dim_total + value_dim_total
-        self.qkv_dim_per_head = 2 * self.key_dim_per_head + self.value_dim_per_head
-        self.qkv = Linear(in_dim, self.qkv_dim_total, with_bias=with_bias)
-        if proj_dim:
-            self.proj = Linear(value_dim_total, proj_dim, with_bias=with_bias)
-        else:
-            self.proj = None
-        self.att_dropout = att_dropout
-        self.att_dropout_broadcast = att_dropout_broadcast
-
-    def forward_qkv(self, source):
-        qkv = self.qkv(source)
-        qkv = array_.split_dims(qkv, axis=self.qkv_dim_total, dims=(self.num_heads, self.qkv_dim_per_head))
-        q, k, v = array_.split(qkv, axis=self.qkv_dim_per_head,
-                               out_dims=(self.key_dim_per_head, self.key_dim_per_head, self.value_dim_per_head))
-        return q, k, v
-
-    def attention(self, q, k, v, *, kv_axis):
-        att = dot_attention(q, k, v, key_dim=self.key_dim_per_head, axis=kv_axis, att_dropout=self.att_dropout,
-                            att_dropout_broadcast=self.att_dropout_broadcast)
-        output, _ = array_.merge_dims(att, dims=(self.num_heads, self.value_dim_per_head),
-                                      out_dim=self.value_dim_total)
-        if self.proj:
-            output = self.proj(output)
-        return output
-
-
-class SelfAttention(GenericSelfAttention):
-    """Self attention over ``axis`` (all frames see all frames within the lengths)."""
-
-    def __call__(self, source, *, axis):
-        check_dims_in("SelfAttention", source, [self.in_dim, axis])
-        q, k, v = self.forward_qkv(source)
-        kv_axis = axis.copy(same_as_self=False, description="%s:kv" % axis.description)
-        if axis.dimension is None:
-            kv_axis.__dict__["_derived_from"] = ("add", (axis, 0))
-        k, _ = array_.replace_dim(k, in_dim=axis, out_dim=kv_axis)
-        v, _ = array_.replace_dim(v, in_dim=axis, out_dim=kv_axis)
-        return self.attention(q, k, v, kv_axis=kv_axis)
 
 
 # ---- losses ----

@@ -532,7 +532,8 @@ class TorchBackend(Backend):
     @staticmethod
     def concat(*sources, allow_broadcast=False, out_dim):
         dims = concat_out_dims(sources, out_dim)
-        if any(_is_dyn(a) for _, a in sources):
+        if any(_is_dyn(a) for _, a in sources) and all(
+                d in dims for _, a in sources if _is_dyn(a) for d in _sizes(a)[1]):
             return _concat_dynamic(sources, dims, out_dim, allow_broadcast)
         oidx = dims.index(out_dim)
         shape = [_dim_len(d) if d != out_dim else -1 for d in dims]
@@ -713,7 +714,10 @@ class TorchBackend(Backend):
     def replace_dim(source, *, in_dim, out_dim):
         if _is_dyn(out_dim) and _is_dyn(in_dim) and out_dim != in_dim:
             sizes, sdims = _sizes(in_dim)
-            _set_sizes(out_dim, sizes, sdims)
+            own = out_dim.dyn_size_ext
+            # keep lengths of out_dim over other dims (e.g. a causal history: length i+1 at query frame i)
+            if own is None or own.placeholder is None or set(own.dims) <= set(sdims):
+                _set_sizes(out_dim, sizes, sdims)
         return _new(source.name, [out_dim if d == in_dim else d for d in source.dims], source.placeholder,
                     sparse_dim=source.sparse_dim)
 
