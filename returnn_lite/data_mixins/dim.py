@@ -90,7 +90,9 @@ class DimFrontendMixin:
         base = self.get_same_base()
         base.__dict__["_dyn_size_ext"] = value
         if not base.is_batch_dim():
-            base._dyn_size = None if value is None else value.placeholder
+            raw = None if value is None else value.placeholder
+            # (a layer of the layers backend: the compiler gets the lengths when it builds that layer)
+            base._dyn_size = None if hasattr(raw, "get_abs_name") else raw
 
     def reset_eager(self):
         """
@@ -143,9 +145,9 @@ class DimFrontendMixin:
         """Scalar Tensor: the static size, or the max over the sequence lengths (the padded length)."""
         return _rf().get_backend_for_dims().dim_value_tensor(self)
 
-    def get_size_tensor(self):
-        """Tensor of the sizes: [batch] lengths for a dynamic dim, a scalar for a static one."""
-        return _rf().get_backend_for_dims().dim_size_tensor(self)
+    def get_size_tensor(self, *, device=None):
+        """Tensor of the sizes: [batch] lengths for a dynamic dim, a scalar for a static one (on ``device``)."""
+        return _rf().get_backend_for_dims().dim_size_tensor(self, device=device)
 
     @property
     def capacity(self):

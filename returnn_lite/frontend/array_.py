@@ -186,8 +186,8 @@ def slice(source, *, axis, start=None, end=None, step=None, size=None, out_dim=N
         end = (start or 0) + size.dimension if size.dimension is not None else end
     elif isinstance(size, int):
         end = (start or 0) + size
-    if axis.dimension is None:
-        raise error("slice", "only static axes are supported, %s is dynamic" % axis.short_repr())
+    if axis.dimension is None or (isinstance(size, Dim) and size.dimension is None):
+        return _slice_dynamic(source, axis=axis, start=start, end=end, step=step, size=size, out_dim=out_dim)
     n = len(range(axis.dimension)[start:end:step])
     if out_dim is None:
         out_dim = Dim(n, name="%s:slice" % axis.description)
@@ -196,6 +196,30 @@ def slice(source, *, axis, start=None, end=None, step=None, size=None, out_dim=N
     out = get_backend_for_tensor(source).slice(source, axis=axis, start=start, end=end, step=step, size=None,
                                                out_dim=out_dim)
     return out, out_dim
+
+
+def _slice_dynamic(source, *, axis, start, end, step, size, out_dim):
+    """Slices of a dynamic axis: ``[start:]`` (-> axis - start) or ``[start:start + size]`` with a Dim size."""
+    from ..data import Dim
+
+    start = start or 0
+    if step not in (None, 1) or start < 0:
+        raise error("slice", "a dynamic axis %s supports start >= 0 and step 1 only, got start=%r step=%r" % (
+            axis.short_repr(), start, step))
+    backend = get_backend_for_tensor(source)
+    if isinstance(size, Dim):
+        if size.dimension is None and not backend.executing_eagerly():
+            raise error("slice", "a dynamic size Dim (%s) is not supported on the layers backend" % size.short_repr())
+        out = backend.slice(source, axis=axis, start=start, end=None, step=None, size=size, out_dim=size)
+        return out, size
+    if end is not None or size is not None:
+        raise error("slice", "a dynamic axis %s supports end/size only as a Dim size, got end=%r size=%r" % (
+            axis.short_repr(), end, size))
+    if out_dim is None:
+        out_dim = axis - start if start else axis.copy(same_as_self=False, description="%s:slice" % axis.description)
+        if not start:
+            out_dim.__dict__["_derived_from"] = ("add", (axis, 0))
+    return backend.slice(source, axis=axis, start=start, end=None, step=None, size=None, out_dim=out_dim), out_dim
 
 
 def split(source, *, axis, out_dims):

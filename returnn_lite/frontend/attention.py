@@ -48,6 +48,16 @@ def dot_attention(query, keys, values, *, key_dim, axis, att_dropout=0.0, att_dr
     query: {..., key_dim} (for self attention, keys/values use another dim than the query's spatial dim);
     keys: {..., axis, key_dim}; values: {..., axis}. -> values' dims without axis, plus the query's other dims.
     """
+    return _dot_attention(query, keys, values, key_dim=key_dim, axis=axis, att_dropout=att_dropout,
+                          att_dropout_broadcast=att_dropout_broadcast)
+
+
+def _masked_energy(energy, mask):
+    """energy with -inf-like values where mask is False (the masked softmax then gives them weight 0)."""
+    return energy if mask is None else math_.where(mask, energy, -1e30, allow_broadcast_all_sources=True)
+
+
+def _dot_attention(query, keys, values, *, key_dim, axis, att_dropout, att_dropout_broadcast, mask=None):
     for name, t, dims in (("query", query, [key_dim]), ("keys", keys, [key_dim, axis]), ("values", values, [axis])):
         if not is_tensor(t):
             raise error("dot_attention", "%s must be a Tensor, got %r" % (name, t))
@@ -55,7 +65,7 @@ def dot_attention(query, keys, values, *, key_dim, axis, att_dropout=0.0, att_dr
         if missing:
             raise error("dot_attention", "%s %s lacks %s" % (name, t, ", ".join(d.short_repr() for d in missing)))
     query = query * key_dim.dimension ** -0.5
-    energy = math_.matmul(query, keys, reduce=key_dim)
+    energy = _masked_energy(math_.matmul(query, keys, reduce=key_dim), mask)
     att_weights = math_.softmax(energy, axis=axis)
     if att_dropout_broadcast is None:
         att_dropout_broadcast = _att_dropout_broadcast_default()
@@ -116,10 +126,11 @@ class SelfAttentionBase(Module):
                                out_dims=(self.key_dim_per_head, self.key_dim_per_head, self.value_dim_per_head))
         return q, k, v
 
-    def attention(self, q, k, v, *, kv_axis):
-        """dot attention per head over kv_axis, heads merged, then ``proj``."""
-        att = dot_attention(q, k, v, key_dim=self.key_dim_per_head, axis=kv_axis, att_dropout=self.att_dropout,
-                            att_dropout_broadcast=self.att_dropout_broadcast)
+    def attention(self, q, k, v, *, kv_axis, mask=None):
+        """dot attention per head over kv_axis (frames where the bool mask is False excluded), heads merged, then
+        ``proj``."""
+        att = _dot_attention(q, k, v, key_dim=self.key_dim_per_head, axis=kv_axis, att_dropout=self.att_dropout,
+                             att_dropout_broadcast=self.att_dropout_broadcast, mask=mask)
         return self._merge_heads_and_project(att)
 
     def _merge_heads_and_project(self, att):
@@ -135,8 +146,10 @@ GenericSelfAttention = SelfAttentionBase  # earlier returnn_lite name
 
 def _kv_dim_like(axis):
     """A new dim for keys/values over the same frames as axis (same lengths)."""
-    kv_axis = Dim(None, name="%s:kv" % axis.description) if axis.dimension is None else \
-        Dim(axis.dimension, name="%s:kv" % axis.description)
+    if axis.dimension is not None:
+        return Dim(axis.dimension, name="%s:kv" % axis.description)
+    kv_axis = axis.copy(same_as_self=False, description="%s:kv" % axis.description)
+    kv_axis.__dict__["_derived_from"] = ("add", (axis, 0))  # its lengths are axis' (also for the layers backend)
     return kv_axis
 
 
@@ -177,7 +190,14 @@ def _causal_history_dim(axis):
 
 
 def _causal_self_att_step(module, k, v, *, axis, state):
-    """-> (k, v, hist_dim, new_state): keys/values over the history (single step: appended to the state)."""
+    """
+    -> (k, v, hist_dim, new_state, mask): keys/values over the history (single step: appended to the state). Over a
+    sequence, the history of query frame i is frames 0..i: as lengths of hist_dim (eager backends) or, on the layers
+    backend, as a bool mask [axis, hist_dim] (else None).
+    """
+    from ._backend import get_backend_for_tensor
+
+    mask = None
     if axis == single_step_dim:
         if not state:
             raise error(type(module).__name__, "a single step (axis=single_step_dim) needs state=")
@@ -187,10 +207,15 @@ def _causal_self_att_step(module, k, v, *, axis, state):
         if state and state.accum_axis is not None and state.accum_axis.dimension != 0:
             raise error(type(module).__name__, "a whole sequence after a non-empty state (history %s) is not "
                                                "supported" % state.accum_axis.short_repr())
-        hist_dim = _causal_history_dim(axis)
+        if get_backend_for_tensor(k).executing_eagerly():
+            hist_dim = _causal_history_dim(axis)
+        else:
+            hist_dim = _kv_dim_like(axis)
+            mask = math_.compare(array_.range_over_dim(hist_dim), "less_equal", array_.range_over_dim(axis),
+                                 allow_broadcast_all_sources=True)
         k, _ = array_.replace_dim(k, in_dim=axis, out_dim=hist_dim)
         v, _ = array_.replace_dim(v, in_dim=axis, out_dim=hist_dim)
-    return k, v, hist_dim, CausalSelfAttentionState(k_accum=k, v_accum=v, accum_axis=hist_dim)
+    return k, v, hist_dim, CausalSelfAttentionState(k_accum=k, v_accum=v, accum_axis=hist_dim), mask
 
 
 class CausalSelfAttention(SelfAttentionBase):
@@ -202,8 +227,8 @@ class CausalSelfAttention(SelfAttentionBase):
     def __call__(self, source, axis, *, state=None):
         _check_in(self, source, [self.in_dim] + ([] if axis == single_step_dim else [axis]))
         q, k, v = self.forward_qkv(source)
-        k, v, hist_dim, new_state = _causal_self_att_step(self, k, v, axis=axis, state=state)
-        return self.attention(q, k, v, kv_axis=hist_dim), new_state
+        k, v, hist_dim, new_state, mask = _causal_self_att_step(self, k, v, axis=axis, state=state)
+        return self.attention(q, k, v, kv_axis=hist_dim, mask=mask), new_state
 
     def default_initial_state(self, *, batch_dims):
         """Empty history (a dim of size 0)."""
@@ -255,7 +280,7 @@ class RotaryPosCausalSelfAttention(CausalSelfAttention):
     def __call__(self, source, axis, *, state=None):
         _check_in(self, source, [self.in_dim] + ([] if axis == single_step_dim else [axis]))
         q, k, v = self.forward_qkv(source)
-        k, v, hist_dim, new_state = _causal_self_att_step(self, k, v, axis=axis, state=state)
+        k, v, hist_dim, new_state, mask = _causal_self_att_step(self, k, v, axis=axis, state=state)
         base = _rope_base(self.key_dim_per_head)
         pos_enc = sinusoidal_positional_encoding(spatial_dim=hist_dim, feat_dim=self.key_dim_per_head, base=base)
         if axis == single_step_dim:  # the query is the last frame of the history
@@ -264,7 +289,7 @@ class RotaryPosCausalSelfAttention(CausalSelfAttention):
             q_pos_enc = sinusoidal_positional_encoding(spatial_dim=axis, feat_dim=self.key_dim_per_head, base=base)
         q = _apply_rope(q, q_pos_enc, self.key_dim_per_head)
         k = _apply_rope(k, pos_enc, self.key_dim_per_head)
-        return self.attention(q, k, v, kv_axis=hist_dim), new_state
+        return self.attention(q, k, v, kv_axis=hist_dim, mask=mask), new_state
 
 
 # ---- relative positional encoding (Transformer-XL / Shaw et al.) ----
@@ -314,7 +339,7 @@ class _RelPosMixin:
             pos_emb = array_.split_dims(pos_emb, axis=self.key_dim_total, dims=(self.num_heads, self.key_dim_per_head))
         return pos_emb, pos_dim
 
-    def _rel_pos_attention(self, q, k, v, *, axis, hist_dim):
+    def _rel_pos_attention(self, q, k, v, *, axis, hist_dim, mask=None):
         # over a sequence, the encoding only needs the padded history length, which is axis' (also when causal)
         pos_emb, pos_dim = self._pos_emb(axis, hist_dim if axis == single_step_dim else axis)
         q_u = q + self.pos_bias_u if self.pos_bias_u is not None else q
@@ -323,7 +348,7 @@ class _RelPosMixin:
         matrix_bd = math_.matmul(q_v, pos_emb, reduce=self.key_dim_per_head)  # position: [B,H,T,P]
         if axis != single_step_dim:
             matrix_bd = _rel_pos_enc_shift(matrix_bd, axis, pos_dim, hist_dim)
-        scores = (matrix_ac + matrix_bd) * self.key_dim_per_head.dimension ** -0.5
+        scores = _masked_energy((matrix_ac + matrix_bd) * self.key_dim_per_head.dimension ** -0.5, mask)
         att_weights = math_.softmax(scores, axis=hist_dim)
         att_weights = dropout(att_weights, self.att_dropout, axis=self.att_dropout_broadcast and hist_dim)
         att = math_.matmul(att_weights, v, reduce=hist_dim, use_mask=False)
@@ -389,8 +414,8 @@ class RelPosCausalSelfAttention(_RelPosMixin, CausalSelfAttention):
     def __call__(self, source, *, axis, state=None):
         _check_in(self, source, [self.in_dim] + ([] if axis == single_step_dim else [axis]))
         q, k, v = self.forward_qkv(source)
-        k, v, hist_dim, new_state = _causal_self_att_step(self, k, v, axis=axis, state=state)
-        return self._rel_pos_attention(q, k, v, axis=axis, hist_dim=hist_dim), new_state
+        k, v, hist_dim, new_state, mask = _causal_self_att_step(self, k, v, axis=axis, state=state)
+        return self._rel_pos_attention(q, k, v, axis=axis, hist_dim=hist_dim, mask=mask), new_state
 
 
 class CrossAttention(Module):
@@ -462,7 +487,8 @@ def _rel_pos_indices(query_spatial_dim, key_value_spatial_dim, query_offset=None
     if query_spatial_dim == single_step_dim:
         if query_offset is not None and not (isinstance(query_offset, int) and query_offset == 0):
             raise ValueError("relative positional encoding: query_offset with a single step is not supported")
-        indices = array_.range_over_dim(key_value_spatial_dim) - (key_value_spatial_dim.get_size_tensor() - 1)
+        indices = math_.combine_bc(array_.range_over_dim(key_value_spatial_dim), "-",
+                                   key_value_spatial_dim.get_size_tensor() - 1)
         return indices, key_value_spatial_dim
     q_m1 = query_spatial_dim - 1
     out_dim = q_m1 + key_value_spatial_dim
@@ -499,7 +525,7 @@ class LearnedRelativePositionalEncoding(Module):
         if query_spatial_dim == single_step_dim:
             if query_offset is not None:
                 raise ValueError("LearnedRelativePositionalEncoding.full_matrix: query_offset with a single step")
-            indices = kv_pos - (key_value_spatial_dim.get_size_tensor() - 1)
+            indices = math_.combine_bc(kv_pos, "-", key_value_spatial_dim.get_size_tensor() - 1)
         else:
             q_pos = array_.range_over_dim(query_spatial_dim)
             if query_offset is not None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import sys
 from types import BuiltinFunctionType, FunctionType
 
 __all__ = ["build_from_dict", "build_dict"]
@@ -33,9 +34,8 @@ def build_dict(cls, **kwargs):
 
 
 def _rf():
-    from .. import frontend
-
-    return frontend
+    # the rf package itself (always loaded before its submodules; no import needed)
+    return sys.modules[__package__]
 
 
 def _get_cls(name):

@@ -247,23 +247,3 @@ def combine_bc(a, kind, b, *, dim_order=None):
     """combine with broadcasting of all sources allowed (e.g. [T] * [F] -> [T,F])."""
     return combine(a, kind, b, allow_broadcast_all_sources=True, dim_order=dim_order)
 
-
-def gating(x, *, axis=None, gate_func=None, act_func=None, out_dim=None):
-    """
-    GLU-style gating (https://arxiv.org/abs/1612.08083): x split in two halves a, b along axis (default: the feature
-    dim) -> (act_func(a) * gate_func(b), out_dim); defaults gate_func=sigmoid, act_func=identity.
-    """
-    from . import array_
-
-    if axis is None:
-        axis = x.feature_dim
-        if axis is None:
-            raise error("gating", "needs a tensor with a feature dim or an explicit axis, got %s" % dims_str(x.dims))
-    if axis.dimension is None or axis.dimension % 2:
-        raise error("gating", "axis %s must be static and of even size" % axis.short_repr())
-    if out_dim is None:
-        out_dim = axis.div_left(2)
-    a, b = array_.split(x, axis=axis, out_dims=[out_dim, out_dim])
-    gate_func = sigmoid if gate_func is None else gate_func
-    act_func = identity if act_func is None else act_func
-    return act_func(a) * gate_func(b), out_dim

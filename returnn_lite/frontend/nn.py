@@ -10,6 +10,7 @@ from ._utils import check_dims_in, dims_str, error, is_tensor
 from .conv import (  # noqa: F401 (conv and pooling live in conv.py; re-exported for the old import path)
     Conv1d, Conv2d, Conv3d, conv, make_conv_out_spatial_dims, max_pool, max_pool1d, pool, pool1d, pool2d, pool3d,
     use_mask_default)
+from .dims import dim_match_priority_when_needed
 from .module import Glorot, Module, Parameter
 
 
@@ -23,7 +24,7 @@ class Linear(Module):
             raise error("Linear", "in_dim and out_dim must be Dims, got %r, %r" % (in_dim, out_dim))
         self.in_dim = in_dim
         self.out_dim = out_dim
-        self.weight = Parameter([in_dim, out_dim])
+        self.weight = Parameter([dim_match_priority_when_needed(in_dim, out_dim), out_dim])
         self.weight.initial = Glorot()
         self.with_bias = with_bias
         if with_bias:

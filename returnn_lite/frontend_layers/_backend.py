@@ -54,7 +54,8 @@ from __future__ import annotations
 
 from ..data import Data, Dim, batch_dim
 from ..frontend._backend import Backend
-from ..frontend._utils import FrontendError, broadcast_dims, call_site, concat_out_dims, dims_str, is_tensor
+from ..frontend._utils import (
+    FrontendError, axes_of, broadcast_dims, call_site, concat_out_dims, dims_str, has_repeated_dim, is_tensor)
 from . import _norm
 from ._emit import _const, _emit, _make, _operands, _raw_name, _sources
 from ._net import Layer, dim_source as _dim_source, get_current_builder
@@ -132,7 +133,7 @@ class ReturnnLayersBackend(Backend):
         return _make("dim_value", [], [], "int32", opts={"dim": dim}, name="dim_value")
 
     @staticmethod
-    def dim_size_tensor(dim):
+    def dim_size_tensor(dim, *, device=None):  # (device: no meaning for layers)
         if dim.dimension is not None:
             return ReturnnLayersBackend.convert_to_tensor(dim.dimension, dims=[], dtype="int32")
         if dim.is_batch_dim():
@@ -254,7 +255,11 @@ class ReturnnLayersBackend(Backend):
     @staticmethod
     def reduce(source, *, mode, axis, use_mask=True):
         axes = [axis] if isinstance(axis, Dim) else list(axis)
-        rest = [d for d in source.dims if d not in axes]
+        if has_repeated_dim(source.dims):  # the reduce layer resolves the axes by match priority as well
+            idx = axes_of(source.dims, axes)
+            rest = [d for i, d in enumerate(source.dims) if i not in idx]
+        else:
+            rest = [d for d in source.dims if d not in axes]
         if mode in ("argmax", "argmin"):
             dtype, sparse = "int32", axes[0]
         elif mode in ("any", "all"):
@@ -283,9 +288,16 @@ class ReturnnLayersBackend(Backend):
     @staticmethod
     def matmul(a, b, *, reduce, use_mask=True):
         reduce = [reduce] if isinstance(reduce, Dim) else list(reduce)
-        dims = [d for d in a.dims if d not in reduce] + [d for d in b.dims if d not in reduce and d not in a.dims]
-        var1 = [d for d in a.dims if d not in reduce and d not in b.dims]
-        var2 = [d for d in b.dims if d not in reduce and d not in a.dims]
+        if has_repeated_dim(a.dims) or has_repeated_dim(b.dims):  # (the dot layer: axes by match priority too)
+            ra, rb = axes_of(a.dims, reduce), axes_of(b.dims, reduce)
+            a_rest = [d for i, d in enumerate(a.dims) if i not in ra]
+            b_rest = [d for j, d in enumerate(b.dims) if j not in rb]
+        else:
+            a_rest = [d for d in a.dims if d not in reduce]
+            b_rest = [d for d in b.dims if d not in reduce]
+        dims = a_rest + [d for d in b_rest if d not in a_rest]
+        var1 = [d for d in a_rest if d not in b_rest]
+        var2 = [d for d in b_rest if d not in a_rest]
         return _emit("dot", [a, b], dims, a.dtype, reduce=reduce, var1=var1, var2=var2, add_var2_if_empty=False,
                      use_mask=use_mask, name="dot")
 
@@ -487,7 +499,8 @@ class ReturnnLayersBackend(Backend):
         dilation_rate = tuple(dilation_rate) if isinstance(dilation_rate, (list, tuple)) else (dilation_rate,) * n
         dims = [out_spatial_dims[in_spatial_dims.index(d)] if d in in_spatial_dims else
                 (out_dim if d == in_dim else d) for d in source.dims]
-        if _conv_layer_fits(source, in_dim, in_spatial_dims) and not groups and isinstance(padding, str):
+        if _conv_layer_fits(source, in_dim, in_spatial_dims) and not groups and isinstance(padding, str) and \
+                in_dim != out_dim:  # (a filter [d, d, k]: its axes by position, in the conv op)
             perm = {i: d for i, d in enumerate(list(filter_size) + [in_dim, out_dim])}
             opts = {"filter": _raw_name(filter), "filter_perm": perm, "filter_size": [d.dimension for d in filter_size],
                     "padding": padding.lower(), "strides": list(strides), "dilation_rate": list(dilation_rate),

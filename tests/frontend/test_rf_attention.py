@@ -95,7 +95,7 @@ def _np_sinusoids(positions, feat, log_step):
     return np.concatenate([np.sin(arg), np.cos(arg)], axis=-1)
 
 
-def _np_rel_pos_self_attention(x, p, heads, key, value, lens, learned_clip=None):
+def _np_rel_pos_self_attention(x, p, heads, key, value, lens, learned_clip=None, causal=False):
     """Transformer-XL (Dai et al. 2019, section 3.3): a + c = (q + u) k, b + d = (q + v) W_r R_{j-i}."""
     t = x.shape[1]
     q, k, v = _heads_qkv(x, p, heads, key, value)
@@ -109,6 +109,8 @@ def _np_rel_pos_self_attention(x, p, heads, key, value, lens, learned_clip=None)
     pos_ij = pos[np.arange(t)[None, :] - np.arange(t)[:, None] + t - 1]  # [T(i),T(j),H,K]: R_{j-i}
     bd = np.einsum("bthk,tshk->bhts", q + p["pos_bias_v"], pos_ij)
     mask = np.arange(t)[None, None, None, :] < lens[:, None, None, None]
+    if causal:
+        mask = mask & (np.arange(t)[None, None, None, :] <= np.arange(t)[None, None, :, None])
     return _linear(_attend((ac + bd) / math.sqrt(key), v, mask), p, "proj")
 
 
@@ -196,9 +198,8 @@ def test_causal_self_attention_whole_sequence_equals_steps(cls, same):
     seq, _ = att(_tensor(x, [batch_dim, time_dim, model_dim]), axis=time_dim,
                  state=att.default_initial_state(batch_dims=[batch_dim]))
     seq = _np(seq, [batch_dim, time_dim, out_dim])
-    if cls == "CausalSelfAttention":
-        np.testing.assert_allclose(seq, _np_self_attention(x, p, 2, 4, 4, np.full([B], T), causal=True),
-                                   rtol=RTOL, atol=ATOL)
+    ref_fn = _np_self_attention if cls == "CausalSelfAttention" else _np_rel_pos_self_attention
+    np.testing.assert_allclose(seq, ref_fn(x, p, 2, 4, 4, np.full([B], T), causal=True), rtol=RTOL, atol=ATOL)
     state = att.default_initial_state(batch_dims=[batch_dim])
     steps = []
     for t in range(T):
@@ -262,3 +263,161 @@ def test_bad_options_are_refused_with_clear_errors():
     with pytest.raises(rf.FrontendError, match="needs state"):
         att(_tensor(np.zeros((B, 6), "float32"), [batch_dim, d]), axis=single_step_dim)
     assert time_dim is not None
+
+
+# ---- layers backend ----
+class _CausalWhole(rf.Module):
+    """A causal self attention over the whole sequence, called like a non-causal one."""
+
+    def __init__(self, att):
+        super().__init__()
+        self.att = att
+
+    def __call__(self, x, *, axis):
+        y, _ = self.att(x, axis=axis, state=None)
+        return y
+
+
+def _run_layers(make_model, x, lens, in_dim, out_dim, params):
+    """The model (self attention over time) on the RETURNN-layers backend: -> output [B,T,out]."""
+    import tensorflow as tf
+
+    from returnn_lite.config import Config, global_config_ctx
+    from returnn_lite.frontend_layers import get_net_dict
+    from returnn_lite.network import TFNetwork
+
+    time_dim = Dim(None, name="time")
+    extern_data = {"data": {"dims": (batch_dim, time_dim, in_dim), "dtype": "float32"}}
+
+    def train_step(*, model, extern_data, **_):
+        y = model(extern_data["data"], axis=time_dim)
+        y.mark_as_output("y", shape=[batch_dim, time_dim, out_dim])
+        rf.reduce_sum(y, axis=[batch_dim, time_dim, out_dim]).mark_as_loss("sum")
+
+    config = Config({"extern_data": extern_data, "get_model": lambda **_: make_model(), "task": "train",
+                     "train_step": train_step})
+    rf.select_backend_returnn_layers_tf()
+    try:
+        with tf.Graph().as_default() as graph, tf.compat.v1.Session(graph=graph) as session, \
+                global_config_ctx(config):
+            net_dict, _ = get_net_dict(epoch=1, step=0)
+            out = rf.get_run_ctx().outputs.data["y"]
+            net = TFNetwork(config=config, train_flag=False, eval_flag=True)
+            net.construct_from_dict(net_dict)
+            fetch = net.get_layer(out.raw_tensor.get_abs_name()).output.placeholder
+            param_vars = {v.op.name[:-len("/param")].replace("/", "."): v for v in net.get_params_list()}
+            assert set(param_vars) == set(params)
+            session.run(tf.compat.v1.global_variables_initializer())
+            for name, v in param_vars.items():
+                v.load(params[name], session)
+            data = net.extern_data.data["data"]
+            feed = {data.placeholder: x, data.dims[1].dyn_size_ext.raw_tensor: lens}
+            return session.run(fetch, feed_dict=feed)
+    finally:
+        time_dim.reset_eager()
+        rf.select_backend_torch()
+
+
+@pytest.mark.parametrize("cls", ["SelfAttention", "RelPosSelfAttention", "CausalSelfAttention",
+                                 "RelPosCausalSelfAttention"])
+def test_self_attention_on_layers_backend_matches_numpy(cls):
+    in_dim, key_dim, value_dim, out_dim = _model_dims(False)
+    rf.select_backend_torch()
+    shapes = {n: tuple(d.dimension for d in p.dims) for n, p in getattr(rf, cls)(
+        in_dim, out_dim, key_dim_total=key_dim, value_dim_total=value_dim, num_heads=2).named_parameters()}
+    rng = np.random.RandomState(3)
+    params = {n: rng.uniform(-0.5, 0.5, s).astype("float32") for n, s in sorted(shapes.items())}
+    x = np.random.RandomState(1).randn(B, T, 8).astype("float32")
+
+    causal = "Causal" in cls
+
+    def make_model():
+        att = getattr(rf, cls)(in_dim, out_dim, key_dim_total=key_dim, value_dim_total=value_dim, num_heads=2,
+                               att_dropout=0.0)
+        return _CausalWhole(att) if causal else att
+
+    out = _run_layers(make_model, x, LENS, in_dim, out_dim,
+                      {("att." if causal else "") + k: v for k, v in params.items()})
+    ref_fn = _np_rel_pos_self_attention if "RelPos" in cls else _np_self_attention
+    ref = ref_fn(x, params, 2, 4, 4, LENS, causal=causal)
+    np.testing.assert_allclose(_valid(out), _valid(ref), rtol=RTOL, atol=ATOL)
+
+
+def _np_rope(x, positions):
+    """Standard RoPE (Su et al. 2021): pairs (x[2i], x[2i+1]) rotated by pos * 10000^(-2i/F)."""
+    feat = x.shape[-1]
+    ang = positions[:, None] * 1e4 ** (-2 * np.arange(feat // 2) / feat)  # [T,F/2]
+    ang = ang[None, :, None, :]  # [1,T,1,F/2]
+    re, im = x[..., 0::2], x[..., 1::2]
+    out = np.empty_like(x)
+    out[..., 0::2] = re * np.cos(ang) - im * np.sin(ang)
+    out[..., 1::2] = re * np.sin(ang) + im * np.cos(ang)
+    return out
+
+
+def test_rotary_pos_self_attention_matches_numpy_and_causal_steps():
+    time_dim = _setup()
+    in_dim, key_dim, value_dim, out_dim = _model_dims(False)
+    att = rf.RotaryPosSelfAttention(in_dim, out_dim, key_dim_total=key_dim, value_dim_total=value_dim, num_heads=2,
+                                    att_dropout=0.0)
+    p = _set_random_params(att)
+    x = np.random.RandomState(1).randn(B, T, 8).astype("float32")
+    out = att(_tensor(x, [batch_dim, time_dim, in_dim]), axis=time_dim)
+    q, k, v = _heads_qkv(x.astype("float64"), p, 2, 4, 4)
+    pos = np.arange(T, dtype="float64")
+    q, k = _np_rope(q, pos), _np_rope(k, pos)
+    mask = np.arange(T)[None, None, None, :] < LENS[:, None, None, None]
+    ref = _linear(_attend(np.einsum("bthk,bshk->bhts", q, k) / 2.0, v, mask), p, "proj")
+    np.testing.assert_allclose(_valid(_np(out, [batch_dim, time_dim, out_dim])), _valid(ref), rtol=RTOL, atol=ATOL)
+    # the causal variant: whole sequence == step by step, and == causal numpy
+    catt = rf.RotaryPosCausalSelfAttention(in_dim, out_dim, key_dim_total=key_dim, value_dim_total=value_dim,
+                                           num_heads=2, att_dropout=0.0)
+    for name, param in catt.named_parameters():
+        with torch.no_grad():
+            param.raw_tensor.copy_(torch.tensor(p[name]))
+    seq, _ = catt(_tensor(x, [batch_dim, time_dim, in_dim]), axis=time_dim)
+    seq = _np(seq, [batch_dim, time_dim, out_dim])
+    full_mask = np.broadcast_to(np.arange(T)[None, None, None, :] <= np.arange(T)[None, None, :, None],
+                                (B, 1, T, T))
+    ref_causal = _linear(_attend(np.einsum("bthk,bshk->bhts", q, k) / 2.0, v, full_mask), p, "proj")
+    np.testing.assert_allclose(seq, ref_causal, rtol=RTOL, atol=ATOL)
+    state = catt.default_initial_state(batch_dims=[batch_dim])
+    for t in range(T):
+        y, state = catt(_tensor(x[:, t], [batch_dim, in_dim]), axis=single_step_dim, state=state)
+        np.testing.assert_allclose(_np(y, [batch_dim, out_dim]), seq[:, t], rtol=RTOL, atol=ATOL)
+
+
+class _CausalSteps(rf.Module):
+    """A causal self attention run frame by frame in rf.Loop (step-wise with its state)."""
+
+    def __init__(self, att):
+        super().__init__()
+        self.att = att
+
+    def __call__(self, x, *, axis):
+        loop = rf.Loop(axis=axis)
+        loop.state.att = self.att.default_initial_state(batch_dims=[batch_dim])
+        with loop:
+            y_t, loop.state.att = self.att(loop.unstack(x), axis=single_step_dim, state=loop.state.att)
+            y = loop.stack(y_t)
+        return y
+
+
+@pytest.mark.parametrize("cls", ["CausalSelfAttention", "RelPosCausalSelfAttention"])
+def test_causal_self_attention_steps_in_loop_on_layers_backend(cls):
+    in_dim, key_dim, value_dim, out_dim = _model_dims(False)
+    rf.select_backend_torch()
+    shapes = {n: tuple(d.dimension for d in p.dims) for n, p in getattr(rf, cls)(
+        in_dim, out_dim, key_dim_total=key_dim, value_dim_total=value_dim, num_heads=2).named_parameters()}
+    rng = np.random.RandomState(3)
+    params = {n: rng.uniform(-0.5, 0.5, s).astype("float32") for n, s in sorted(shapes.items())}
+    x = np.random.RandomState(1).randn(B, T, 8).astype("float32")
+
+    def make_model():
+        return _CausalSteps(getattr(rf, cls)(in_dim, out_dim, key_dim_total=key_dim, value_dim_total=value_dim,
+                                             num_heads=2, att_dropout=0.0))
+
+    out = _run_layers(make_model, x, LENS, in_dim, out_dim, {"att." + k: v for k, v in params.items()})
+    ref_fn = _np_rel_pos_self_attention if "RelPos" in cls else _np_self_attention
+    np.testing.assert_allclose(_valid(out), _valid(ref_fn(x, params, 2, 4, 4, LENS, causal=True)), rtol=RTOL,
+                               atol=ATOL)

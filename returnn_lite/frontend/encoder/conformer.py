@@ -22,7 +22,7 @@ from ...data import Dim
 from ...util import NotSpecified
 from .. import array_, math_
 from ..build_from_dict import build_from_dict
-from ..conv import Conv1d, Conv2d, make_conv_out_spatial_dims, pool2d
+from ..conv import Conv1d, Conv2d, gating, make_conv_out_spatial_dims, pool2d
 from ..decoder.transformer import FeedForward, make_norm
 from ..module import Module, ModuleList, Sequential
 from ..nn import BatchNorm, LayerNorm, Linear, dropout
@@ -78,7 +78,7 @@ class ConformerConvBlock(Module):
 
     def __call__(self, inp, *, spatial_dim):
         x = self.positionwise_conv1(inp)
-        x, _ = math_.gating(x)
+        x, _ = gating(x)
         x, _ = self.depthwise_conv(x, in_spatial_dim=spatial_dim)
         x = self.norm(x)
         x = math_.swish(x)
