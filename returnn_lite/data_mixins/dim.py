@@ -95,11 +95,20 @@ class DimFrontendMixin:
             base._dyn_size = None if hasattr(raw, "get_abs_name") else raw
 
     def reset_eager(self):
-        """Forget the sequence lengths of this dim, e.g. before a new step or graph (masks are cached per lengths)."""
-        base = self.get_same_base()
-        base.__dict__.pop("_dyn_size_ext", None)
-        if base.dimension is None and not base.is_batch_dim():
-            base._dyn_size = None
+        """
+        Forget the sequence lengths of this dim, e.g. before a new step or graph (masks are cached per lengths), and
+        of the dims derived from it (``T - 1 + T'``, a conv's output dim, ...: their lengths follow this one's).
+        """
+        todo, seen = [self.get_same_base()], set()
+        while todo:
+            base = todo.pop().get_same_base()
+            if id(base) in seen:
+                continue
+            seen.add(id(base))
+            base.__dict__.pop("_dyn_size_ext", None)
+            if base.dimension is None and not base.is_batch_dim():
+                base._dyn_size = None
+            todo.extend(base.__dict__.get("_derived_cache", {}).values())
 
     reset_raw = reset_eager
 

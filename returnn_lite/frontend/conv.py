@@ -1,7 +1,6 @@
 """
 rf convolution and pooling: ``Conv1d/2d/3d`` (also grouped / depthwise: ``groups=``), :func:`conv`, :func:`pool`
-(``max_pool``, ``pool1d/2d/3d``), :func:`make_conv_out_spatial_dims` and :func:`gating` (GLU, as used by the
-Conformer conv block), with the original's options.
+(``max_pool``, ``pool1d/2d/3d``) and :func:`make_conv_out_spatial_dims`, with the original's options.
 
 Masking (``use_mask``): the padded frames of dynamic spatial dims are set to 0 (max pooling: -inf) before the op, so
 that they do not leak into the last frames; the default follows the config (``rf_use_mask``) or the behavior version
@@ -16,6 +15,7 @@ from ..data import Dim
 from . import array_, math_
 from ._backend import get_backend_for_tensor
 from ._utils import check_dims_in, error, is_tensor
+from .dims import dim_match_priority_when_needed
 from .module import Glorot, Module, Parameter
 
 __all__ = ["conv", "Conv1d", "Conv2d", "Conv3d", "pool", "max_pool", "max_pool1d", "pool1d", "pool2d", "pool3d",
@@ -134,7 +134,7 @@ class _Conv(Module):
             self.nd = len(filter_size)
         elif len(filter_size) != self.nd:
             raise error(name, "filter_size=%r: expected %i values" % (filter_size, self.nd))
-        self.in_dim = _match_priority(in_dim, out_dim)
+        self.in_dim = dim_match_priority_when_needed(in_dim, out_dim)
         self.out_dim = out_dim
         self.filter_size = [s if isinstance(s, Dim) else Dim(int(s), name="filter-dim%i" % i)
                             for i, s in enumerate(filter_size)]
@@ -148,7 +148,7 @@ class _Conv(Module):
                 raise error(name, "groups=%r must divide in_dim %s and out_dim %s" % (
                     groups, in_dim.short_repr(), out_dim.short_repr()))
             filter_in_dim = in_dim // groups
-        self.filter_in_dim = _match_priority(filter_in_dim, out_dim)
+        self.filter_in_dim = dim_match_priority_when_needed(filter_in_dim, out_dim)
         self.filter = Parameter([out_dim, self.filter_in_dim] + self.filter_size)
         self.filter.initial = Glorot()
         self.with_bias = with_bias
@@ -162,14 +162,6 @@ class _Conv(Module):
                     out_spatial_dims=out_spatial_dims, filter=self.filter, filter_size=self.filter_size,
                     padding=self.padding, strides=self.strides, dilation_rate=self.dilation_rate, groups=self.groups,
                     bias=self.bias if self.with_bias else None)
-
-
-def _match_priority(dim, other):
-    """The original gives a dim repeated in a param (filter [d, d, k]) a match priority; tensorhome's Dim API."""
-    import sys
-
-    func = getattr(sys.modules.get(__package__), "dim_match_priority_when_needed", None)
-    return func(dim, other) if func is not None else dim
 
 
 class Conv1d(_Conv):
@@ -346,8 +338,9 @@ def make_conv_out_spatial_dims(in_spatial_dims, *, filter_size, padding, strides
 
 
 def gating(x, *, axis=None, gate_func=None, act_func=None, out_dim=None):
-    """GLU-style gating: x split in halves (a, b) over axis -> (act_func(a) * gate_func(b), out_dim); defaults
-    gate_func=sigmoid, act_func=identity."""
+    """GLU-style gating (https://arxiv.org/abs/1612.08083), as used by the Conformer conv block: x split in halves
+    (a, b) over axis (default: the feature dim) -> (act_func(a) * gate_func(b), out_dim); defaults gate_func=sigmoid,
+    act_func=identity; out_dim defaults to axis // 2 (so a ``2 * d`` axis gives back d)."""
     if not is_tensor(x):
         raise error("gating", "expects a Tensor, got %r" % (x,))
     if axis is None:

@@ -8,8 +8,8 @@ from . import array_, math_
 from ._backend import get_backend_for_tensor, get_selected_backend
 from ._utils import check_dims_in, dims_str, error, is_tensor
 from .conv import (  # noqa: F401 (conv and pooling live in conv.py; re-exported for the old import path)
-    Conv1d, Conv2d, Conv3d, conv, gating, make_conv_out_spatial_dims, max_pool, max_pool1d, pool, pool1d, pool2d,
-    pool3d, use_mask_default)
+    Conv1d, Conv2d, Conv3d, conv, make_conv_out_spatial_dims, max_pool, max_pool1d, pool, pool1d, pool2d, pool3d,
+    use_mask_default)
 from .dims import dim_match_priority_when_needed
 from .module import Glorot, Module, Parameter
 

@@ -521,7 +521,8 @@ class ReturnnLayersBackend(Backend):
         dilation_rate = tuple(dilation_rate) if isinstance(dilation_rate, (list, tuple)) else (dilation_rate,) * n
         dims = [out_spatial_dims[in_spatial_dims.index(d)] if d in in_spatial_dims else
                 (out_dim if d == in_dim else d) for d in source.dims]
-        if _conv_layer_fits(source, in_dim, in_spatial_dims) and not groups and isinstance(padding, str):
+        if _conv_layer_fits(source, in_dim, in_spatial_dims) and not groups and isinstance(padding, str) and \
+                in_dim != out_dim:  # (a filter [d, d, k]: its axes by position, in the conv op)
             perm = {i: d for i, d in enumerate(list(filter_size) + [in_dim, out_dim])}
             opts = {"filter": _raw_name(filter), "filter_perm": perm, "filter_size": [d.dimension for d in filter_size],
                     "padding": padding.lower(), "strides": list(strides), "dilation_rate": list(dilation_rate),

@@ -817,6 +817,19 @@ class TorchBackend(Backend):
 
     # ---- nn ----
     @staticmethod
+    def layer_norm(x, *, in_dim, scale, bias, eps):
+        """Fused rf.LayerNorm (one F.layer_norm instead of ~8 elementwise ops); in_dim moves last."""
+        axes = [i for i, d in enumerate(x.dims) if d == in_dim]
+        if len(axes) != 1:
+            raise FrontendError("rf.LayerNorm at %s: in_dim %s must be exactly one axis of %s" % (
+                call_site(), in_dim.short_repr(), dims_str(x.dims)))
+        dims = [d for i, d in enumerate(x.dims) if i != axes[0]] + [x.dims[axes[0]]]
+        raw = x.placeholder if axes[0] == len(x.dims) - 1 else x.placeholder.movedim(axes[0], -1)
+        y = F.layer_norm(raw, (raw.shape[-1],), weight=scale.placeholder,
+                         bias=None if bias is None else bias.placeholder, eps=eps)
+        return _new("layer_norm", dims, y)
+
+    @staticmethod
     def batch_norm(source, *, in_dim, running_mean, running_variance, gamma, beta, epsilon, momentum, affine,
                    use_mask):
         from ...frontend.run_ctx import get_run_ctx
