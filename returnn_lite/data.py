@@ -32,17 +32,30 @@ class Dim(DimFrontendMixin):
         Unspecified = None
 
     def __init__(self, dimension=None, name=None, *, kind=Types.Unspecified, description=None, dyn_size=None,
-                 auto_generated=False):
+                 auto_generated=False, match_priority=0):
         if isinstance(dimension, str) and name is None:  # Dim("name") convenience
             dimension, name = None, dimension
+        size_tensor = None
+        if dimension is not None and not isinstance(dimension, int) and isinstance(dimension, Data):
+            # Dim(size_tensor): a dynamic dim with these sizes (as the original)
+            size_tensor, dimension = dimension, None
         if dimension is not None and not isinstance(dimension, int):
-            raise TypeError("Dim dimension must be int or None, got %r" % (dimension,))
+            raise TypeError("Dim dimension must be int, None or a Tensor of sizes, got %r" % (dimension,))
         self.dimension = dimension
         self.kind = kind
         self.description = description or name or ("dim%s" % ("" if dimension is None else ":%i" % dimension))
         self.auto_generated = auto_generated
+        self.match_priority = match_priority  # of two equal axes of one tensor, matmul/reduce/... pick the higher
         self._same_as = None
         self._dyn_size = dyn_size
+        if size_tensor is not None:
+            self.dyn_size_ext = size_tensor
+
+    def __copy__(self):
+        return self  # a Dim is an identity: copies of a module or Tensor keep their dims (as the original)
+
+    def __deepcopy__(self, memo=None):
+        return self
 
     # identity
     def get_same_base(self):
@@ -149,9 +162,11 @@ class Dim(DimFrontendMixin):
             cache[key] = create()
         return cache[key]
 
-    def copy(self, kind=None, description=None, same_as_self=True):
+    def copy(self, kind=None, description=None, same_as_self=True, match_priority=None):
+        """A new Dim object; with same_as_self (default) equal to this one, e.g. with another match_priority."""
         d = Dim(self.dimension, kind=self.kind if kind is None else kind,
-                description=description or self.description, auto_generated=self.auto_generated)
+                description=description or self.description, auto_generated=self.auto_generated,
+                match_priority=self.match_priority if match_priority is None else match_priority)
         if same_as_self:
             d._same_as = self.get_same_base()
         return d
@@ -167,6 +182,35 @@ class Dim(DimFrontendMixin):
             return "B"
         size = "?" if self.dimension is None else str(self.dimension)
         return "%s'%s'(%s)" % ("F" if self.is_feature_dim() else "", self.description, size)
+
+
+def axes_of(dims, wanted, taken=()):
+    """
+    Axis indices (into ``dims``) of the Dims ``wanted``, a distinct axis each. When a tensor has the same Dim twice
+    (e.g. the weight [in_dim, out_dim] of ``rf.Linear(d, d)``), of the equal axes not taken yet the one with the
+    highest ``match_priority`` (see :func:`rf.dim_match_priority_when_needed`), then the identical object.
+    Raises ValueError for a Dim without a free axis.
+    """
+    res = []
+    taken = set(taken)
+    for w in wanted:
+        best = None
+        for i, d in enumerate(dims):
+            if i in taken or d != w:
+                continue
+            if best is None or (d.match_priority, d is w) > (dims[best].match_priority, dims[best] is w):
+                best = i
+        if best is None:
+            raise ValueError("dim %s is not among the (free) dims [%s]" % (
+                w.short_repr(), ", ".join(d.short_repr() for d in dims)))
+        res.append(best)
+        taken.add(best)
+    return res
+
+
+def has_repeated_dim(dims):
+    """Whether a Dim occurs twice in ``dims`` (then axes must be resolved by :func:`axes_of`, not by ``index``)."""
+    return len(dims) > 1 and len(set(dims)) < len(dims)
 
 
 def graph_cached(key, create):
@@ -461,6 +505,16 @@ class Data(TensorFrontendMixin):
         axis = self.feature_dim_axis
         return None if axis is None else self.dims[axis]
 
+    @feature_dim.setter
+    def feature_dim(self, dim):
+        """Make ``dim`` (one of the dims) the feature axis, or None for none (as the original's Tensor)."""
+        if dim is None:
+            self._feature_dim_axis = None
+            return
+        if dim not in self.dims:
+            raise ValueError("feature_dim %s is not a dim of %r" % (dim, self))
+        self._feature_dim_axis = list(self.dims).index(dim)
+
     @property
     def size_placeholder(self):
         return {
@@ -570,6 +624,19 @@ class Data(TensorFrontendMixin):
         if tag.dyn_size is None:
             raise ValueError("%s: axis %i has no sequence lengths" % (self.short_repr(), axis))
         mask = tag.get_mask(self.get_dim(axis) if max_len is None else max_len)
+        ext = tag.get_same_base().__dict__.get("_dyn_size_ext")
+        size_dims = list(ext.dims) if ext is not None else []
+        if size_dims and not (len(size_dims) == 1 and size_dims[0].is_batch_dim()) and \
+                all(d in self.dims for d in size_dims):
+            # lengths over other dims (e.g. a causal history: length i + 1 at query frame i): mask [size dims..., axis]
+            mask_axes = [list(self.dims).index(d) for d in size_dims] + [axis]
+            order = sorted(range(len(mask_axes)), key=lambda i: mask_axes[i])
+            if order != list(range(len(order))):
+                mask = tf.transpose(mask, order)
+            for i in range(self.batch_ndim):
+                if i not in mask_axes:
+                    mask = tf.expand_dims(mask, i)
+            return mask
         b = self.batch_dim_axis
         if b is None or tag.dyn_size.shape.rank == 0:
             kept = [axis]
@@ -603,7 +670,11 @@ class Data(TensorFrontendMixin):
         if axes is None or axes == "":
             return []
         if isinstance(axes, Dim):
-            return [i for i, d in enumerate(self.dims) if d == axes] or self._axes_fail(axes)
+            res = [i for i, d in enumerate(self.dims) if d == axes] or self._axes_fail(axes)
+            if len(res) > 1:  # the same Dim twice (e.g. a [d, d] weight): the axes of the highest match priority
+                top = max(self.dims[i].match_priority for i in res)
+                res = [i for i in res if self.dims[i].match_priority == top]
+            return res
         if isinstance(axes, int):
             if not allow_int:
                 raise ValueError("%s: int axis %r not allowed here" % (self.short_repr(), axes))
@@ -1141,4 +1212,4 @@ def mask_value_for(dtype, kind):
 
 
 __all__ = ["Dim", "DimensionTag", "Data", "Tensor", "SpatialDim", "FeatureDim", "batch_dim", "SearchBeam", "single_step_dim",
-           "as_list", "mask_value_for"]
+           "as_list", "mask_value_for", "axes_of", "has_repeated_dim"]

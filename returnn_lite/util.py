@@ -78,3 +78,8 @@ def atomic_write(filename, write, binary=False):
         if os.path.exists(tmp):
             os.remove(tmp)
         raise
+
+
+# Model code written for the original imports ``returnn.util.basic`` (NotSpecified, BehaviorVersion) and
+# ``returnn.util.math`` (ceil_div); as ``returnn_lite.util.basic`` / ``.math`` they are found in util_submodules/.
+__path__ = [os.path.join(os.path.dirname(os.path.abspath(__file__)), "util_submodules")]

@@ -90,14 +90,25 @@ class DimFrontendMixin:
         base = self.get_same_base()
         base.__dict__["_dyn_size_ext"] = value
         if not base.is_batch_dim():
-            base._dyn_size = None if value is None else value.placeholder
+            raw = None if value is None else value.placeholder
+            # (a layer of the layers backend: the compiler gets the lengths when it builds that layer)
+            base._dyn_size = None if hasattr(raw, "get_abs_name") else raw
 
     def reset_eager(self):
-        """Forget the sequence lengths of this dim, e.g. before a new step or graph (masks are cached per lengths)."""
-        base = self.get_same_base()
-        base.__dict__.pop("_dyn_size_ext", None)
-        if base.dimension is None and not base.is_batch_dim():
-            base._dyn_size = None
+        """
+        Forget the sequence lengths of this dim, e.g. before a new step or graph (masks are cached per lengths), and
+        of the dims derived from it (``T - 1 + T'``, a conv's output dim, ...: their lengths follow this one's).
+        """
+        todo, seen = [self.get_same_base()], set()
+        while todo:
+            base = todo.pop().get_same_base()
+            if id(base) in seen:
+                continue
+            seen.add(id(base))
+            base.__dict__.pop("_dyn_size_ext", None)
+            if base.dimension is None and not base.is_batch_dim():
+                base._dyn_size = None
+            todo.extend(base.__dict__.get("_derived_cache", {}).values())
 
     reset_raw = reset_eager
 
@@ -134,16 +145,16 @@ class DimFrontendMixin:
         """Scalar Tensor: the static size, or the max over the sequence lengths (the padded length)."""
         return _rf().get_backend_for_dims().dim_value_tensor(self)
 
-    def get_size_tensor(self):
-        """Tensor of the sizes: [batch] lengths for a dynamic dim, a scalar for a static one."""
-        return _rf().get_backend_for_dims().dim_size_tensor(self)
+    def get_size_tensor(self, *, device=None):
+        """Tensor of the sizes: [batch] lengths for a dynamic dim, a scalar for a static one (on ``device``)."""
+        return _rf().get_backend_for_dims().dim_size_tensor(self, device=device)
 
     @property
     def capacity(self):
         return self.dimension
 
     # ---- dim arithmetic ----
-    def _derive(self, kind, other, reverse=False):
+    def _derive(self, kind, other, reverse=False):  # noqa: C901
         Dim = _data_mod(self).Dim  # noqa: N806
 
         if not isinstance(other, (int, Dim)):
@@ -156,6 +167,9 @@ class DimFrontendMixin:
         def _key(x):
             return ("int", x) if isinstance(x, int) else ("dim", id(x.get_same_base()))
 
+        simplified = _undo_mul(kind, a, b)
+        if simplified is not None:
+            return simplified
         key = ("arith", kind, _key(a), _key(b))
 
         def _create():
@@ -170,6 +184,7 @@ class DimFrontendMixin:
                     description="%s%s%s" % (_n(a), sym, _n(b)), auto_generated=True)
             if static is None:
                 d.__dict__["_derived_from"] = (kind, (a, b))
+            d.__dict__["_arith_of"] = (kind, (a, b))  # for _undo_mul: (2 * d) // 2 is d, as the original
             return d
 
         return anchor.get_derived(key, _create)
@@ -203,3 +218,18 @@ class DimFrontendMixin:
 
     def __truediv__(self, other):
         return self._derive("ceildiv", other)
+
+
+def _undo_mul(kind, a, b):
+    """``(n * d).div_left(n)`` / ``(d * n) // n`` -> d (e.g. rf.gating of a ``2 * d`` feature dim gives back d)."""
+    if kind != "floordiv" or not isinstance(b, int) or isinstance(a, int):
+        return None
+    kind_a, operands = a.__dict__.get("_arith_of") or (None, ())
+    if kind_a != "mul":
+        return None
+    x, y = operands
+    if isinstance(x, int) and x == b and not isinstance(y, int):
+        return y
+    if isinstance(y, int) and y == b and not isinstance(x, int):
+        return x
+    return None

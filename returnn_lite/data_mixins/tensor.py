@@ -52,7 +52,7 @@ class TensorFrontendMixin:
             if len(perm) != len(self.dims) or set(perm) != set(self.dims):
                 raise ValueError("copy_transpose: %s is not a permutation of the dims %s of %s" % (
                     [d.short_repr() for d in perm], [d.short_repr() for d in self.dims], self.name))
-            return [self.dims.index(d) for d in perm]
+            return _data_mod(self).axes_of(self.dims, perm)
         return perm
 
     def copy_transpose_by_dims(self, dims):

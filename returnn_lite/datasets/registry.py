@@ -28,6 +28,7 @@ _BUILTIN = {
     "audio": ("OggZipDataset", "LibriSpeechCorpus"),
     "text": ("LmDataset", "TranslationDataset"),
     "timit": ("TimitDataset", "NltkTimitDataset"),
+    "synthetic_speech": ("SyntheticSpeechDataset",),
 }
 
 

@@ -18,18 +18,24 @@ from ._backend import (  # noqa: F401
     Backend, get_backend_by_raw_tensor_type, get_backend_for_dims, get_backend_for_tensor, get_selected_backend,
     is_backend_selected, select_backend_returnn_layers_tf, select_backend_tf, select_backend_torch)
 from ._utils import FrontendError  # noqa: F401
+from .dims import dim_match_priority_when_needed  # noqa: F401
 from .array_ import *  # noqa: F401,F403
 from .array_ import slice  # noqa: F401 (shadows the builtin on purpose, as the original)
 from .math_ import *  # noqa: F401,F403
 from .math_ import abs, reduce, round  # noqa: F401
 from .module import (  # noqa: F401
-    Functional, Glorot, He, HeNormal, HeUniform, Module, ModuleList, Parameter, ParamInit, Sequential,
-    VarianceScaling, init)
+    Functional, Glorot, He, HeNormal, HeUniform, Module, ModuleList, Parameter, ParameterList, ParamInit, Sequential,
+    VarianceScaling, init, sequential)
 from .nn import (  # noqa: F401
-    LSTM, BatchNorm, Conv1d, Conv2d, Embedding, GenericSelfAttention, LayerNorm, Linear, Loop, LstmState,
-    SelfAttention, State, cond, conv, cross_entropy, ctc_loss, dot_attention, dropout, make_conv_out_spatial_dims,
-    max_pool, max_pool1d, pool, pool1d, random, random_normal, random_uniform, scan, set_random_seed, while_loop)
+    LSTM, BatchNorm, Conv1d, Conv2d, Embedding, LayerNorm, Linear, Loop, LstmState, State, cond, conv,
+    cross_entropy, ctc_loss, dropout, make_conv_out_spatial_dims, max_pool, max_pool1d, pool, pool1d, pool2d, random,
+    random_normal, random_uniform, scan, set_random_seed, while_loop)
+from .conv import Conv3d, gating, pool3d, use_mask_default  # noqa: F401
+from .signal import stft  # noqa: F401
 from .run_ctx import Loss, RunCtx, get_run_ctx, init_forward_step_run_ctx, init_train_step_run_ctx  # noqa: F401
+from .attention import *  # noqa: F401,F403
+from .build_from_dict import build_dict, build_from_dict  # noqa: F401
+from .defaults import *  # noqa: F401,F403
 
 
 def _register():
@@ -42,3 +48,5 @@ def _register():
 
 
 _register()
+
+from . import audio  # noqa: E402,F401 (rf.audio, as the original)

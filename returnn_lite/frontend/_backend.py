@@ -23,7 +23,7 @@ BACKEND_METHODS = (
     "replace_dim", "reshape", "cum_concat_step", "sequence_mask",
     "softmax_cross_entropy_with_logits", "ctc_loss", "dropout", "random",
     "create_parameter_raw", "set_parameter_initial_value", "set_parameter_trainable",
-    "batch_norm", "conv", "pool", "lstm", "cond", "while_loop", "scan", "loop",
+    "batch_norm", "conv", "pool", "stft", "lstm", "cond", "while_loop", "scan", "loop",
     "make_output_tensor", "mark_as_loss",
 )
 

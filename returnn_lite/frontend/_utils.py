@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import sys
 
+from ..data import axes_of, has_repeated_dim  # noqa: F401 (the shared axis resolution, used by the backends)
+
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # returnn_lite/
 
 

@@ -181,8 +181,8 @@ def slice(source, *, axis, start=None, end=None, step=None, size=None, out_dim=N
         end = (start or 0) + size.dimension if size.dimension is not None else end
     elif isinstance(size, int):
         end = (start or 0) + size
-    if axis.dimension is None:
-        raise error("slice", "only static axes are supported, %s is dynamic" % axis.short_repr())
+    if axis.dimension is None or (isinstance(size, Dim) and size.dimension is None):
+        return _slice_dynamic(source, axis=axis, start=start, end=end, step=step, size=size, out_dim=out_dim)
     n = len(range(axis.dimension)[start:end:step])
     if out_dim is None:
         out_dim = Dim(n, name="%s:slice" % axis.description)
@@ -191,6 +191,29 @@ def slice(source, *, axis, start=None, end=None, step=None, size=None, out_dim=N
     out = get_backend_for_tensor(source).slice(source, axis=axis, start=start, end=end, step=step, size=None,
                                                out_dim=out_dim)
     return out, out_dim
+
+
+def _slice_dynamic(source, *, axis, start, end, step, size, out_dim):
+    """Slices of a dynamic axis: ``[start:]`` (-> axis - start) or ``[start:start + size]`` with a Dim size (padded
+    lengths; the size Dim keeps its own lengths)."""
+    from ..data import Dim
+
+    start = start or 0
+    if step not in (None, 1) or start < 0:
+        raise error("slice", "a dynamic axis %s supports start >= 0 and step 1 only, got start=%r step=%r" % (
+            axis.short_repr(), start, step))
+    backend = get_backend_for_tensor(source)
+    if isinstance(size, Dim):
+        out = backend.slice(source, axis=axis, start=start, end=None, step=None, size=size, out_dim=size)
+        return out, size
+    if end is not None or size is not None:
+        raise error("slice", "a dynamic axis %s supports end/size only as a Dim size, got end=%r size=%r" % (
+            axis.short_repr(), end, size))
+    if out_dim is None:
+        out_dim = axis - start if start else axis.copy(same_as_self=False, description="%s:slice" % axis.description)
+        if not start:
+            out_dim.__dict__["_derived_from"] = ("add", (axis, 0))
+    return backend.slice(source, axis=axis, start=start, end=None, step=None, size=None, out_dim=out_dim), out_dim
 
 
 def split(source, *, axis, out_dims):
@@ -206,20 +229,12 @@ def split(source, *, axis, out_dims):
 
 def merge_dims(source, *, dims, out_dim=None):
     """Flatten ``dims`` (in this order) into one dim -> (Tensor, out_dim)."""
-    from ..data import Dim
-
     dims = list(dims)
     check_dims_in("merge_dims", source, dims)
-    if out_dim is None:
-        if all(d.dimension is not None for d in dims):
-            n = 1
-            for d in dims:
-                n *= d.dimension
-            out_dim = Dim(n, name="merged(%s)" % ",".join(d.description for d in dims))
-        else:
-            out_dim = dims[0]
-            for d in dims[1:]:
-                out_dim = out_dim * d
+    if out_dim is None:  # the product dim, as the original: merging [a, b] gives a * b (the same Dim each time)
+        out_dim = dims[0]
+        for d in dims[1:]:
+            out_dim = out_dim * d
     out = get_backend_for_tensor(source).merge_dims(source, dims=dims, out_dim=out_dim)
     return out, out_dim
 
@@ -290,3 +305,32 @@ def cum_concat_step(source, *, prev_accum, axis, out_spatial_dim=None):
     res = get_backend_for_tensor(prev_accum).cum_concat_step(source, prev_accum=prev_accum, axis=axis,
                                                              out_spatial_dim=out_spatial_dim)
     return res, res.dims[list(prev_accum.dims).index(axis)]
+
+
+def stack(sources, *, out_dim=None):
+    """Tensors with the same dims stacked along a new (static) dim -> (Tensor, out_dim)."""
+    from ..data import Dim
+
+    sources = list(sources)
+    if not sources or not all(is_tensor(s) for s in sources):
+        raise error("stack", "expects a non-empty sequence of Tensors, got %r" % (sources,))
+    if out_dim is None:
+        out_dim = Dim(len(sources), name="stack")
+    elif out_dim.dimension != len(sources):
+        raise error("stack", "out_dim %s does not match the number of sources %i" % (
+            out_dim.short_repr(), len(sources)))
+    parts = []
+    for i, s in enumerate(sources):
+        one = Dim(1, name="stack%i" % i)
+        parts.append((expand_dim(s, one), one))
+    out, _ = concat(*parts, allow_broadcast=True, out_dim=out_dim)
+    return out, out_dim
+
+
+def last_frame_position_of_dim(dim, *, device=None, allow_scalar_on_cpu=True):
+    """Index of the last frame of ``dim``: an int for a static dim (0 if empty), else size - 1 (at least 0)."""
+    from . import math_
+
+    if dim.dimension is not None:
+        return max(dim.dimension - 1, 0)
+    return math_.maximum(dim.get_size_tensor() - 1, 0)

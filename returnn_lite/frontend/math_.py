@@ -241,3 +241,9 @@ def matmul(a, b, *, reduce, use_mask=True):  # noqa: A002 (original's name)
 
 def dot(a, b, *, reduce, use_mask=True):  # noqa: A002
     return matmul(a, b, reduce=reduce, use_mask=use_mask)
+
+
+def combine_bc(a, kind, b, *, dim_order=None):
+    """combine with broadcasting of all sources allowed (e.g. [T] * [F] -> [T,F])."""
+    return combine(a, kind, b, allow_broadcast_all_sources=True, dim_order=dim_order)
+

@@ -126,41 +126,137 @@ class Module:
 
 
 class ModuleList(Module):
-    """A list of modules, named "0", "1", ..."""
+    """
+    A list of modules, named "0", "1", ... (``ModuleList(a, b)``, ``ModuleList([a, b])``, ``ModuleList({"x": a})``
+    or another ModuleList); plain callables become :class:`Functional`. Every Module attribute is an entry.
+    """
 
     def __init__(self, *modules):
         super().__init__()
-        if len(modules) == 1 and not isinstance(modules[0], Module):
-            modules = tuple(modules[0])
-        for i, m in enumerate(modules):
-            setattr(self, str(i), m)
+        if len(modules) == 1 and isinstance(modules[0], dict):
+            for i, (key, module) in enumerate(modules[0].items()):
+                setattr(self, str(i) if _is_int_str(key) else key, _as_module(module))
+        elif len(modules) == 1 and isinstance(modules[0], ModuleList):
+            for key, module in modules[0].items():
+                setattr(self, key, module)
+        elif len(modules) == 1 and not isinstance(modules[0], Module) and not callable(modules[0]):
+            for i, module in enumerate(modules[0]):
+                setattr(self, str(i), _as_module(module))
+        else:
+            for i, module in enumerate(modules):
+                setattr(self, str(i), _as_module(module))
 
-    def _items(self):
-        return [v for k, v in vars(self).items() if isinstance(v, Module) and k.isdigit()]
+    def _get_modules(self):
+        return {k: v for k, v in vars(self).items() if isinstance(v, Module)}
+
+    def items(self):
+        """(name, module) pairs in order."""
+        return self._get_modules().items()
 
     def append(self, module):
-        setattr(self, str(len(self._items())), module)
+        setattr(self, str(len(self)), _as_module(module))
+        return self
+
+    def extend(self, modules):
+        for m in modules:
+            self.append(m)
         return self
 
     def __len__(self):
-        return len(self._items())
+        return len(self._get_modules())
 
     def __iter__(self):
-        return iter(self._items())
+        return iter(self._get_modules().values())
 
     def __getitem__(self, i):
         if isinstance(i, slice):
-            return ModuleList(self._items()[i])
-        return self._items()[i]
+            return type(self)(dict(list(self._get_modules().items())[i]))
+        return list(self._get_modules().values())[i]
+
+    def __setitem__(self, i, module):
+        if isinstance(i, slice):
+            raise TypeError("%s: slice assignment is not supported" % type(self).__name__)
+        setattr(self, list(self._get_modules().keys())[i], _as_module(module))
+
+    def __delitem__(self, i):
+        items = list(self._get_modules().items())
+        removed = items[i] if isinstance(i, slice) else [items[i]]
+        removed_keys = {k for k, _ in removed}
+        for k, _ in items:
+            delattr(self, k)
+        for n, (k, v) in enumerate([(k, v) for k, v in items if k not in removed_keys]):
+            setattr(self, str(n) if _is_int_str(k) else k, v)
 
 
 class Sequential(ModuleList):
-    """Calls its modules one after the other."""
+    """Calls its modules one after the other; extra keywords go to every module (``x = seq(x, spatial_dim=t)``)."""
 
-    def __call__(self, x):
-        for m in self:
-            x = m(x)
-        return x
+    def __call__(self, inp, *, collected_outputs=None, **kwargs):
+        for name, module in self.items():
+            inp = module(inp, **kwargs)
+            if collected_outputs is not None:
+                collected_outputs[name] = inp
+        return inp
+
+
+def sequential(source, *modules):
+    """``Sequential(*modules)(source)``."""
+    return Sequential(*modules)(source)
+
+
+class ParameterList(Module):
+    """A list of params, named "0", "1", ..."""
+
+    def __init__(self, *parameters):
+        super().__init__()
+        if len(parameters) == 1 and isinstance(parameters[0], dict):
+            for i, (key, p) in enumerate(parameters[0].items()):
+                setattr(self, str(i) if _is_int_str(key) else key, p)
+        elif len(parameters) == 1 and not isinstance(parameters[0], Parameter):
+            for i, p in enumerate(parameters[0]):
+                setattr(self, str(i), p)
+        else:
+            for i, p in enumerate(parameters):
+                setattr(self, str(i), p)
+
+    def _get_parameters(self):
+        return {k: v for k, v in vars(self).items() if isinstance(v, Parameter)}
+
+    def append(self, parameter):
+        setattr(self, str(len(self)), parameter)
+        return self
+
+    def extend(self, parameters):
+        for p in parameters:
+            self.append(p)
+        return self
+
+    def __len__(self):
+        return len(self._get_parameters())
+
+    def __iter__(self):
+        return iter(self._get_parameters().values())
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return type(self)(dict(list(self._get_parameters().items())[i]))
+        return list(self._get_parameters().values())[i]
+
+
+def _is_int_str(s):
+    try:
+        int(s)
+        return True
+    except ValueError:
+        return False
+
+
+def _as_module(obj):
+    if isinstance(obj, Module):
+        return obj
+    if callable(obj):
+        return Functional(obj)
+    raise TypeError("ModuleList: expected an rf.Module or a callable, got %r" % (obj,))
 
 
 class Functional(Module):

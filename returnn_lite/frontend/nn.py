@@ -1,5 +1,5 @@
 """rf modules and functions built from the rf primitives: Linear, Embedding, Conv1d/2d, pooling, LayerNorm,
-BatchNorm, LSTM, attention, losses, dropout, random, State, cond."""
+BatchNorm, LSTM, losses, dropout, random, State, cond."""
 
 from __future__ import annotations
 
@@ -7,6 +7,10 @@ from ..data import Dim
 from . import array_, math_
 from ._backend import get_backend_for_tensor, get_selected_backend
 from ._utils import check_dims_in, dims_str, error, is_tensor
+from .conv import (  # noqa: F401 (conv and pooling live in conv.py; re-exported for the old import path)
+    Conv1d, Conv2d, Conv3d, conv, make_conv_out_spatial_dims, max_pool, max_pool1d, pool, pool1d, pool2d, pool3d,
+    use_mask_default)
+from .dims import dim_match_priority_when_needed
 from .module import Glorot, Module, Parameter
 
 
@@ -20,7 +24,7 @@ class Linear(Module):
             raise error("Linear", "in_dim and out_dim must be Dims, got %r, %r" % (in_dim, out_dim))
         self.in_dim = in_dim
         self.out_dim = out_dim
-        self.weight = Parameter([in_dim, out_dim])
+        self.weight = Parameter([dim_match_priority_when_needed(in_dim, out_dim), out_dim])
         self.weight.initial = Glorot()
         self.with_bias = with_bias
         if with_bias:
@@ -56,143 +60,6 @@ class Embedding(Module):
             raise error("Embedding", "expects sparse indices with sparse_dim %s, got %r" % (
                 self.in_dim.short_repr(), source))
         return array_.gather(self.weight, indices=source, axis=self.in_dim)
-
-
-# ---- conv and pooling ----
-def _as_tuple(x, n):
-    if isinstance(x, (list, tuple)):
-        if len(x) != n:
-            raise ValueError("expected %i values, got %r" % (n, x))
-        return tuple(x)
-    return (x,) * n
-
-
-def make_conv_out_spatial_dims(in_spatial_dims, *, filter_size, padding, strides=1, dilation_rate=1,
-                               description_prefix=None):
-    """The output spatial dims of a conv/pool (new dims; dynamic ones with lengths derived from the inputs)."""
-    n = len(in_spatial_dims)
-    filter_size, strides, dilation_rate = _as_tuple(filter_size, n), _as_tuple(strides, n), _as_tuple(dilation_rate, n)
-    padding = padding.lower()
-    out = []
-    for d, fs, st, dil in zip(in_spatial_dims, filter_size, strides, dilation_rate):
-        if padding == "same" and st == 1:
-            out.append(d)
-            continue
-        if padding == "valid":
-            ext = (fs - 1) * dil
-            new = d - ext if ext else d
-        else:
-            new = d
-        if st != 1:
-            new = new.ceildiv_right(st) if isinstance(new, Dim) else -(-new // st)
-        if new is d:
-            new = d.copy(same_as_self=False)
-        out.append(new)
-    return out
-
-
-class _ConvN(Module):
-    nd = None
-
-    def __init__(self, in_dim, out_dim, filter_size, *, padding, strides=1, dilation_rate=1, groups=None,
-                 with_bias=True):
-        super().__init__()
-        self.in_dim = in_dim
-        self.out_dim = out_dim
-        fs = _as_tuple(filter_size, self.nd)
-        self.filter_size = [d if isinstance(d, Dim) else Dim(int(d), name="filter-dim%i" % i)
-                            for i, d in enumerate(fs)]
-        self.padding = padding
-        self.strides = strides
-        self.dilation_rate = dilation_rate
-        if groups not in (None, 1):
-            raise error("Conv%id" % self.nd, "groups=%r is not supported" % groups)
-        self.groups = groups
-        self.filter = Parameter([out_dim, in_dim] + self.filter_size)
-        self.filter.initial = Glorot()
-        self.with_bias = with_bias
-        if with_bias:
-            self.bias = Parameter([out_dim])
-            self.bias.initial = 0.0
-
-    def _call(self, source, in_spatial_dims, out_spatial_dims=None):
-        return conv(source, in_dim=self.in_dim, out_dim=self.out_dim, in_spatial_dims=in_spatial_dims,
-                    out_spatial_dims=out_spatial_dims, filter=self.filter, filter_size=self.filter_size,
-                    padding=self.padding, strides=self.strides, dilation_rate=self.dilation_rate,
-                    bias=self.bias if self.with_bias else None)
-
-
-class Conv1d(_ConvN):
-    """1D conv: ``(y, out_spatial_dim) = conv(x, in_spatial_dim=)``; params filter [out, in, k], bias [out]."""
-
-    nd = 1
-
-    def __call__(self, source, *, in_spatial_dim, out_spatial_dim=None):
-        out, (out_spatial_dim,) = self._call(
-            source, [in_spatial_dim], [out_spatial_dim] if out_spatial_dim is not None else None)
-        return out, out_spatial_dim
-
-
-class Conv2d(_ConvN):
-    nd = 2
-
-    def __call__(self, source, *, in_spatial_dims, out_spatial_dims=None):
-        return self._call(source, list(in_spatial_dims), out_spatial_dims)
-
-
-def conv(source, *, in_dim, out_dim, in_spatial_dims, out_spatial_dims=None, filter, filter_size, padding,  # noqa
-         strides=1, dilation_rate=1, groups=None, bias=None):
-    in_spatial_dims = list(in_spatial_dims)
-    check_dims_in("conv", source, [in_dim] + in_spatial_dims)
-    if padding.lower() not in ("same", "valid"):
-        raise error("conv", "padding must be 'same' or 'valid', got %r" % padding)
-    if out_spatial_dims is None:
-        out_spatial_dims = make_conv_out_spatial_dims(
-            in_spatial_dims, filter_size=[d.dimension for d in filter_size], padding=padding, strides=strides,
-            dilation_rate=dilation_rate)
-    out = get_backend_for_tensor(source).conv(
-        source, in_dim=in_dim, out_dim=out_dim, in_spatial_dims=in_spatial_dims, out_spatial_dims=out_spatial_dims,
-        filter=filter, filter_size=filter_size, padding=padding, strides=strides, dilation_rate=dilation_rate,
-        groups=groups, bias=bias)
-    return out, out_spatial_dims
-
-
-def pool(source, *, mode, pool_size, padding="valid", dilation_rate=1, strides=None, in_spatial_dims,
-         out_spatial_dims=None):
-    in_spatial_dims = list(in_spatial_dims)
-    check_dims_in("pool", source, in_spatial_dims)
-    n = len(in_spatial_dims)
-    pool_size = _as_tuple(pool_size, n)
-    strides = pool_size if strides is None else _as_tuple(strides, n)
-    if mode not in ("max", "avg"):
-        raise error("pool", "mode must be 'max' or 'avg', got %r" % mode)
-    if out_spatial_dims is None:
-        out_spatial_dims = make_conv_out_spatial_dims(
-            in_spatial_dims, filter_size=pool_size, padding=padding, strides=strides, dilation_rate=dilation_rate)
-    out = get_backend_for_tensor(source).pool(
-        source, mode=mode, pool_size=pool_size, padding=padding, dilation_rate=_as_tuple(dilation_rate, n),
-        strides=strides, in_spatial_dims=in_spatial_dims, out_spatial_dims=out_spatial_dims)
-    return out, out_spatial_dims
-
-
-def max_pool(source, *, pool_size, padding="valid", dilation_rate=1, strides=None, in_spatial_dims,
-             out_spatial_dims=None):
-    return pool(source, mode="max", pool_size=pool_size, padding=padding, dilation_rate=dilation_rate,
-                strides=strides, in_spatial_dims=in_spatial_dims, out_spatial_dims=out_spatial_dims)
-
-
-def pool1d(source, *, mode, pool_size, padding="valid", dilation_rate=1, strides=None, in_spatial_dim,
-           out_spatial_dim=None):
-    out, (d,) = pool(source, mode=mode, pool_size=pool_size, padding=padding, dilation_rate=dilation_rate,
-                     strides=strides, in_spatial_dims=[in_spatial_dim],
-                     out_spatial_dims=[out_spatial_dim] if out_spatial_dim is not None else None)
-    return out, d
-
-
-def max_pool1d(source, *, pool_size, padding="valid", dilation_rate=1, strides=None, in_spatial_dim,
-               out_spatial_dim=None):
-    return pool1d(source, mode="max", pool_size=pool_size, padding=padding, dilation_rate=dilation_rate,
-                  strides=strides, in_spatial_dim=in_spatial_dim, out_spatial_dim=out_spatial_dim)
 
 
 # ---- normalization ----
@@ -361,76 +228,6 @@ def single_step_dim():
     from ..data import single_step_dim as d
 
     return d
-
-
-# ---- attention ----
-def dot_attention(query, keys, values, *, key_dim, axis, att_dropout=0.0, att_dropout_broadcast=None):
-    """softmax(query . keys / sqrt(key_dim) over axis) . values; padded frames of axis are masked."""
-    check_dims_in("dot_attention", query, [key_dim], what="key_dim")
-    check_dims_in("dot_attention", keys, [key_dim, axis])
-    check_dims_in("dot_attention", values, [axis])
-    query = query * (key_dim.dimension ** -0.5)
-    energy = math_.matmul(query, keys, reduce=key_dim)
-    att_weights = math_.softmax(energy, axis=axis)
-    att_weights = dropout(att_weights, att_dropout, axis=axis if att_dropout_broadcast else None)
-    # no mask needed (as the original): the softmax gave the padded frames of axis weight 0.0
-    return math_.matmul(att_weights, values, reduce=axis, use_mask=False)
-
-
-class GenericSelfAttention(Module):
-    """Multi-head self attention; params ``qkv`` (Linear in -> heads*(2*key+value)), ``proj`` (Linear)."""
-
-    def __init__(self, in_dim, proj_dim, *, key_dim_total, value_dim_total, num_heads, with_bias=True,
-                 att_dropout=0.1, att_dropout_broadcast=None):
-        super().__init__()
-        self.in_dim = in_dim
-        self.out_dim = proj_dim if proj_dim else value_dim_total
-        if isinstance(num_heads, int):
-            num_heads = Dim(num_heads, name="num_heads")
-        self.key_dim_total = key_dim_total
-        self.key_dim_per_head = Dim(key_dim_total.dimension // num_heads.dimension, name="key-dim-per-head")
-        self.value_dim_total = value_dim_total
-        self.value_dim_per_head = Dim(value_dim_total.dimension // num_heads.dimension, name="value-dim-per-head")
-        self.num_heads = num_heads
-        self.qkv_dim_total = 2 * key_dim_total + value_dim_total
-        self.qkv_dim_per_head = 2 * self.key_dim_per_head + self.value_dim_per_head
-        self.qkv = Linear(in_dim, self.qkv_dim_total, with_bias=with_bias)
-        if proj_dim:
-            self.proj = Linear(value_dim_total, proj_dim, with_bias=with_bias)
-        else:
-            self.proj = None
-        self.att_dropout = att_dropout
-        self.att_dropout_broadcast = att_dropout_broadcast
-
-    def forward_qkv(self, source):
-        qkv = self.qkv(source)
-        qkv = array_.split_dims(qkv, axis=self.qkv_dim_total, dims=(self.num_heads, self.qkv_dim_per_head))
-        q, k, v = array_.split(qkv, axis=self.qkv_dim_per_head,
-                               out_dims=(self.key_dim_per_head, self.key_dim_per_head, self.value_dim_per_head))
-        return q, k, v
-
-    def attention(self, q, k, v, *, kv_axis):
-        att = dot_attention(q, k, v, key_dim=self.key_dim_per_head, axis=kv_axis, att_dropout=self.att_dropout,
-                            att_dropout_broadcast=self.att_dropout_broadcast)
-        output, _ = array_.merge_dims(att, dims=(self.num_heads, self.value_dim_per_head),
-                                      out_dim=self.value_dim_total)
-        if self.proj:
-            output = self.proj(output)
-        return output
-
-
-class SelfAttention(GenericSelfAttention):
-    """Self attention over ``axis`` (all frames see all frames within the lengths)."""
-
-    def __call__(self, source, *, axis):
-        check_dims_in("SelfAttention", source, [self.in_dim, axis])
-        q, k, v = self.forward_qkv(source)
-        kv_axis = axis.copy(same_as_self=False, description="%s:kv" % axis.description)
-        if axis.dimension is None:
-            kv_axis.__dict__["_derived_from"] = ("add", (axis, 0))
-        k, _ = array_.replace_dim(k, in_dim=axis, out_dim=kv_axis)
-        v, _ = array_.replace_dim(v, in_dim=axis, out_dim=kv_axis)
-        return self.attention(q, k, v, kv_axis=kv_axis)
 
 
 # ---- losses ----

@@ -54,10 +54,22 @@ from __future__ import annotations
 
 from ..data import Data, Dim, batch_dim
 from ..frontend._backend import Backend
-from ..frontend._utils import FrontendError, broadcast_dims, call_site, concat_out_dims, dims_str, is_tensor
+from ..frontend._utils import (
+    FrontendError, axes_of, broadcast_dims, call_site, concat_out_dims, dims_str, has_repeated_dim, is_tensor)
 from . import _norm
 from ._emit import _const, _emit, _make, _operands, _raw_name, _sources
 from ._net import Layer, dim_source as _dim_source, get_current_builder
+
+
+def _dim_sources_of(dims, source):
+    """Tensors that carry the lengths of these dynamic dims (extra inputs: constructed before the op needs them)."""
+    res = []
+    for d in dims:
+        if d.dimension is None and not d.is_batch_dim() and d not in source.dims:
+            t = _dim_source(d)
+            if t is not None and t is not source and all(t is not r for r in res):
+                res.append(t)
+    return res
 
 
 class ReturnnLayersBackend(Backend):
@@ -132,7 +144,7 @@ class ReturnnLayersBackend(Backend):
         return _make("dim_value", [], [], "int32", opts={"dim": dim}, name="dim_value")
 
     @staticmethod
-    def dim_size_tensor(dim):
+    def dim_size_tensor(dim, *, device=None):  # (device: no meaning for layers)
         if dim.dimension is not None:
             return ReturnnLayersBackend.convert_to_tensor(dim.dimension, dims=[], dtype="int32")
         if dim.is_batch_dim():
@@ -265,7 +277,11 @@ class ReturnnLayersBackend(Backend):
     @staticmethod
     def reduce(source, *, mode, axis, use_mask=True):
         axes = [axis] if isinstance(axis, Dim) else list(axis)
-        rest = [d for d in source.dims if d not in axes]
+        if has_repeated_dim(source.dims):  # the reduce layer resolves the axes by match priority as well
+            idx = axes_of(source.dims, axes)
+            rest = [d for i, d in enumerate(source.dims) if i not in idx]
+        else:
+            rest = [d for d in source.dims if d not in axes]
         if mode in ("argmax", "argmin"):
             dtype, sparse = "int32", axes[0]
         elif mode in ("any", "all"):
@@ -294,9 +310,16 @@ class ReturnnLayersBackend(Backend):
     @staticmethod
     def matmul(a, b, *, reduce, use_mask=True):
         reduce = [reduce] if isinstance(reduce, Dim) else list(reduce)
-        dims = [d for d in a.dims if d not in reduce] + [d for d in b.dims if d not in reduce and d not in a.dims]
-        var1 = [d for d in a.dims if d not in reduce and d not in b.dims]
-        var2 = [d for d in b.dims if d not in reduce and d not in a.dims]
+        if has_repeated_dim(a.dims) or has_repeated_dim(b.dims):  # (the dot layer: axes by match priority too)
+            ra, rb = axes_of(a.dims, reduce), axes_of(b.dims, reduce)
+            a_rest = [d for i, d in enumerate(a.dims) if i not in ra]
+            b_rest = [d for j, d in enumerate(b.dims) if j not in rb]
+        else:
+            a_rest = [d for d in a.dims if d not in reduce]
+            b_rest = [d for d in b.dims if d not in reduce]
+        dims = a_rest + [d for d in b_rest if d not in a_rest]
+        var1 = [d for d in a_rest if d not in b_rest]
+        var2 = [d for d in b_rest if d not in a_rest]
         return _emit("dot", [a, b], dims, a.dtype, reduce=reduce, var1=var1, var2=var2, add_var2_if_empty=False,
                      use_mask=use_mask, name="dot")
 
@@ -383,6 +406,10 @@ class ReturnnLayersBackend(Backend):
     @staticmethod
     def slice(source, *, axis, start=None, end=None, step=None, size=None, out_dim):
         dims = [out_dim if d == axis else d for d in source.dims]
+        if isinstance(size, Dim):  # [start:start + size] with a (maybe dynamic) size Dim
+            return _make("slice", [source] + _dim_sources_of([size], source), dims, source.dtype,
+                         sparse_dim=source.sparse_dim,
+                         opts={"axis": axis, "start": start, "end": None, "step": None, "size": size})
         if all(v is None or isinstance(v, int) for v in (start, end, step)):
             return _emit("slice", [source], dims, source.dtype, sparse_dim=source.sparse_dim, axis=axis,
                          slice_start=start, slice_end=end, slice_step=step, out_dim=out_dim)
@@ -439,6 +466,13 @@ class ReturnnLayersBackend(Backend):
     def squeeze(source, axis):
         return _emit("squeeze", [source], [d for d in source.dims if d != axis], source.dtype,
                      sparse_dim=source.sparse_dim, axis=axis)
+
+    @staticmethod
+    def reshape(source, in_dims, out_dims):
+        rest = [d for d in source.dims if d not in in_dims]
+        return _make("reshape", [source] + _dim_sources_of(out_dims, source), rest + list(out_dims), source.dtype,
+                     sparse_dim=source.sparse_dim,
+                     opts={"in_dims": list(in_dims), "out_dims": list(out_dims)})
 
     @staticmethod
     def replace_dim(source, *, in_dim, out_dim):
@@ -498,7 +532,8 @@ class ReturnnLayersBackend(Backend):
         dilation_rate = tuple(dilation_rate) if isinstance(dilation_rate, (list, tuple)) else (dilation_rate,) * n
         dims = [out_spatial_dims[in_spatial_dims.index(d)] if d in in_spatial_dims else
                 (out_dim if d == in_dim else d) for d in source.dims]
-        if _conv_layer_fits(source, in_dim, in_spatial_dims) and (not groups or groups == 1):
+        if _conv_layer_fits(source, in_dim, in_spatial_dims) and not groups and isinstance(padding, str) and \
+                in_dim != out_dim:  # (a filter [d, d, k]: its axes by position, in the conv op)
             perm = {i: d for i, d in enumerate(list(filter_size) + [in_dim, out_dim])}
             opts = {"filter": _raw_name(filter), "filter_perm": perm, "filter_size": [d.dimension for d in filter_size],
                     "padding": padding.lower(), "strides": list(strides), "dilation_rate": list(dilation_rate),
@@ -510,7 +545,8 @@ class ReturnnLayersBackend(Backend):
         return _make("conv", [source, filter] + ([bias] if bias is not None else []), dims, source.dtype,
                      opts={"in_dim": in_dim, "out_dim": out_dim, "in_spatial_dims": list(in_spatial_dims),
                            "out_spatial_dims": list(out_spatial_dims), "filter_size": list(filter_size),
-                           "padding": padding.lower(), "strides": strides, "dilation_rate": dilation_rate})
+                           "padding": padding.lower() if isinstance(padding, str) else list(padding),
+                           "strides": strides, "dilation_rate": dilation_rate, "groups": groups or 1})
 
     @staticmethod
     def pool(source, *, mode, pool_size, padding="valid", dilation_rate=1, strides, in_spatial_dims,
@@ -520,13 +556,14 @@ class ReturnnLayersBackend(Backend):
         if feat is None:
             raise FrontendError("rf.pool at %s: the input %s needs a feature dim" % (call_site(), dims_str(source.dims)))
         dims = [out_spatial_dims[in_spatial_dims.index(d)] if d in in_spatial_dims else d for d in source.dims]
-        if _conv_layer_fits(source, feat, in_spatial_dims):
+        if _conv_layer_fits(source, feat, in_spatial_dims) and isinstance(padding, str):
             return _emit("pool", [source], dims, source.dtype, mode=mode, pool_size=list(pool_size),
                          padding=padding.lower(), dilation_rate=list(dilation_rate), strides=list(strides),
                          in_spatial_dims=list(in_spatial_dims), out_spatial_dims=list(out_spatial_dims),
                          name=mode + "_pool")
         return _make("pool", [source], dims, source.dtype,
-                     opts={"mode": mode, "pool_size": tuple(pool_size), "padding": padding.lower(),
+                     opts={"mode": mode, "pool_size": tuple(pool_size),
+                           "padding": padding.lower() if isinstance(padding, str) else list(padding),
                            "dilation_rate": tuple(dilation_rate), "strides": tuple(strides),
                            "in_spatial_dims": list(in_spatial_dims), "out_spatial_dims": list(out_spatial_dims),
                            "in_dim": feat}, name=mode + "_pool")

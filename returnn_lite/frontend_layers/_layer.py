@@ -478,8 +478,10 @@ def align_exact(data, dims):
 
 
 @op("slice")
-def _slice(layer, inputs, out, axis, start, end, step):
+def _slice(layer, inputs, out, axis, start, end, step, size=None):
     src = inputs[0]
+    if size is not None:  # a size Dim: [start:start + size]
+        end = (start or 0) + dim_value(layer, size)
     dims = list(src.dims)
     i = dims.index(axis)
     sl = [slice(None)] * len(dims)
@@ -487,6 +489,17 @@ def _slice(layer, inputs, out, axis, start, end, step):
     new_dims = list(dims)
     new_dims[i] = [d for d in out.dims if d not in dims or d == axis][0] if axis not in out.dims else axis
     return to_out(src.placeholder[tuple(sl)], new_dims, out)
+
+
+@op("reshape")
+def _reshape(layer, inputs, out, in_dims, out_dims):
+    """The values of in_dims (row-major, padded lengths) laid out as out_dims (the same number of elements)."""
+    src = inputs[0]
+    rest = [d for d in src.dims if d not in in_dims]
+    perm = [list(src.dims).index(d) for d in rest + list(in_dims)]
+    x = tf.transpose(src.placeholder, perm) if perm != list(range(len(perm))) else src.placeholder
+    y = tf.reshape(x, [dim_value(layer, d) for d in rest + list(out_dims)])
+    return to_out(y, rest + list(out_dims), out)
 
 
 @op("split_dims")
@@ -573,26 +586,62 @@ def _conv_like(layer, src, in_dim, in_spatial_dims, out_spatial_dims, out, fn):
 
 
 def _set_out_sizes(in_spatial_dims, out_spatial_dims, filter_size, padding, strides, dilation_rate):
-    for d_in, d_out, fs, st, dil in zip(in_spatial_dims, out_spatial_dims, filter_size, strides, dilation_rate):
+    paddings = padding if isinstance(padding, (list, tuple)) else [padding] * len(in_spatial_dims)
+    for d_in, d_out, fs, st, dil, pad in zip(in_spatial_dims, out_spatial_dims, filter_size, strides, dilation_rate,
+                                            paddings):
         if d_out.dimension is not None or d_out.complete_dyn_size() is not None:
             continue
         size = d_in.complete_dyn_size()
-        if padding == "valid":
+        if isinstance(pad, int):
+            size = size + 2 * pad - (fs - 1) * dil
+        elif pad == "valid":
             size = size - (fs - 1) * dil
         d_out.dyn_size = tf.maximum((size + st - 1) // st, 0)
 
 
+def _explicit_pad(x, padding, value):
+    """[B', *spatial, C] padded by the ints of padding on both sides of each spatial axis; -> (x, TF padding)."""
+    if isinstance(padding, str):
+        return x, padding.upper()
+    pads = [[0, 0]] + [[p, p] for p in padding] + [[0, 0]]
+    return tf.pad(x, pads, constant_values=value), "VALID"
+
+
+def _grouped_conv(x, w, groups, strides, padding, dilation_rate):
+    """Grouped conv of x [B', *spatial, in] with w [*k, in // groups, out]; depthwise (in = groups) in one op."""
+    n_in, n_out = x.shape[-1], w.shape[-1]
+    nd = len(strides)
+    if groups == n_in and nd <= 2 and n_out % n_in == 0:
+        if nd == 1:  # as 2D with a spatial axis of size 1
+            x, w = x[:, None], w[None]
+        w = tf.reshape(w, list(w.shape[:-2]) + [n_in, n_out // n_in])
+        y = tf.nn.depthwise_conv2d(x, w, strides=[1] + ([1] if nd == 1 else []) + list(strides) + [1],
+                                   padding=padding, dilations=([1] if nd == 1 else []) + list(dilation_rate))
+        return y[:, 0] if nd == 1 else y
+    xs = tf.split(x, groups, axis=-1)
+    ws = tf.split(w, groups, axis=-1)
+    return tf.concat([tf.nn.convolution(xi, wi, strides=list(strides), padding=padding,
+                                        dilations=list(dilation_rate)) for xi, wi in zip(xs, ws)], axis=-1)
+
+
 @op("conv")
 def _conv(layer, inputs, out, in_dim, out_dim, in_spatial_dims, out_spatial_dims, filter_size, padding, strides,
-          dilation_rate):
+          dilation_rate, groups=1):
     src, filt = inputs[:2]
-    w = align_exact(filt, list(filter_size) + [in_dim, out_dim])
+    fs_dims = list(filter_size)
+    if list(filt.dims[2:]) == fs_dims and filt.dims[0] == out_dim:  # the rf param's order [out, in, *k]
+        n = len(fs_dims)
+        w = tf.transpose(filt.placeholder, list(range(2, 2 + n)) + [1, 0])
+    else:
+        w = align_exact(filt, fs_dims + [in_dim, out_dim])
     _set_out_sizes(in_spatial_dims, out_spatial_dims, [d.dimension for d in filter_size], padding, strides,
                    dilation_rate)
 
     def fn(x):
-        return tf.nn.convolution(x, w, strides=list(strides), padding=padding.upper(),
-                                 dilations=list(dilation_rate))
+        x, tf_padding = _explicit_pad(x, padding, 0.0)
+        if groups > 1:
+            return _grouped_conv(x, w, groups, strides, tf_padding, dilation_rate)
+        return tf.nn.convolution(x, w, strides=list(strides), padding=tf_padding, dilations=list(dilation_rate))
 
     y = _conv_like(layer, src, in_dim, in_spatial_dims, out_spatial_dims, out, fn)
     if len(inputs) > 2:
@@ -607,8 +656,9 @@ def _pool(layer, inputs, out, mode, pool_size, padding, dilation_rate, strides, 
     _set_out_sizes(in_spatial_dims, out_spatial_dims, pool_size, padding, strides, dilation_rate)
 
     def fn(x):
+        x, tf_padding = _explicit_pad(x, padding, float("-inf") if mode == "max" else 0.0)
         return tf.nn.pool(x, window_shape=list(pool_size), pooling_type=mode.upper(), strides=list(strides),
-                          padding=padding.upper(), dilations=list(dilation_rate))
+                          padding=tf_padding, dilations=list(dilation_rate))
 
     return _conv_like(layer, src, in_dim, in_spatial_dims, out_spatial_dims, out, fn)
 

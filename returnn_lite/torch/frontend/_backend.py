@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 from ...data import Data, Dim, batch_dim, single_step_dim
 from ...frontend._backend import Backend
-from ...frontend._utils import FrontendError, call_site, concat_out_dims, dims_str, is_tensor
+from ...frontend._utils import FrontendError, axes_of, call_site, concat_out_dims, dims_str, has_repeated_dim, is_tensor
 from ...util import NotSpecified
 
 _DTYPES = {
@@ -52,9 +52,14 @@ def _align(t, out_dims):
     own = list(dims)
     perm = []
     shape = []
+    if has_repeated_dim(own):  # e.g. a [d, d] weight: its axes by match priority
+        present = [d for d in out_dims if d in own]
+        order = dict(zip([id(d) for d in present], axes_of(own, present)))
+    else:
+        order = None
     for d in out_dims:
         if d in own:
-            i = own.index(d)
+            i = own.index(d) if order is None else order[id(d)]
             perm.append(i)
             shape.append(x.shape[i])
         else:
@@ -168,6 +173,8 @@ def _transposed(t, dims):
     if tuple(dims) == tuple(t.dims):
         return t.placeholder
     own = list(t.dims)
+    if has_repeated_dim(own):
+        return t.placeholder.permute(axes_of(own, dims))
     return t.placeholder.permute([own.index(d) for d in dims])
 
 
@@ -315,10 +322,13 @@ class TorchBackend(Backend):
         return _new("dim_value", [], torch.tensor(_dim_len(dim), dtype=torch.int32))
 
     @staticmethod
-    def dim_size_tensor(dim):
+    def dim_size_tensor(dim, *, device=None):
         if dim.dimension is not None or dim.is_batch_dim():
-            return TorchBackend.dim_value_tensor(dim)
+            res = TorchBackend.dim_value_tensor(dim)
+            return res if device is None else _new(res.name, [], res.placeholder.to(device))
         raw, dims = _sizes(dim)
+        if device is not None:
+            raw = raw.to(device, non_blocking=True)
         return _new("%s:size" % dim.description, dims, raw)
 
     # ---- params ----
@@ -442,8 +452,12 @@ class TorchBackend(Backend):
     def reduce(source, *, mode, axis, use_mask=True):
         axes = [axis] if isinstance(axis, Dim) else list(axis)
         dims = list(source.dims)
-        rest = [d for d in dims if d not in axes]
-        idx = [dims.index(a) for a in axes]
+        if has_repeated_dim(dims):
+            idx = axes_of(dims, axes)
+            rest = [d for i, d in enumerate(dims) if i not in idx]
+        else:
+            rest = [d for d in dims if d not in axes]
+            idx = [dims.index(a) for a in axes]
         x = source.placeholder
         dyn = [a for a in axes if _is_dyn(a)] if use_mask else []
         if mode in ("argmax", "argmin"):
@@ -519,6 +533,8 @@ class TorchBackend(Backend):
         # fast path: [..., r] x [r, o] (e.g. Linear)
         if len(reduce) == 1 and len(bd) == 2 and ad[-1] is reduce[0] and bd[0] is reduce[0] and bd[1] not in ad:
             return _new("dot", ad[:-1] + (bd[1],), torch.matmul(xa, xb))
+        if has_repeated_dim(ad) or has_repeated_dim(bd):
+            return _matmul_repeated_dims(ad, bd, xa, xb, reduce)
         out = [d for d in ad if d not in reduce] + [d for d in bd if d not in reduce and d not in ad]
         letters = {}
         for d in list(ad) + list(bd):
@@ -532,7 +548,8 @@ class TorchBackend(Backend):
     @staticmethod
     def concat(*sources, allow_broadcast=False, out_dim):
         dims = concat_out_dims(sources, out_dim)
-        if any(_is_dyn(a) for _, a in sources):
+        if any(_is_dyn(a) for _, a in sources) and all(
+                d in dims for _, a in sources if _is_dyn(a) for d in _sizes(a)[1]):
             return _concat_dynamic(sources, dims, out_dim, allow_broadcast)
         oidx = dims.index(out_dim)
         shape = [_dim_len(d) if d != out_dim else -1 for d in dims]
@@ -629,6 +646,8 @@ class TorchBackend(Backend):
     @staticmethod
     def slice(source, *, axis, start=None, end=None, step=None, size=None, out_dim):
         dims = list(source.dims)
+        if isinstance(size, Dim):  # [start:start + size] with a (maybe dynamic) size Dim
+            end = (start or 0) + _dim_len(size)
         sl = [slice(None)] * len(dims)
         sl[dims.index(axis)] = slice(start, end, step)
         return _new("slice", [out_dim if d == axis else d for d in dims], source.placeholder[tuple(sl)],
@@ -711,8 +730,8 @@ class TorchBackend(Backend):
 
     @staticmethod
     def replace_dim(source, *, in_dim, out_dim):
-        if _is_dyn(out_dim) and _is_dyn(in_dim) and out_dim != in_dim:
-            sizes, sdims = _sizes(in_dim)
+        if _is_dyn(out_dim) and _is_dyn(in_dim) and out_dim != in_dim and out_dim.dyn_size_ext is None:
+            sizes, sdims = _sizes(in_dim)  # (an out_dim with sizes of its own, e.g. Dim(size_tensor), keeps them)
             _set_sizes(out_dim, sizes, sdims)
         return _new(source.name, [out_dim if d == in_dim else d for d in source.dims], source.placeholder,
                     sparse_dim=source.sparse_dim)
@@ -798,6 +817,19 @@ class TorchBackend(Backend):
 
     # ---- nn ----
     @staticmethod
+    def layer_norm(x, *, in_dim, scale, bias, eps):
+        """Fused rf.LayerNorm (one F.layer_norm instead of ~8 elementwise ops); in_dim moves last."""
+        axes = [i for i, d in enumerate(x.dims) if d == in_dim]
+        if len(axes) != 1:
+            raise FrontendError("rf.LayerNorm at %s: in_dim %s must be exactly one axis of %s" % (
+                call_site(), in_dim.short_repr(), dims_str(x.dims)))
+        dims = [d for i, d in enumerate(x.dims) if i != axes[0]] + [x.dims[axes[0]]]
+        raw = x.placeholder if axes[0] == len(x.dims) - 1 else x.placeholder.movedim(axes[0], -1)
+        y = F.layer_norm(raw, (raw.shape[-1],), weight=scale.placeholder,
+                         bias=None if bias is None else bias.placeholder, eps=eps)
+        return _new("layer_norm", dims, y)
+
+    @staticmethod
     def batch_norm(source, *, in_dim, running_mean, running_variance, gamma, beta, epsilon, momentum, affine,
                    use_mask):
         from ...frontend.run_ctx import get_run_ctx
@@ -832,11 +864,29 @@ class TorchBackend(Backend):
         ks = [d.dimension for d in filter_size]
         x, batch_like, shape_b = _to_nc(source, in_dim, in_spatial_dims)
         x = _same_pad(x, padding, ks, strides, dilation_rate, 0.0)
-        w = _transposed(filter, [out_dim, in_dim] + list(filter_size))
+        w = _conv_filter(filter, out_dim, filter_size)
         fn = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}[n]
-        y = fn(x, w, None if bias is None else _transposed(bias, [out_dim]), stride=strides, dilation=dilation_rate)
+        y = fn(x, w, None if bias is None else _transposed(bias, [out_dim]), stride=strides, dilation=dilation_rate,
+               padding=tuple(padding) if isinstance(padding, (list, tuple)) else 0, groups=groups or 1)
         _set_conv_out_sizes(in_spatial_dims, out_spatial_dims, ks, padding, strides, dilation_rate)
         return _from_nc(y, shape_b, batch_like, in_dim, out_dim, in_spatial_dims, out_spatial_dims, source)
+
+    @staticmethod
+    def stft(x, *, in_spatial_dim, frame_step, frame_size, fft_length, frame_pad_left, window, out_spatial_dim,
+             out_dim):
+        """Frames of frame_size every frame_step, padded to fft_length, times window, rfft (see rf.stft)."""
+        batch_like = [d for d in x.dims if d != in_spatial_dim]
+        raw = _transposed(x, batch_like + [in_spatial_dim])
+        if raw.shape[-1] < frame_size:
+            raise FrontendError("rf.stft at %s: %i samples are fewer than one frame (%i)" % (
+                call_site(), raw.shape[-1], frame_size))
+        frames = raw.unfold(-1, frame_size, frame_step)
+        if fft_length > frame_size:
+            frames = F.pad(frames, (frame_pad_left, fft_length - frame_size - frame_pad_left))
+        frames = frames * torch.as_tensor(window, dtype=frames.dtype, device=frames.device)
+        y = torch.fft.rfft(frames, n=fft_length)
+        _set_conv_out_sizes([in_spatial_dim], [out_spatial_dim], [frame_size], "valid", [frame_step], [1])
+        return _new("stft", batch_like + [out_spatial_dim, out_dim], y)
 
     @staticmethod
     def pool(source, *, mode, pool_size, padding="valid", dilation_rate=1, strides, in_spatial_dims,
@@ -849,6 +899,7 @@ class TorchBackend(Backend):
         n = len(in_spatial_dims)
         x, batch_like, shape_b = _to_nc(source, feat, in_spatial_dims)
         pool_size, strides, dilation_rate = tuple(pool_size), tuple(strides), tuple(dilation_rate)
+        x = _int_pad(x, padding, float("-inf") if mode == "max" else 0.0)
         if mode == "max":
             x = _same_pad(x, padding, pool_size, strides, dilation_rate, float("-inf"))
             fn = {1: F.max_pool1d, 2: F.max_pool2d, 3: F.max_pool3d}[n]
@@ -992,6 +1043,31 @@ class TorchBackend(Backend):
 _LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 
+def _matmul_repeated_dims(ad, bd, xa, xb, reduce):
+    """matmul where a or b has a Dim twice (e.g. the [d, d] weight of rf.Linear(d, d)): axes by match priority."""
+    ra, rb = axes_of(ad, reduce), axes_of(bd, reduce)
+    la, lb = [None] * len(ad), [None] * len(bd)
+    letters = iter(_LETTERS)
+    for i, j in zip(ra, rb):
+        la[i] = lb[j] = next(letters)
+    out, out_letters = [], []
+    for i, d in enumerate(ad):
+        if la[i] is None:
+            la[i] = next(letters)
+            out.append(d)
+            out_letters.append(la[i])
+            free = [j for j in range(len(bd)) if lb[j] is None]
+            if any(bd[j] == d for j in free):  # a common (batch-like) dim: the same letter in b
+                lb[axes_of(bd, [d], taken=[j for j in range(len(bd)) if j not in free])[0]] = la[i]
+    for j, d in enumerate(bd):
+        if lb[j] is None:
+            lb[j] = next(letters)
+            out.append(d)
+            out_letters.append(lb[j])
+    eq = "%s,%s->%s" % ("".join(la), "".join(lb), "".join(out_letters))
+    return _new("dot", out, torch.einsum(eq, xa, xb))
+
+
 def _scan_cond(*, spatial_dim, initial, ys, body, cond, cond_dims, cond_before_body, max_seq_len):
     """rf.scan with cond, eagerly: while cond(None, s) is True for some sequence (and fewer than max_seq_len steps),
     s = body(None, s) for all; per sequence, its number of steps with cond True (the new dim's lengths), its ys
@@ -1133,9 +1209,28 @@ def _from_nc(y, shape_b, batch_like, in_dim, out_feat, in_spatial_dims, out_spat
     return _new("conv", res, _transposed(_new("y", y_dims, y), res))
 
 
+def _conv_filter(filter, out_dim, filter_size):  # noqa: A002
+    """The rf conv filter [out, in // groups, *filter_size] as torch's weight (its in dim may equal out_dim)."""
+    dims = list(filter.dims)
+    if dims[0] == out_dim and dims[2:] == list(filter_size):
+        return filter.placeholder
+    in_dims = [d for d in dims if d != out_dim and d not in filter_size]
+    return _transposed(filter, [out_dim] + in_dims + list(filter_size))
+
+
+def _int_pad(x, padding, value):
+    """Explicit int padding (both sides) of the spatial axes of [N, C, *spatial]; 'same'/'valid' unchanged."""
+    if not isinstance(padding, (list, tuple)) or not any(padding):
+        return x
+    flat = []
+    for p in reversed(padding):
+        flat += [p, p]
+    return F.pad(x, flat, mode="constant", value=value)
+
+
 def _same_pad(x, padding, ks, strides, dilation_rate, value):
     """TF "same" padding (more on the right) of the spatial axes of [N, C, *spatial]."""
-    if padding.lower() != "same":
+    if not isinstance(padding, str) or padding.lower() != "same":
         return x
     pads = []
     for i, (k, s, d) in enumerate(zip(ks, strides, dilation_rate)):
@@ -1156,7 +1251,9 @@ def _set_conv_out_sizes(in_spatial_dims, out_spatial_dims, ks, padding, strides,
         if not _is_dyn(d_out) or d_out == d_in:
             continue
         size, sdims = _sizes(d_in)
-        if padding.lower() == "valid":
+        if isinstance(padding, (list, tuple)):
+            size = size + 2 * padding[list(in_spatial_dims).index(d_in)] - (k - 1) * dil
+        elif padding.lower() == "valid":
             size = size - (k - 1) * dil
         _set_sizes(d_out, torch.clamp(torch.div(size + s - 1, s, rounding_mode="floor"), min=0), sdims)
 

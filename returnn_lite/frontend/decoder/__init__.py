@@ -1,0 +1,1 @@
+"""rf decoders (as the original's ``returnn.frontend.decoder``): :mod:`.transformer`."""

@@ -1,0 +1,75 @@
+"""rf's defaults: float dtype, device; rf.copy_to_device; rf.control_flow_ctx."""
+
+from __future__ import annotations
+
+import contextlib
+
+from ._utils import error, is_tensor
+
+__all__ = ["get_default_float_dtype", "set_default_float_dtype", "get_default_device", "set_default_device",
+           "copy_to_device", "control_flow_ctx", "dropout_broadcast_default"]
+
+_default_float_dtype = ["float32"]
+_default_device = [None]
+
+
+def get_default_float_dtype():
+    """The dtype of new float params and constants ("float32" unless set)."""
+    return _default_float_dtype[0]
+
+
+def set_default_float_dtype(dtype):
+    if dtype not in ("float16", "bfloat16", "float32", "float64"):
+        raise error("set_default_float_dtype", "not a float dtype: %r" % (dtype,))
+    _default_float_dtype[0] = dtype
+
+
+def get_default_device():
+    """The device of new tensors (None: the backend's default, e.g. CPU)."""
+    return _default_device[0]
+
+
+def set_default_device(device):
+    _default_device[0] = device
+
+
+def copy_to_device(x, device=None):
+    """x on ``device`` (None: the default device); non-Tensors as they are; no-op on the layers backend."""
+    if not is_tensor(x) or x.placeholder is None:
+        return x
+    if device is None:
+        device = get_default_device()
+    if device is None:
+        return x
+    from ._backend import get_backend_for_tensor
+
+    backend = get_backend_for_tensor(x)
+    copy = getattr(backend, "copy_to_device", None)
+    if copy is None or not backend.executing_eagerly():
+        return x
+    return copy(x, device)
+
+
+@contextlib.contextmanager
+def control_flow_ctx(ctx=None):
+    """
+    The original computes things outside of loops/conds with ``control_flow_ctx(None)``; here ops are created in the
+    context they are called in (both backends handle a loop-invariant op inside a loop), so this is a no-op scope.
+    """
+    yield ctx
+
+
+def dropout_broadcast_default():
+    """
+    Whether dropout shares its mask over all dims but the given axis by default: config ``rf_dropout_broadcast``,
+    else True up to behavior version 18 (the original's old default), else False.
+    """
+    from ..compat.util_basic import BehaviorVersion
+    from ..config import get_global_config
+
+    config = get_global_config(raise_exception=False)
+    if config:
+        opt = config.bool("rf_dropout_broadcast", None)
+        if opt is not None:
+            return opt
+    return BehaviorVersion.get() <= 18

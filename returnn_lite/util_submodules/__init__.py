@@ -1,0 +1,1 @@
+"""Submodules of returnn_lite.util (basic, math), importable as ``returnn_lite.util.<name>``."""
