@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ...data import Data, Dim, batch_dim, single_step_dim
+from ...tensor import Dim, Tensor, batch_dim, single_step_dim
 from ...frontend._backend import Backend
 from ...frontend._utils import FrontendError, axes_of, call_site, concat_out_dims, dims_str, has_repeated_dim, is_tensor
 from ...util import NotSpecified
@@ -33,14 +33,12 @@ def _dtype_name(raw):
     return _DTYPE_NAMES[raw.dtype]
 
 
+_from_raw = Tensor.from_raw
+
+
 def _new(name, dims, raw, sparse_dim=None, dtype=None):
-    """A Data (= rf Tensor) around a torch tensor, without the (TF-dtype-checking) Data constructor."""
-    t = Data.__new__(Data)
-    t.__dict__.update(
-        name=name, available_for_inference=True, vocab=None, dims=tuple(dims), _time_dim_axis=NotSpecified,
-        _feature_dim_axis=NotSpecified, sparse_dim=sparse_dim, dtype=dtype or _DTYPE_NAMES[raw.dtype],
-        placeholder=raw, beam=None)
-    return t
+    """An rf Tensor around a torch tensor (:meth:`Tensor.from_raw`: no checks, a few microseconds per rf op)."""
+    return _from_raw(name, tuple(dims), dtype or _DTYPE_NAMES[raw.dtype], raw, sparse_dim)
 
 
 def _align(t, out_dims):
@@ -279,6 +277,36 @@ class TorchBackend(Backend):
     @staticmethod
     def expand_dims_raw(raw_tensor, axis):
         return raw_tensor.unsqueeze(axis)
+
+    @staticmethod
+    def get_dim_raw(raw_tensor, axis):
+        return raw_tensor.shape[axis]
+
+    @staticmethod
+    def transpose_raw(raw_tensor, perm):
+        return raw_tensor.permute(perm)
+
+    @staticmethod
+    def squeeze_raw(raw_tensor, axes):
+        for a in sorted((a % raw_tensor.dim() for a in axes), reverse=True):
+            raw_tensor = raw_tensor.squeeze(a)
+        return raw_tensor
+
+    @staticmethod
+    def reshape_raw(raw_tensor, shape):
+        return raw_tensor.reshape([int(s) for s in shape])
+
+    @staticmethod
+    def tile_raw(raw_tensor, multiples):
+        return raw_tensor.repeat([int(m) for m in multiples])
+
+    @staticmethod
+    def reduce_max_raw(raw_tensor):
+        return int(raw_tensor.max()) if raw_tensor.numel() else 0
+
+    @staticmethod
+    def sequence_mask_raw(lengths, max_len):
+        return torch.arange(int(max_len), device=lengths.device) < lengths.unsqueeze(-1)
 
     @staticmethod
     def expand_raw(raw_tensor, axis, dim):
