@@ -16,6 +16,7 @@ from ._backend import (  # noqa: F401
     Backend, get_backend_by_raw_tensor_type, get_backend_for_dims, get_backend_for_tensor, get_selected_backend,
     is_backend_selected, select_backend_returnn_layers_tf, select_backend_tf, select_backend_torch)
 from ._utils import FrontendError  # noqa: F401
+from .device import copy_to_device, get_default_device, set_default_device, set_default_device_ctx  # noqa: F401
 from .dims import dim_match_priority_when_needed  # noqa: F401
 from .array_ import *  # noqa: F401,F403
 from .array_ import slice  # noqa: F401 (shadows the builtin on purpose, as the original)

@@ -14,7 +14,7 @@ def convert_to_tensor(value, *, dims=(), dtype=None, sparse_dim=None, name=None,
         dtype = "float32" if isinstance(value, float) else "bool" if isinstance(value, bool) else \
             "int32" if isinstance(value, int) else str(getattr(value, "dtype", "float32"))
     return (_backend or get_selected_backend()).convert_to_tensor(
-        value, dims=list(dims), dtype=dtype, sparse_dim=sparse_dim, name=name)
+        value, dims=list(dims), dtype=dtype, sparse_dim=sparse_dim, name=name, device=device)
 
 
 constant = convert_to_tensor
@@ -25,23 +25,23 @@ def full(*, dims, fill_value, dtype=None, sparse_dim=None, feature_dim=None, dev
         dtype = fill_value.dtype if is_tensor(fill_value) else "float32" if isinstance(fill_value, float) else \
             "bool" if isinstance(fill_value, bool) else "int32"
     return get_selected_backend().full(list(dims), fill_value, dtype=dtype, sparse_dim=sparse_dim,
-                                       feature_dim=feature_dim)
+                                       feature_dim=feature_dim, device=device)
 
 
 def zeros(dims, *, dtype="float32", sparse_dim=None, feature_dim=None, device=None):
-    return full(dims=dims, fill_value=0, dtype=dtype, sparse_dim=sparse_dim, feature_dim=feature_dim)
+    return full(dims=dims, fill_value=0, dtype=dtype, sparse_dim=sparse_dim, feature_dim=feature_dim, device=device)
 
 
 def ones(dims, *, dtype="float32", sparse_dim=None, feature_dim=None, device=None):
-    return full(dims=dims, fill_value=1, dtype=dtype, sparse_dim=sparse_dim, feature_dim=feature_dim)
+    return full(dims=dims, fill_value=1, dtype=dtype, sparse_dim=sparse_dim, feature_dim=feature_dim, device=device)
 
 
 def zeros_like(x):
-    return zeros(x.dims, dtype=x.dtype, sparse_dim=x.sparse_dim)
+    return zeros(x.dims, dtype=x.dtype, sparse_dim=x.sparse_dim, device=x.device)
 
 
 def ones_like(x):
-    return ones(x.dims, dtype=x.dtype, sparse_dim=x.sparse_dim)
+    return ones(x.dims, dtype=x.dtype, sparse_dim=x.sparse_dim, device=x.device)
 
 
 def copy(x):
@@ -54,7 +54,7 @@ def stop_gradient(x):
 
 def range_over_dim(dim, *, dtype=None, device=None):
     """[dim] -> 0, 1, ..., (int32, sparse_dim=dim)."""
-    return get_selected_backend().range_over_dim(dim, dtype=dtype or "int32")
+    return get_selected_backend().range_over_dim(dim, dtype=dtype or "int32", device=device)
 
 
 def dim_value(dim):
@@ -62,15 +62,18 @@ def dim_value(dim):
     return get_selected_backend().dim_value_tensor(dim)
 
 
-def sequence_mask(dims):
-    """Bool Tensor, True within the sequence lengths of the dynamic dims among ``dims``."""
+def sequence_mask(dims, *, device=None):
+    """Bool Tensor, True within the sequence lengths of the dynamic dims among ``dims`` (on ``device``, default:
+    rf's default device; the lengths are copied there)."""
     from . import math_
 
     mask = None
     for d in as_dims(dims):
         if d.dimension is not None or d.is_batch_dim():
             continue
-        m = math_.compare(range_over_dim(d), "less", d.get_size_tensor(), allow_broadcast_all_sources=True)
+        positions = range_over_dim(d, device=device)
+        m = math_.compare(positions, "less", d.get_size_tensor(device=positions.device),
+                          allow_broadcast_all_sources=True)
         mask = m if mask is None else math_.logical_and(mask, m, allow_broadcast_all_sources=True)
     return mask
 

@@ -25,7 +25,8 @@ class Parameter(Tensor):
         from ._backend import _global_backend
 
         if _global_backend[0] is not None and _global_backend[0].executing_eagerly():
-            _global_backend[0].create_parameter_raw(self)  # eager backends (torch): the param exists right away
+            # eager backends (torch): the param exists right away (on device, else rf's default device)
+            _global_backend[0].create_parameter_raw(self, device=device)
 
     @property
     def initial(self):

@@ -480,7 +480,7 @@ class ReturnnLayersBackend(Backend):
 
     @staticmethod
     def random(*, dims, dtype, distribution, mean=None, stddev=None, bound=None, minval=None, maxval=None,
-               seed=None, sparse_dim=None):
+               seed=None, sparse_dim=None, device=None):  # (device: no meaning for layers)
         return _norm.random(dims=dims, dtype=dtype, distribution=distribution, mean=mean, stddev=stddev, bound=bound,
                             minval=minval, maxval=maxval, seed=seed, sparse_dim=sparse_dim)
 
