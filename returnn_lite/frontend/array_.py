@@ -14,7 +14,7 @@ def convert_to_tensor(value, *, dims=(), dtype=None, sparse_dim=None, name=None,
         dtype = "float32" if isinstance(value, float) else "bool" if isinstance(value, bool) else \
             "int32" if isinstance(value, int) else str(getattr(value, "dtype", "float32"))
     return (_backend or get_selected_backend()).convert_to_tensor(
-        value, dims=list(dims), dtype=dtype, sparse_dim=sparse_dim, name=name)
+        value, dims=list(dims), dtype=dtype, sparse_dim=sparse_dim, name=name, device=device)
 
 
 constant = convert_to_tensor
@@ -25,23 +25,23 @@ def full(*, dims, fill_value, dtype=None, sparse_dim=None, feature_dim=None, dev
         dtype = fill_value.dtype if is_tensor(fill_value) else "float32" if isinstance(fill_value, float) else \
             "bool" if isinstance(fill_value, bool) else "int32"
     return get_selected_backend().full(list(dims), fill_value, dtype=dtype, sparse_dim=sparse_dim,
-                                       feature_dim=feature_dim)
+                                       feature_dim=feature_dim, device=device)
 
 
 def zeros(dims, *, dtype="float32", sparse_dim=None, feature_dim=None, device=None):
-    return full(dims=dims, fill_value=0, dtype=dtype, sparse_dim=sparse_dim, feature_dim=feature_dim)
+    return full(dims=dims, fill_value=0, dtype=dtype, sparse_dim=sparse_dim, feature_dim=feature_dim, device=device)
 
 
 def ones(dims, *, dtype="float32", sparse_dim=None, feature_dim=None, device=None):
-    return full(dims=dims, fill_value=1, dtype=dtype, sparse_dim=sparse_dim, feature_dim=feature_dim)
+    return full(dims=dims, fill_value=1, dtype=dtype, sparse_dim=sparse_dim, feature_dim=feature_dim, device=device)
 
 
 def zeros_like(x):
-    return zeros(x.dims, dtype=x.dtype, sparse_dim=x.sparse_dim)
+    return zeros(x.dims, dtype=x.dtype, sparse_dim=x.sparse_dim, device=x.device)
 
 
 def ones_like(x):
-    return ones(x.dims, dtype=x.dtype, sparse_dim=x.sparse_dim)
+    return ones(x.dims, dtype=x.dtype, sparse_dim=x.sparse_dim, device=x.device)
 
 
 def copy(x):
@@ -54,7 +54,7 @@ def stop_gradient(x):
 
 def range_over_dim(dim, *, dtype=None, device=None):
     """[dim] -> 0, 1, ..., (int32, sparse_dim=dim)."""
-    return get_selected_backend().range_over_dim(dim, dtype=dtype or "int32")
+    return get_selected_backend().range_over_dim(dim, dtype=dtype or "int32", device=device)
 
 
 def dim_value(dim):
@@ -62,15 +62,18 @@ def dim_value(dim):
     return get_selected_backend().dim_value_tensor(dim)
 
 
-def sequence_mask(dims):
-    """Bool Tensor, True within the sequence lengths of the dynamic dims among ``dims``."""
+def sequence_mask(dims, *, device=None):
+    """Bool Tensor, True within the sequence lengths of the dynamic dims among ``dims`` (on ``device``, default:
+    rf's default device; the lengths are copied there)."""
     from . import math_
 
     mask = None
     for d in as_dims(dims):
         if d.dimension is not None or d.is_batch_dim():
             continue
-        m = math_.compare(range_over_dim(d), "less", d.get_size_tensor(), allow_broadcast_all_sources=True)
+        positions = range_over_dim(d, device=device)
+        m = math_.compare(positions, "less", d.get_size_tensor(device=positions.device),
+                          allow_broadcast_all_sources=True)
         mask = m if mask is None else math_.logical_and(mask, m, allow_broadcast_all_sources=True)
     return mask
 
@@ -137,9 +140,9 @@ def pad(source, *, axes, padding, out_dims=None, mode="constant", value=None, ha
             if a.dimension is not None and o.dimension is not None and o.dimension != a.dimension + left + right:
                 raise error("pad", "out dim %s does not match %s padded by %r" % (
                     o.short_repr(), a.short_repr(), (left, right)))
-            if o.dimension is None and o is not a and o.__dict__.get("_derived_from") is None and \
+            if o.dimension is None and o is not a and o.derived_from is None and \
                     o.dyn_size is None and a.dimension is None:
-                o.__dict__["_derived_from"] = ("add", (a, left + right))
+                o.derived_from = ("add", (a, left + right))
     out = get_backend_for_tensor(source).pad(
         source, axes=axes, padding=padding, out_dims=out_dims, handle_dynamic_dims=handle_dynamic_dims, mode=mode,
         value=0 if value is None else value)
@@ -170,7 +173,7 @@ def gather(source, *, indices, axis=None, clip_to_valid=False):
 
 def slice(source, *, axis, start=None, end=None, step=None, size=None, out_dim=None):  # noqa: A001
     """Static slice [start:end:step] of axis -> (Tensor, out_dim)."""
-    from ..data import Dim
+    from ..tensor import Dim
 
     check_dims_in("slice", source, [axis])
     for v in (start, end, step):
@@ -196,7 +199,7 @@ def slice(source, *, axis, start=None, end=None, step=None, size=None, out_dim=N
 def _slice_dynamic(source, *, axis, start, end, step, size, out_dim):
     """Slices of a dynamic axis: ``[start:]`` (-> axis - start) or ``[start:start + size]`` with a Dim size (padded
     lengths; the size Dim keeps its own lengths)."""
-    from ..data import Dim
+    from ..tensor import Dim
 
     start = start or 0
     if step not in (None, 1) or start < 0:
@@ -212,7 +215,7 @@ def _slice_dynamic(source, *, axis, start, end, step, size, out_dim):
     if out_dim is None:
         out_dim = axis - start if start else axis.copy(same_as_self=False, description="%s:slice" % axis.description)
         if not start:
-            out_dim.__dict__["_derived_from"] = ("add", (axis, 0))
+            out_dim.derived_from = ("add", (axis, 0))
     return backend.slice(source, axis=axis, start=start, end=None, step=None, size=None, out_dim=out_dim), out_dim
 
 
@@ -284,13 +287,13 @@ def squeeze(source, axis):
 
 def replace_dim(source, *, in_dim, out_dim=None):
     """The same values with ``in_dim`` replaced by ``out_dim`` (same size; new dim by default) -> (Tensor, out_dim)."""
-    from ..data import Dim
+    from ..tensor import Dim
 
     check_dims_in("replace_dim", source, [in_dim])
     if out_dim is None:
         out_dim = in_dim.copy(same_as_self=False, description="%s:replaced" % in_dim.description)
         if in_dim.dimension is None:
-            out_dim.__dict__["_derived_from"] = ("add", (in_dim, 0))
+            out_dim.derived_from = ("add", (in_dim, 0))
     if not isinstance(out_dim, Dim):
         raise error("replace_dim", "out_dim must be a Dim")
     return get_backend_for_tensor(source).replace_dim(source, in_dim=in_dim, out_dim=out_dim), out_dim
@@ -309,7 +312,7 @@ def cum_concat_step(source, *, prev_accum, axis, out_spatial_dim=None):
 
 def stack(sources, *, out_dim=None):
     """Tensors with the same dims stacked along a new (static) dim -> (Tensor, out_dim)."""
-    from ..data import Dim
+    from ..tensor import Dim
 
     sources = list(sources)
     if not sources or not all(is_tensor(s) for s in sources):

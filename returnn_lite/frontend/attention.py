@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import math
 
-from ..data import Dim, single_step_dim
+from ..tensor import Dim, single_step_dim
 from . import array_, math_
 from ._utils import error, is_tensor
 from .module import Glorot, Module, Parameter
@@ -149,7 +149,7 @@ def _kv_dim_like(axis):
     if axis.dimension is not None:
         return Dim(axis.dimension, name="%s:kv" % axis.description)
     kv_axis = axis.copy(same_as_self=False, description="%s:kv" % axis.description)
-    kv_axis.__dict__["_derived_from"] = ("add", (axis, 0))  # its lengths are axis' (also for the layers backend)
+    kv_axis.derived_from = ("add", (axis, 0))  # its lengths are axis' (also for the layers backend)
     return kv_axis
 
 
@@ -580,7 +580,8 @@ def sinusoidal_positional_encoding(*, spatial_dim, feat_dim, offset=None, base=1
     Absolute sinusoidal positional encoding [spatial_dim, feat_dim] (a single step: [feat_dim] at position
     ``offset``): first half sin(pos * w_i), second half cos(pos * w_i), w_i = base^(-i / (F/2 - 1)).
     """
-    from .defaults import copy_to_device, get_default_float_dtype
+    from .defaults import get_default_float_dtype
+    from .device import copy_to_device
 
     _check_even(feat_dim, "sinusoidal_positional_encoding")
     if spatial_dim == single_step_dim:

@@ -11,7 +11,7 @@ that they do not leak into the last frames; the default follows the config (``rf
 
 from __future__ import annotations
 
-from ..data import Dim
+from ..tensor import Dim
 from . import array_, math_
 from ._backend import get_backend_for_tensor
 from ._utils import check_dims_in, error, is_tensor

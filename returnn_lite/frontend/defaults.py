@@ -1,16 +1,14 @@
-"""rf's defaults: float dtype, device; rf.copy_to_device; rf.control_flow_ctx."""
+"""rf's defaults: float dtype, rf.control_flow_ctx, dropout broadcasting (the default device: device.py)."""
 
 from __future__ import annotations
 
 import contextlib
 
-from ._utils import error, is_tensor
+from ._utils import error
 
-__all__ = ["get_default_float_dtype", "set_default_float_dtype", "get_default_device", "set_default_device",
-           "copy_to_device", "control_flow_ctx", "dropout_broadcast_default"]
+__all__ = ["get_default_float_dtype", "set_default_float_dtype", "control_flow_ctx", "dropout_broadcast_default"]
 
 _default_float_dtype = ["float32"]
-_default_device = [None]
 
 
 def get_default_float_dtype():
@@ -22,32 +20,6 @@ def set_default_float_dtype(dtype):
     if dtype not in ("float16", "bfloat16", "float32", "float64"):
         raise error("set_default_float_dtype", "not a float dtype: %r" % (dtype,))
     _default_float_dtype[0] = dtype
-
-
-def get_default_device():
-    """The device of new tensors (None: the backend's default, e.g. CPU)."""
-    return _default_device[0]
-
-
-def set_default_device(device):
-    _default_device[0] = device
-
-
-def copy_to_device(x, device=None):
-    """x on ``device`` (None: the default device); non-Tensors as they are; no-op on the layers backend."""
-    if not is_tensor(x) or x.placeholder is None:
-        return x
-    if device is None:
-        device = get_default_device()
-    if device is None:
-        return x
-    from ._backend import get_backend_for_tensor
-
-    backend = get_backend_for_tensor(x)
-    copy = getattr(backend, "copy_to_device", None)
-    if copy is None or not backend.executing_eagerly():
-        return x
-    return copy(x, device)
 
 
 @contextlib.contextmanager

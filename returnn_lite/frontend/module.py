@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import functools
 
-from ..data import Data
+from ..tensor import Tensor
 from ._utils import FrontendError, call_site, dims_str
 
 
-class Parameter(Data):
+class Parameter(Tensor):
     """A trainable (or auxiliary) param: a Tensor whose raw tensor the backend creates (layers: a variable layer)."""
 
     def __init__(self, dims, dtype=None, *, trainable=None, auxiliary=False, initial=None, sparse_dim=None,
@@ -25,7 +25,8 @@ class Parameter(Data):
         from ._backend import _global_backend
 
         if _global_backend[0] is not None and _global_backend[0].executing_eagerly():
-            _global_backend[0].create_parameter_raw(self)  # eager backends (torch): the param exists right away
+            # eager backends (torch): the param exists right away (on device, else rf's default device)
+            _global_backend[0].create_parameter_raw(self, device=device)
 
     @property
     def initial(self):

@@ -3,7 +3,7 @@ BatchNorm, LSTM, losses, dropout, random, State, cond."""
 
 from __future__ import annotations
 
-from ..data import Dim
+from ..tensor import Dim
 from . import array_, math_
 from ._backend import get_backend_for_tensor, get_selected_backend
 from ._utils import check_dims_in, dims_str, error, is_tensor
@@ -225,7 +225,7 @@ class LSTM(Module):
 
 
 def single_step_dim():
-    from ..data import single_step_dim as d
+    from ..tensor import single_step_dim as d
 
     return d
 
@@ -278,12 +278,12 @@ def dropout(source, drop_prob, *, axis=None, on_forward=False):
 
 
 def random(*, dims, dtype="float32", distribution, mean=None, stddev=None, bound=None, minval=None, maxval=None,
-           seed=None, sparse_dim=None, **kwargs):
+           seed=None, sparse_dim=None, device=None, **kwargs):
     if kwargs:
         raise error("random", "unsupported option(s) %s" % sorted(kwargs))
     return get_selected_backend().random(
         dims=list(dims), dtype=dtype, distribution=distribution, mean=mean, stddev=stddev, bound=bound,
-        minval=minval, maxval=maxval, seed=seed, sparse_dim=sparse_dim)
+        minval=minval, maxval=maxval, seed=seed, sparse_dim=sparse_dim, device=device)
 
 
 def random_normal(dims, *, mean=0.0, stddev=1.0, dtype="float32", seed=None):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..data import Dim
+from ..tensor import Dim
 from ._backend import get_backend_for_tensor
 from ._utils import check_dims_in, error
 from .conv import _masked, _needs_masking, make_conv_out_spatial_dims, use_mask_default

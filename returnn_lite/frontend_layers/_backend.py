@@ -78,6 +78,7 @@ class ReturnnLayersBackend(Backend):
     name = "returnn_layers_tf"
     RawTensorType = Layer
     is_tensorflow = True
+    builds_net_dict = True
     is_backend_raw_tensor_dim_tag_independent = False
 
     @staticmethod
@@ -347,12 +348,11 @@ class ReturnnLayersBackend(Backend):
     def concat(*sources, allow_broadcast=False, out_dim):
         dims = concat_out_dims(sources, out_dim)
         if any(a.dimension is None for _, a in sources):
-            if out_dim.dimension is None and out_dim.complete_dyn_size() is None and \
-                    out_dim.__dict__.get("_derived_from") is None:
+            if out_dim.dimension is None and out_dim.complete_dyn_size() is None and out_dim.derived_from is None:
                 total = sources[0][1]
                 for _, a in sources[1:]:
                     total = total + a
-                out_dim.__dict__["_derived_from"] = ("add", (total, 0))
+                out_dim.derived_from = ("add", (total, 0))
         x0, a0 = sources[0]
         dynamic = any(a.dimension is None for _, a in sources)
         if all(x.dtype == x0.dtype and x.sparse_dim == x0.sparse_dim and
@@ -436,7 +436,8 @@ class ReturnnLayersBackend(Backend):
                 for o in dims:
                     if o is not d:
                         others *= o.dimension
-                d.__dict__.setdefault("_derived_from", ("ceildiv", (axis, others)))
+                if d.derived_from is None:
+                    d.derived_from = ("ceildiv", (axis, others))
         return _emit("split_dims", [source], out, source.dtype, sparse_dim=source.sparse_dim, axis=axis,
                      dims=list(dims), pad_to_multiples=pad_to_multiples, pad_value=pad_value or 0)
 
@@ -512,7 +513,7 @@ class ReturnnLayersBackend(Backend):
 
     @staticmethod
     def random(*, dims, dtype, distribution, mean=None, stddev=None, bound=None, minval=None, maxval=None,
-               seed=None, sparse_dim=None):
+               seed=None, sparse_dim=None, device=None):  # (device: no meaning for layers)
         return _norm.random(dims=dims, dtype=dtype, distribution=distribution, mean=mean, stddev=stddev, bound=bound,
                             minval=minval, maxval=maxval, seed=seed, sparse_dim=sparse_dim)
 

@@ -101,8 +101,7 @@ def test_layernormvariantslstm_variants():
         np.testing.assert_allclose(out[:3, 0].mean(-1), 0, atol=1e-5)
 
 
-@pytest.mark.parametrize("layer_class, what", [("kenlm", "KenLM"), ("twod_lstm", "MDLSTM"),
-                                               ("neural_transducer", "neural transducer")])
+@pytest.mark.parametrize("layer_class, what", [("kenlm", "KenLM"), ("neural_transducer", "neural transducer")])
 def test_unavailable_layers_fail_naming_what_is_missing(layer_class, what):
     with pytest.raises(Exception, match=r"layer 'output'.*%s.*not available in returnn_lite.*%s" % (layer_class, what)):
         _run({"output": {"class": layer_class, "from": "data"}}, {"data": {"dim": 3}})

@@ -18,7 +18,7 @@ import logging
 from types import FunctionType
 
 from ...compat.util_basic import BehaviorVersion
-from ...data import Dim, single_step_dim
+from ...tensor import Dim, single_step_dim
 from ...util import NotSpecified
 from .. import array_, math_
 from ..attention import CausalSelfAttention, CrossAttention, sinusoidal_positional_encoding

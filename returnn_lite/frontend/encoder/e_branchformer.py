@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import copy as _copy
 
-from ...data import Dim
+from ...tensor import Dim
 from ...util import NotSpecified
 from .. import array_, math_
 from ..build_from_dict import build_from_dict

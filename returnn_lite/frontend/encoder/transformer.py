@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import copy as _copy
 
-from ...data import Dim
+from ...tensor import Dim
 from ...util import NotSpecified
 from ..attention import SelfAttention, sinusoidal_positional_encoding
 from ..build_from_dict import build_from_dict

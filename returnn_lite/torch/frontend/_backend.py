@@ -13,11 +13,14 @@ dispatch overhead at a few microseconds per op.
 
 from __future__ import annotations
 
+import weakref
+
 import torch
 import torch.nn.functional as F
 
-from ...data import Data, Dim, batch_dim, single_step_dim
+from ...tensor import Dim, Tensor, batch_dim, single_step_dim
 from ...frontend._backend import Backend
+from ...frontend.device import get_default_device
 from ...frontend._utils import FrontendError, axes_of, call_site, concat_out_dims, dims_str, has_repeated_dim, is_tensor
 from ...util import NotSpecified
 
@@ -33,14 +36,12 @@ def _dtype_name(raw):
     return _DTYPE_NAMES[raw.dtype]
 
 
+_from_raw = Tensor.from_raw
+
+
 def _new(name, dims, raw, sparse_dim=None, dtype=None):
-    """A Data (= rf Tensor) around a torch tensor, without the (TF-dtype-checking) Data constructor."""
-    t = Data.__new__(Data)
-    t.__dict__.update(
-        name=name, available_for_inference=True, vocab=None, dims=tuple(dims), _time_dim_axis=NotSpecified,
-        _feature_dim_axis=NotSpecified, sparse_dim=sparse_dim, dtype=dtype or _DTYPE_NAMES[raw.dtype],
-        placeholder=raw, beam=None)
-    return t
+    """An rf Tensor around a torch tensor (:meth:`Tensor.from_raw`: no checks, a few microseconds per rf op)."""
+    return _from_raw(name, tuple(dims), dtype or _DTYPE_NAMES[raw.dtype], raw, sparse_dim)
 
 
 def _align(t, out_dims):
@@ -96,8 +97,12 @@ def _union_dims(values):
     return out
 
 
+_MAX_LEN_CACHE = {}  # id(lengths tensor) -> (weakref to it, its max): one host read per lengths tensor
+
+
 def _dim_len(d):
-    """Padded length of a dim (int): static size, batch size, or max over the sequence lengths."""
+    """Padded length of a dim (int): static size, batch size, or max over the sequence lengths (read once per
+    lengths tensor: on a GPU, each read is a device sync)."""
     if d.dimension is not None:
         return d.dimension
     ext = d.dyn_size_ext
@@ -107,9 +112,25 @@ def _dim_len(d):
     raw = ext.placeholder
     if not isinstance(raw, torch.Tensor):
         return int(raw) if not hasattr(raw, "max") else int(raw.max())
-    if raw.dim() == 0:
-        return int(raw)
-    return int(raw.max()) if raw.numel() else 0
+    entry = _MAX_LEN_CACHE.get(id(raw))
+    if entry is not None and entry[0]() is raw:
+        return entry[1]
+    n = int(raw) if raw.dim() == 0 else (int(raw.max()) if raw.numel() else 0)
+    if len(_MAX_LEN_CACHE) > 256:  # (drop the entries of freed tensors)
+        for key in [k for k, (ref, _) in _MAX_LEN_CACHE.items() if ref() is None]:
+            del _MAX_LEN_CACHE[key]
+    _MAX_LEN_CACHE[id(raw)] = (weakref.ref(raw), n)
+    return n
+
+
+def _device(device=None):
+    """The device for a tensor an rf op creates without inputs: the given one, else rf's default device."""
+    return device if device is not None else get_default_device()
+
+
+def _on(raw, device):
+    """raw (e.g. sequence lengths, kept on the CPU) on device, without a host sync."""
+    return raw if raw.device == device else raw.to(device, non_blocking=True)
 
 
 def _sizes(d):
@@ -137,7 +158,7 @@ def _seq_mask(d, dims, x):
     """Bool mask (True within the lengths) of dynamic dim d, aligned to broadcast against x with ``dims``."""
     sizes, sdims = _sizes(d)
     n = x.shape[list(dims).index(d)]
-    mask = torch.arange(n, device=sizes.device) < sizes.unsqueeze(-1)  # sdims + [d]
+    mask = torch.arange(n, device=x.device) < _on(sizes, x.device).unsqueeze(-1)  # sdims + [d] (on x's device)
     m = _new("mask", [s for s in sdims] + [d], mask)
     if any(s not in dims for s in sdims):
         raise FrontendError("rf at %s: the lengths of %s depend on %s, which %s does not have" % (
@@ -156,8 +177,8 @@ def _clip_gather_indices(indices, axis, padded_len):
     if _is_dyn(axis):
         sizes, sdims = _sizes(axis)
         if all(s in indices.dims for s in sdims):
-            upper = _align(_new("size", sdims, sizes.to(idx.dtype)), indices.dims) - 1
-            return torch.maximum(torch.minimum(idx, upper.clamp(min=0)), torch.zeros((), dtype=idx.dtype))
+            upper = _align(_new("size", sdims, _on(sizes, idx.device).to(idx.dtype)), indices.dims) - 1
+            return torch.maximum(torch.minimum(idx, upper.clamp(min=0)), torch.zeros((), dtype=idx.dtype, device=idx.device))
     return idx.clamp(0, max(padded_len - 1, 0))
 
 
@@ -281,6 +302,36 @@ class TorchBackend(Backend):
         return raw_tensor.unsqueeze(axis)
 
     @staticmethod
+    def get_dim_raw(raw_tensor, axis):
+        return raw_tensor.shape[axis]
+
+    @staticmethod
+    def transpose_raw(raw_tensor, perm):
+        return raw_tensor.permute(perm)
+
+    @staticmethod
+    def squeeze_raw(raw_tensor, axes):
+        for a in sorted((a % raw_tensor.dim() for a in axes), reverse=True):
+            raw_tensor = raw_tensor.squeeze(a)
+        return raw_tensor
+
+    @staticmethod
+    def reshape_raw(raw_tensor, shape):
+        return raw_tensor.reshape([int(s) for s in shape])
+
+    @staticmethod
+    def tile_raw(raw_tensor, multiples):
+        return raw_tensor.repeat([int(m) for m in multiples])
+
+    @staticmethod
+    def reduce_max_raw(raw_tensor):
+        return int(raw_tensor.max()) if raw_tensor.numel() else 0
+
+    @staticmethod
+    def sequence_mask_raw(lengths, max_len):
+        return torch.arange(int(max_len), device=lengths.device) < lengths.unsqueeze(-1)
+
+    @staticmethod
     def expand_raw(raw_tensor, axis, dim):
         shape = [-1] * raw_tensor.dim()
         shape[axis] = int(dim)
@@ -297,7 +348,7 @@ class TorchBackend(Backend):
     # ---- creation ----
     @staticmethod
     def convert_to_tensor(value, *, dims, dtype, sparse_dim=None, name=None, device=None):
-        raw = value if isinstance(value, torch.Tensor) else torch.tensor(value, dtype=_DTYPES[dtype])
+        raw = value if isinstance(value, torch.Tensor) else torch.tensor(value, dtype=_DTYPES[dtype], device=_device(device))
         if raw.dim() != len(dims):
             raise FrontendError("rf.convert_to_tensor at %s: value of shape %s does not match dims %s" % (
                 call_site(), tuple(raw.shape), dims_str(dims)))
@@ -309,12 +360,12 @@ class TorchBackend(Backend):
         if is_tensor(fill_value):
             raw = _align(fill_value, dims).expand(shape).to(_DTYPES[dtype])
         else:
-            raw = torch.full(shape, fill_value, dtype=_DTYPES[dtype])
+            raw = torch.full(shape, fill_value, dtype=_DTYPES[dtype], device=_device(device))
         return _new("full", dims, raw, sparse_dim=sparse_dim)
 
     @staticmethod
     def range_over_dim(dim, *, dtype="int32", device=None):
-        raw = torch.arange(_dim_len(dim), dtype=_DTYPES[dtype])
+        raw = torch.arange(_dim_len(dim), dtype=_DTYPES[dtype], device=_device(device))
         return _new("range", [dim], raw, sparse_dim=dim if dtype.startswith("int") else None)
 
     @staticmethod
@@ -336,7 +387,7 @@ class TorchBackend(Backend):
     def create_parameter_raw(param, *, name=None, device=None):
         shape = [d.dimension for d in param.dims]
         dtype = _DTYPES[param.dtype]
-        raw = torch.nn.Parameter(torch.zeros(shape, dtype=dtype),
+        raw = torch.nn.Parameter(torch.zeros(shape, dtype=dtype, device=_device(device)),
                                  requires_grad=param.trainable and dtype.is_floating_point)
         param.placeholder = raw
         TorchBackend.set_parameter_initial_value(param, param.initial)
@@ -435,7 +486,7 @@ class TorchBackend(Backend):
         x, y = _operand(true_, dims), _operand(false_, dims)
         if not isinstance(x, torch.Tensor) and not isinstance(y, torch.Tensor):
             dtype = torch.float32 if isinstance(x, float) or isinstance(y, float) else torch.int32
-            x, y = torch.tensor(x, dtype=dtype), torch.tensor(y, dtype=dtype)
+            x, y = torch.tensor(x, dtype=dtype, device=c.device), torch.tensor(y, dtype=dtype, device=c.device)
         z = torch.where(c, x, y)
         return _new("where", dims, z, sparse_dim=t.sparse_dim if t is not None else None)
 
@@ -591,10 +642,10 @@ class TorchBackend(Backend):
                 _set_sizes(o, sizes + (left + right), sdims)
             if handle_dynamic_dims and right and mode == "constant":
                 i = dims.index(a)
-                pos = torch.arange(y.shape[i])
-                after = pos >= (sizes + left).unsqueeze(-1)  # sdims + [o]
+                pos = torch.arange(y.shape[i], device=y.device)
+                after = pos >= (_on(sizes, y.device) + left).unsqueeze(-1)  # sdims + [o]
                 m = _align(_new("m", list(sdims) + [new_dims[i]], after), new_dims)
-                y = torch.where(m, torch.tensor(value, dtype=y.dtype), y)
+                y = torch.where(m, torch.tensor(value, dtype=y.dtype, device=y.device), y)
         return _new("pad", new_dims, y, sparse_dim=source.sparse_dim)
 
     @staticmethod
@@ -635,7 +686,7 @@ class TorchBackend(Backend):
             nc *= s
         p = p.reshape([nc, p.shape[len(common)], -1])  # [C, A, R]
         i_flat = i.reshape([nc, -1])  # [C, I]
-        y = p[torch.arange(nc).unsqueeze(-1), i_flat]  # [C, I, R]
+        y = p[torch.arange(nc, device=p.device).unsqueeze(-1), i_flat]  # [C, I, R]
         y = y.reshape(cs + list(i.shape[len(common):]) + list(x.shape[d] for d in [dims.index(r) for r in src_rest]))
         out = []
         for d in dims:
@@ -785,35 +836,37 @@ class TorchBackend(Backend):
             return _new("dropout", source.dims, F.dropout(x, drop_prob, training=True))
         shape = [s if (d in axis or d.is_batch_dim()) else 1 for d, s in zip(source.dims, x.shape)]
         keep = 1.0 - drop_prob
-        mask = torch.bernoulli(torch.full(shape, keep, dtype=x.dtype)) / keep
+        mask = torch.bernoulli(torch.full(shape, keep, dtype=x.dtype, device=x.device)) / keep
         return _new("dropout", source.dims, x * mask)
 
     @staticmethod
     def random(*, dims, dtype, distribution, mean=None, stddev=None, bound=None, minval=None, maxval=None,
-               seed=None, sparse_dim=None):
+               seed=None, sparse_dim=None, device=None):
         shape = [_dim_len(d) for d in dims]
-        gen = None
-        if seed is not None:
-            gen = torch.Generator().manual_seed(int(seed))
+        target = torch.device(_device(device) or "cpu")
+        device, gen = target, None
+        if seed is not None:  # drawn on the CPU (the same numbers on every device), then moved
+            device, gen = torch.device("cpu"), torch.Generator().manual_seed(int(seed))
         tdt = _DTYPES[dtype]
         if bound is not None:
             minval, maxval = -bound, bound
         if distribution == "normal":
-            raw = torch.randn(shape, generator=gen, dtype=tdt) * (1.0 if stddev is None else stddev) + (mean or 0.0)
+            raw = torch.randn(shape, generator=gen, dtype=tdt, device=device) * (1.0 if stddev is None else stddev) + (
+                mean or 0.0)
         elif distribution == "truncated_normal":
-            raw = torch.empty(shape, dtype=tdt)
+            raw = torch.empty(shape, dtype=tdt, device=device)
             mean, stddev = mean or 0.0, 1.0 if stddev is None else stddev  # cut at 2 stddev around the mean (as TF)
             torch.nn.init.trunc_normal_(raw, mean=mean, std=stddev, a=mean - 2 * stddev, b=mean + 2 * stddev,
                                         generator=gen)
         elif distribution == "uniform":
             lo, hi = minval or 0, 1 if maxval is None else maxval
             if tdt.is_floating_point:
-                raw = torch.rand(shape, generator=gen, dtype=tdt) * (hi - lo) + lo
+                raw = torch.rand(shape, generator=gen, dtype=tdt, device=device) * (hi - lo) + lo
             else:
-                raw = torch.randint(int(lo), int(hi), shape, generator=gen, dtype=tdt)
+                raw = torch.randint(int(lo), int(hi), shape, generator=gen, dtype=tdt, device=device)
         else:
             raise FrontendError("rf.random at %s: unknown distribution %r" % (call_site(), distribution))
-        return _new("random", dims, raw, sparse_dim=sparse_dim)
+        return _new("random", dims, _on(raw, target), sparse_dim=sparse_dim)
 
     # ---- nn ----
     @staticmethod
@@ -1004,7 +1057,7 @@ class TorchBackend(Backend):
                         call_site(), dims_str(new.dims), dims_str(old.dims)))
                 raw = _transposed(new, old.dims)
                 if lens is not None and all(d in old.dims for d in lens[1]):
-                    active = _align(_new("active", lens[1], lens[0] > t), old.dims)
+                    active = _align(_new("active", lens[1], _on(lens[0], raw.device) > t), old.dims)
                     raw = torch.where(active, raw, old.placeholder)
                 new_state.append(_new(old.name, old.dims, raw, sparse_dim=old.sparse_dim))
             state = new_state
@@ -1088,7 +1141,9 @@ def _scan_cond(*, spatial_dim, initial, ys, body, cond, cond_dims, cond_before_b
         return _transposed(c, cond_dims)
 
     shape = [_dim_len(d) for d in cond_dims]
-    active = check(cond(None, initial)) if cond_before_body else torch.ones(shape, dtype=torch.bool)
+    device = _device()
+    active = check(cond(None, initial)) if cond_before_body else torch.ones(shape, dtype=torch.bool, device=device)
+    device = active.device
     limit = None
     if is_tensor(max_seq_len):
         limit = _align(max_seq_len, cond_dims) if set(max_seq_len.dims) <= set(cond_dims) else None
@@ -1096,13 +1151,13 @@ def _scan_cond(*, spatial_dim, initial, ys, body, cond, cond_dims, cond_before_b
             raise FrontendError("rf.scan at %s: max_seq_len %s has dims not in cond_dims %s" % (
                 site, dims_str(max_seq_len.dims), dims_str(cond_dims)))
     elif max_seq_len is not None:
-        limit = torch.tensor(int(max_seq_len))
+        limit = torch.tensor(int(max_seq_len), device=device)
     state, final = _flatten(initial), list(_flatten(initial))
-    lens = torch.zeros(shape, dtype=torch.int32)
+    lens = torch.zeros(shape, dtype=torch.int32, device=device)
     frames, y_t, i = [], None, 0
     while True:
         if limit is not None:
-            active = active & (i < limit)
+            active = active & (i < _on(limit, device))
         if not bool(active.any()):
             break
         lens = lens + active.to(torch.int32)
@@ -1124,7 +1179,8 @@ def _scan_cond(*, spatial_dim, initial, ys, body, cond, cond_dims, cond_before_b
     if y_t is None:  # no step for any sequence: the ys (of a body call, as the layers backend) empty along the new dim
         y_t, _ = body(None, initial)
         stacked = [_new("scan_y%i" % k, [axis] + list(t.dims), torch.zeros(
-            [0] + [_dim_len(d) for d in t.dims], dtype=t.placeholder.dtype), sparse_dim=t.sparse_dim)
+            [0] + [_dim_len(d) for d in t.dims], dtype=t.placeholder.dtype, device=t.placeholder.device),
+            sparse_dim=t.sparse_dim)
             for k, t in enumerate(_flatten(y_t))]
         return _pack(y_t, stacked), _pack(initial, final), axis
     stacked = []
@@ -1146,10 +1202,12 @@ def _concat_dynamic(sources, dims, out_dim, allow_broadcast):
     _set_sizes(out_dim, total, size_dims)
     oidx = dims.index(out_dim)
     shape = [_dim_len(d) for d in dims]
-    pos = _align(_new("pos", [out_dim], torch.arange(shape[oidx])), dims)
+    device = sources[0][0].placeholder.device
+    pos = _align(_new("pos", [out_dim], torch.arange(shape[oidx], device=device)), dims)
     out = None
-    offset = torch.zeros_like(total)  # dims size_dims
+    offset = torch.zeros_like(_on(total, device))  # dims size_dims
     for (x, a), (size, sdims) in zip(sources, sizes):
+        size = _on(size, device)
         part_dims = [a if d == out_dim else d for d in dims]
         xr = _align(x, part_dims)
         s = list(shape)
@@ -1159,8 +1217,9 @@ def _concat_dynamic(sources, dims, out_dim, allow_broadcast):
         local = pos - off
         valid = (local >= 0) & (local < (_align(_new("s", sdims, size), dims) if sdims else size))
         idx = local.clamp(0, max(s[oidx] - 1, 0)).expand([shape[i] if i == oidx else s[i] for i in range(len(s))])
-        gathered = torch.gather(xr, oidx, idx.long()) if s[oidx] > 0 else torch.zeros(idx.shape, dtype=xr.dtype)
-        out = torch.where(valid, gathered, out if out is not None else torch.zeros((), dtype=xr.dtype))
+        gathered = torch.gather(xr, oidx, idx.long()) if s[oidx] > 0 else torch.zeros(
+            idx.shape, dtype=xr.dtype, device=device)
+        out = torch.where(valid, gathered, out if out is not None else torch.zeros((), dtype=xr.dtype, device=device))
         offset = offset + size
     return _new("concat", dims, out.expand(shape), sparse_dim=sources[0][0].sparse_dim)
 
