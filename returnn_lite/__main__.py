@@ -103,7 +103,7 @@ def _verbosity(config):
 def _expected_errors():
     from .datasets import DatasetError
     from .engine import EngineError, LearningRateFileError, UpdaterError
-    from .network import NetworkError
+    from .errors import NetworkError
 
     return (DatasetError, EngineError, UpdaterError, NetworkError, LearningRateFileError)
 
