@@ -129,6 +129,21 @@ def _is_collective_failure(exc):
     return any(word in text for word in ("connection closed", "connection reset", "gloo", "nccl", "timed out"))
 
 
+def _register_config_module(config):
+    """torch.compile looks up the module of the functions it traces: the config's functions live in
+    ``__returnn_config__``, which is no imported module; a module object with the config's names stands in."""
+    import sys
+    import types
+
+    name = config.typed_dict.get("__name__", "__returnn_config__")
+    if name in sys.modules and not getattr(sys.modules[name], "_returnn_lite_config_standin", False):
+        return  # a real module of that name
+    module = types.ModuleType(name)
+    module.__dict__.update({k: v for k, v in config.typed_dict.items() if k != "__builtins__"})
+    module._returnn_lite_config_standin = True
+    sys.modules[name] = module
+
+
 class _StepModule(torch.nn.Module):
     """The model with the step function as ``forward``: what DDP and torch.compile wrap, so that the rf model call
     inside ``train_step`` runs within their forward."""
@@ -278,6 +293,7 @@ class TorchBackend(EngineBackend):
             if self.dist is not None:
                 step_module = self.dist.wrap_module(step_module)
             if self._compile_opts is not None:
+                _register_config_module(config)
                 try:
                     step_module = torch.compile(step_module, **self._compile_opts)
                 except TypeError as exc:
