@@ -331,14 +331,21 @@ class TorchBackend(EngineBackend):
 
         return batch_pairs(engine, self, dataset, epoch, train, self._loader_opts)
 
+    def _dynamic_dims(self):
+        if getattr(self, "_dyn_dims_of", None) is not self.extern_data:
+            dims = []
+            for t in self.extern_data.data.values():
+                dims += [d for d in t.dims if d.dimension is None and not d.is_batch_dim() and d not in dims]
+            self._dyn_dims_of, self._dyn_dims = self.extern_data, dims
+        return self._dyn_dims
+
     def _set_extern_data(self, arrays):
         """The batch as torch tensors of the extern data on the device; the lengths stay on the CPU."""
         from .. import frontend as rf
         from ..tensor import batch_dim
 
-        for key in self.extern_data.data:
-            for d in self.extern_data.data[key].dims:
-                d.reset_eager()
+        for d in self._dynamic_dims():  # the previous batch's sizes
+            d.reset_eager()
         n_batch = None
         pinned = getattr(arrays, "torch_tensors", None) or {}
         for key in self.data_keys:
