@@ -4,6 +4,7 @@ single-process band, and a rank that dies ends the run with one error line on th
 
 import os
 import re
+import shlex
 import subprocess
 import sys
 import time
@@ -45,10 +46,19 @@ def _config(tmp_path, extra="", timeout=60):
     return str(path)
 
 
-def _torchrun(config, tmp_path, timeout=180):
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-           os.path.join(ROOT, "rnn.py"), config, "++model", str(tmp_path / "model"),
-           "++learning_rate_file", str(tmp_path / "lr")]
+def _readme_torchrun_args():
+    """The README's torchrun command (its arguments after ``torchrun``)."""
+    from test_readme_torch import readme_blocks
+
+    block = [b.strip() for b in readme_blocks("## Training on PyTorch") if b.strip().startswith("torchrun")][0]
+    return shlex.split(block)[1:]
+
+
+def _torchrun(config, tmp_path, timeout=180, args=None):
+    if args is None:
+        args = ["--standalone", "--nproc_per_node", "2", os.path.join(ROOT, "rnn.py"), config]
+    cmd = [sys.executable, "-m", "torch.distributed.run"] + args + [
+        "++model", str(tmp_path / "model"), "++learning_rate_file", str(tmp_path / "lr")]
     env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
     start = time.time()
     proc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -62,8 +72,13 @@ def _left_running(config):
 
 
 def test_two_ranks_shard_the_data_and_rank0_writes(tmp_path):
-    config = _config(tmp_path)
-    proc, _ = _torchrun(config, tmp_path)
+    # the README's command, on the CPU with a small dataset
+    args = _readme_torchrun_args() + [
+        "++device", "cpu", "++num_epochs", "2", "++log_verbosity", "5",
+        "++train", "{'class': 'Task12AXDataset', 'num_seqs': 100}",
+        "++dev", "{'class': 'Task12AXDataset', 'num_seqs': 20, 'fixed_random_seed': 1}"]
+    config = os.path.join(ROOT, "configs", "12ax_rf_lstm.config")
+    proc, _ = _torchrun(config, tmp_path, args=args)
     out = proc.stdout
     assert proc.returncode == 0, out[-3000:]
     assert "torch_distributed: 2 processes (gloo)" in out
@@ -77,7 +92,7 @@ def test_two_ranks_shard_the_data_and_rank0_writes(tmp_path):
     assert files == ["model.001.pt", "model.002.pt"]
     with open(str(tmp_path / "lr")) as f:
         assert "2:" in f.read().replace(" ", "")
-    assert not _left_running(config)
+    assert not _left_running(str(tmp_path / "model"))
 
 
 def test_a_killed_rank_ends_the_run_with_one_error_line(tmp_path):
