@@ -41,6 +41,9 @@ class TFBackend(EngineBackend):
         if config.has("torch_distributed"):
             raise EngineError("torch_distributed: only with backend = \"torch\" (the TF backend's multi-worker "
                               "training is use_horovod / distributed / TF_CONFIG)")
+        for key in ("torch_amp", "torch_compile", "torch_dataloader_opts", "torch_intra_op_threads", "grad_scaler"):
+            if config.has(key) and config.typed_value(key, None) not in (None, False, "", {}):
+                raise EngineError("%s: only with backend = \"torch\"" % key)
         self.graph = None
         self.session = None
         self.network = None

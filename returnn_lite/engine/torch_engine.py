@@ -189,7 +189,7 @@ class TorchBackend(EngineBackend):
                 len(json.loads(os.environ.get("TF_CONFIG") or "{}").get("cluster", {}).get("worker", [])) > 1:
             raise EngineError("backend = \"torch\": distributed / use_horovod / TF_CONFIG are the TF backend's; "
                               "use torch_distributed = {} under torchrun")
-        for key in ("tf_log_dir", "tf_session_opts", "search_train_network_layers"):
+        for key in ("tf_log_dir", "tf_session_opts", "search_train_network_layers", "pretrain", "get_network"):
             if config.has(key) and config.typed_value(key, None) not in (None, "", {}, []):
                 raise EngineError("%s: not supported with backend = \"torch\"" % key)
         self.device = select_device(config)

@@ -184,3 +184,27 @@ def test_options_of_the_other_backend_are_refused(config, tmp_path, capsys):
                       (["++torch_distributed", "{}"], "start the run with torchrun")]:
         status, _, err = _run(capsys, config, tmp_path, *args)
         assert status == 1 and msg in err, (args, err)
+
+
+def test_torch_distributed_param_averaging_in_a_one_process_group(config, tmp_path, capsys, monkeypatch):
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    for key, value in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+                       "MASTER_PORT": str(port)}.items():
+        monkeypatch.setenv(key, value)
+    status, out, err = _run(capsys, config, tmp_path, "++device", "cpu", "++log_verbosity", "5",
+                            "++torch_distributed", "{'reduce_type': 'param', 'param_sync_step': 2}")
+    assert status == 0, err
+    assert "torch_distributed: 1 processes (gloo), reduce_type 'param'" in out
+    assert [line.rsplit(" ", 1)[-1] for line in out.splitlines() if "params averaged" in line] == ["2", "4"]
+    import torch.distributed
+
+    assert not torch.distributed.is_initialized()  # left at the end of the run
+
+
+def test_torch_options_are_refused_on_the_tf_backend(config, tmp_path, capsys):
+    status, _, err = _run(capsys, config, tmp_path, "++backend", "tensorflow", "++torch_amp", "bfloat16")
+    assert status == 1 and "torch_amp: only with backend = \"torch\"" in err
