@@ -78,10 +78,19 @@ def batch_pairs(engine, backend, dataset, epoch, train, opts):
     loader = torch.utils.data.DataLoader(
         _BatchStream(engine, dataset, epoch, train, keys, layout), batch_size=None, num_workers=num_workers,
         pin_memory=pin, multiprocessing_context="fork", **kwargs)
-    return _ordered(loader)
+    return _ordered(loader, dataset)
 
 
-def _ordered(loader):
-    for _, batch, arrays, tensors in loader:
-        arrays.torch_tensors = tensors
-        yield batch, arrays
+def _ordered(loader, dataset):
+    from .backend import EngineError
+
+    index = -1
+    try:
+        for index, batch, arrays, tensors in loader:
+            arrays.torch_tensors = tensors
+            yield batch, arrays
+    except RuntimeError as exc:  # e.g. "DataLoader worker (pid N) is killed by signal: Killed."
+        if "DataLoader worker" not in str(exc):
+            raise
+        raise EngineError("dataset %r: a torch_dataloader_opts worker died (%i batches of the epoch were done): %s" % (
+            dataset.name, index + 1, str(exc).splitlines()[0])) from None

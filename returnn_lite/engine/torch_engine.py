@@ -411,14 +411,27 @@ class TorchBackend(EngineBackend):
         return results
 
     def train_step(self, arrays, *, dataset_name, step, epoch, epoch_step, learning_rate, have_next=None):
-        if self.dist is None:
-            return self._train_step(arrays, epoch, learning_rate, have_next)
         try:
             return self._train_step(arrays, epoch, learning_rate, have_next)
+        except torch.OutOfMemoryError:
+            raise self._out_of_memory_error(arrays, "train step %i of dataset %r" % (step, dataset_name)) from None
         except (RuntimeError, ConnectionError) as exc:  # e.g. DDP's all-reduce when another rank died
-            if isinstance(exc, EngineError) or not _is_collective_failure(exc):
+            if self.dist is None or isinstance(exc, EngineError) or not _is_collective_failure(exc):
                 raise
             raise self.dist.lost_contact_error(exc, "train step %i of dataset %r" % (step, dataset_name)) from None
+
+    def _out_of_memory_error(self, arrays, what):
+        """One line: where, the batch's shape, the peak memory, and what to lower."""
+        self.optimizer.zero_grad(set_to_none=True) if self.optimizer is not None else None
+        self._accum_count = 0
+        frames = max((int(v.shape[1]) for v in arrays.data.values() if getattr(v, "ndim", 0) >= 2), default=1)
+        peak = ""
+        if self.device.type == "cuda":
+            peak = ", peak %.2f GiB of %.2f GiB" % (torch.cuda.max_memory_allocated(self.device) / 2 ** 30,
+                                                   torch.cuda.get_device_properties(self.device).total_memory / 2 ** 30)
+            torch.cuda.empty_cache()
+        return EngineError("%s: out of memory on %s with a batch of %i seqs x %i frames%s; lower batch_size or "
+                           "max_seqs (or use torch_amp)" % (what, self.device, arrays.num_seqs, frames, peak))
 
     def _train_step(self, arrays, epoch, learning_rate, have_next):
         from .. import frontend as rf
@@ -470,6 +483,12 @@ class TorchBackend(EngineBackend):
         self.optimizer.zero_grad(set_to_none=True)
 
     def eval_step(self, arrays, *, dataset_name, step, epoch):
+        try:
+            return self._eval_step(arrays, epoch)
+        except torch.OutOfMemoryError:
+            raise self._out_of_memory_error(arrays, "eval step %i of dataset %r" % (step, dataset_name)) from None
+
+    def _eval_step(self, arrays, epoch):
         from .. import frontend as rf
 
         step_func = self.config.typed_value("train_step", None)

@@ -208,3 +208,43 @@ def test_torch_distributed_param_averaging_in_a_one_process_group(config, tmp_pa
 def test_torch_options_are_refused_on_the_tf_backend(config, tmp_path, capsys):
     status, _, err = _run(capsys, config, tmp_path, "++backend", "tensorflow", "++torch_amp", "bfloat16")
     assert status == 1 and "torch_amp: only with backend = \"torch\"" in err
+
+
+def test_out_of_memory_is_one_line_naming_the_step_and_the_batch(config, tmp_path, capsys, monkeypatch):
+    from returnn_lite.engine import torch_engine
+
+    real = torch_engine._StepModule.forward
+    calls = []
+
+    def forward(self, step_func, extern_data):
+        calls.append(1)
+        if len(calls) == 3:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+        return real(self, step_func, extern_data)
+
+    monkeypatch.setattr(torch_engine._StepModule, "forward", forward)
+    status, out, err = _run(capsys, config, tmp_path)
+    assert status == 1
+    assert re.fullmatch(r"rnn.py: error: train step 2 of dataset 'train': out of memory on cpu with a batch of 10 "
+                        r"seqs x \d+ frames; lower batch_size or max_seqs \(or use torch_amp\)",
+                        err.strip().splitlines()[-1]), err
+
+
+def test_a_dead_dataloader_worker_is_one_line_naming_the_dataset(config, tmp_path, capsys, monkeypatch):
+    import signal
+
+    from returnn_lite.engine import torch_data
+
+    real = torch_data.batch_to_arrays
+
+    def batch_to_arrays(dataset, batch, keys):
+        if torch.utils.data.get_worker_info() is not None and batch.start_seq > 0:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return real(dataset, batch, keys)
+
+    monkeypatch.setattr(torch_data, "batch_to_arrays", batch_to_arrays)
+    status, out, err = _run(capsys, config, tmp_path, "++torch_dataloader_opts", "{'num_workers': 1}")
+    assert status == 1
+    last = err.strip().splitlines()[-1]
+    assert re.match(r"rnn.py: error: dataset 'train': a torch_dataloader_opts worker died \(\d batches of the epoch "
+                    r"were done\): DataLoader worker \(pid", last), err
