@@ -92,5 +92,5 @@ def _ordered(loader, dataset):
     except RuntimeError as exc:  # e.g. "DataLoader worker (pid N) is killed by signal: Killed."
         if "DataLoader worker" not in str(exc):
             raise
-        raise EngineError("dataset %r: a torch_dataloader_opts worker died (%i batches of the epoch were done): %s" % (
-            dataset.name, index + 1, str(exc).splitlines()[0])) from None
+        raise EngineError("dataset %r: a torch_dataloader_opts worker died: %s (%i batches of the epoch were done)" % (
+            dataset.name, str(exc).splitlines()[0], index + 1)) from None

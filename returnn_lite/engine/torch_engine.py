@@ -119,6 +119,11 @@ def _set_cpu_threads(config, device, log):
         log.v5("torch: %i intra-op thread(s)" % n)
 
 
+def _dead_worker_error(dataset_name, exc):
+    return EngineError("dataset %r: a torch_dataloader_opts worker died: %s" % (
+        dataset_name, str(exc).splitlines()[0]))
+
+
 def _is_collective_failure(exc):
     """A failed all-reduce (a rank died or timed out), not an error of the model code."""
     dist_errors = tuple(getattr(torch.distributed, name) for name in ("DistError", "DistBackendError")
@@ -416,6 +421,8 @@ class TorchBackend(EngineBackend):
         except torch.OutOfMemoryError:
             raise self._out_of_memory_error(arrays, "train step %i of dataset %r" % (step, dataset_name)) from None
         except (RuntimeError, ConnectionError) as exc:  # e.g. DDP's all-reduce when another rank died
+            if "DataLoader worker" in str(exc):  # torch's SIGCHLD handler raises it wherever the main thread is
+                raise _dead_worker_error(dataset_name, exc) from None
             if self.dist is None or isinstance(exc, EngineError) or not _is_collective_failure(exc):
                 raise
             raise self.dist.lost_contact_error(exc, "train step %i of dataset %r" % (step, dataset_name)) from None
@@ -487,6 +494,10 @@ class TorchBackend(EngineBackend):
             return self._eval_step(arrays, epoch)
         except torch.OutOfMemoryError:
             raise self._out_of_memory_error(arrays, "eval step %i of dataset %r" % (step, dataset_name)) from None
+        except RuntimeError as exc:
+            if "DataLoader worker" in str(exc):
+                raise _dead_worker_error(dataset_name, exc) from None
+            raise
 
     def _eval_step(self, arrays, epoch):
         from .. import frontend as rf

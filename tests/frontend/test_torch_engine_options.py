@@ -246,5 +246,5 @@ def test_a_dead_dataloader_worker_is_one_line_naming_the_dataset(config, tmp_pat
     status, out, err = _run(capsys, config, tmp_path, "++torch_dataloader_opts", "{'num_workers': 1}")
     assert status == 1
     last = err.strip().splitlines()[-1]
-    assert re.match(r"rnn.py: error: dataset 'train': a torch_dataloader_opts worker died \(\d batches of the epoch "
-                    r"were done\): DataLoader worker \(pid", last), err
+    assert last.startswith("rnn.py: error: dataset 'train': a torch_dataloader_opts worker died: DataLoader worker "
+                           "(pid"), err
