@@ -268,23 +268,14 @@ class Engine:
         acc = _Accumulator()
         progress = ProgressLine(self.log, prefix)
         start = time.time()
-        step_start = start
         pairs = self._prefetched_batches(dataset, epoch, train)
         if distributed:  # all ranks run the same number of steps
             pairs = self._dist_synced_batches(pairs)
-        for batch, arrays in pairs:
-            step = acc.num_steps
-            if train:
-                results = self.backend.train_step(
-                    arrays, dataset_name=dataset.name, step=step, epoch=epoch, epoch_step=step,
-                    learning_rate=learning_rate, have_next=self._dist_have_next if distributed else None)
-            else:
-                results = self.backend.eval_step(arrays, dataset_name=dataset.name, step=step, epoch=epoch)
-            if distributed:
-                self._dist_all_more = bool(results.pop("all_have_next"))
-                dist.after_step()
+        timing = {"step_start": start}
+
+        def finish_step(step, results, batch, num_seqs):
             acc.add(results)
-            acc.num_seqs += arrays.num_seqs
+            acc.num_seqs += num_seqs
             step_scores = _Accumulator.step_scores(results)
             if train and self.stop_on_nonfinite_train_score:
                 bad = {k: v for k, v in step_scores.items() if k.startswith("cost:") and not math.isfinite(v)}
@@ -304,11 +295,35 @@ class Engine:
                 remaining = (" exp. remaining %s, complete %.1f%%," % (hms(elapsed / frac - elapsed), frac * 100)
                              if frac else "")
                 self.log.v5("%s, step %i, %s, num_seqs %i, %.3f sec/step, elapsed %s,%s" % (
-                    prefix, step, info, arrays.num_seqs, now - step_start, hms(elapsed), remaining.rstrip(",")))
-            step_start = now
+                    prefix, step, info, num_seqs, now - timing["step_start"], hms(elapsed), remaining.rstrip(",")))
+            timing["step_start"] = now
             if train:
                 self._summary_step += 1
                 self.backend.write_summaries(dict(step_scores, learning_rate=learning_rate), self._summary_step)
+
+        pending = None  # a step whose results the backend hands over after the next step was launched
+        num_steps = 0
+        for batch, arrays in pairs:
+            step = num_steps
+            num_steps += 1
+            if train:
+                results = self.backend.train_step(
+                    arrays, dataset_name=dataset.name, step=step, epoch=epoch, epoch_step=step,
+                    learning_rate=learning_rate, have_next=self._dist_have_next if distributed else None)
+            else:
+                results = self.backend.eval_step(arrays, dataset_name=dataset.name, step=step, epoch=epoch)
+            if distributed:
+                self._dist_all_more = bool(results.pop("all_have_next"))
+                dist.after_step()
+            if pending is not None:
+                finish_step(pending[0], pending[1](), pending[2], pending[3])
+                pending = None
+            if "deferred" in results:
+                pending = (step, results["deferred"], batch, arrays.num_seqs)
+            else:
+                finish_step(step, results, batch, arrays.num_seqs)
+        if pending is not None:
+            finish_step(pending[0], pending[1](), pending[2], pending[3])
         progress.finish()
         dataset.finish_epoch()
         if dist is not None:  # scores over all ranks (the same on every rank: newbob decides the same)

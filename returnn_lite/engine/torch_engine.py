@@ -119,6 +119,15 @@ def _set_cpu_threads(config, device, log):
         log.v5("torch: %i intra-op thread(s)" % n)
 
 
+def _results_dict(keys, floats):
+    results = {}
+    for i, key in enumerate(keys):
+        summed, inv = floats[2 * i], floats[2 * i + 1]
+        results[key] = summed
+        results["loss_norm_factor:" + key.split(":", 1)[1]] = 1.0 / inv if inv else 0.0
+    return results
+
+
 def _dead_worker_error(dataset_name, exc):
     return EngineError("dataset %r: a torch_dataloader_opts worker died: %s" % (
         dataset_name, str(exc).splitlines()[0]))
@@ -182,6 +191,7 @@ class TorchBackend(EngineBackend):
 
     name = "torch"
     checkpoint_suffix = _SUFFIX
+    _defer_results_on_cpu = False  # tests: the GPU's one-step-late results path on the CPU
 
     def __init__(self, config, log, task):
         super().__init__(config, log, task)
@@ -397,8 +407,10 @@ class TorchBackend(EngineBackend):
             lr = float(func(**kwargs))
         return lr
 
-    def _results(self, items):
-        """The step's results as floats: one device->host copy per step."""
+    def _results(self, items, defer=False):
+        """The step's results as floats: one device->host copy per step. ``defer`` (train steps on a GPU): the
+        copy runs asynchronously and the loop reads the floats after it has launched the next step (so the host
+        does not wait for the GPU in every step); the results then come as ``{"deferred": callable}``."""
         if not items:
             raise EngineError("train_step marked no loss (use Tensor.mark_as_loss)")
         values = []
@@ -407,13 +419,23 @@ class TorchBackend(EngineBackend):
                           torch.tensor(float(summed)))
             values.append(inv.detach().float().reshape(()).to(values[-1].device) if isinstance(inv, torch.Tensor)
                           else torch.tensor(float(inv), device=values[-1].device))
-        floats = torch.stack([v.to(values[0].device) for v in values]).cpu().tolist()
-        results = {}
-        for i, (key, _, _) in enumerate(items):
-            summed, inv = floats[2 * i], floats[2 * i + 1]
-            results[key] = summed
-            results["loss_norm_factor:" + key.split(":", 1)[1]] = 1.0 / inv if inv else 0.0
-        return results
+        stacked = torch.stack([v.to(values[0].device) for v in values])
+        keys = [key for key, _, _ in items]
+        if defer and stacked.device.type == "cuda":
+            host = torch.empty(stacked.shape, dtype=stacked.dtype, pin_memory=True)
+            host.copy_(stacked, non_blocking=True)
+            done = torch.cuda.Event()
+            done.record()
+
+            def get():
+                done.synchronize()
+                return _results_dict(keys, host.tolist())
+
+            return {"deferred": get}
+        if defer and self._defer_results_on_cpu:  # (tests: the deferred path without a GPU)
+            floats = stacked.tolist()
+            return {"deferred": lambda: _results_dict(keys, floats)}
+        return _results_dict(keys, stacked.cpu().tolist())
 
     def train_step(self, arrays, *, dataset_name, step, epoch, epoch_step, learning_rate, have_next=None):
         try:
@@ -469,7 +491,7 @@ class TorchBackend(EngineBackend):
             self._apply_update(self._learning_rate(learning_rate, epoch))
             self._accum_count = 0
         self.global_step += 1
-        results = self._results(items)
+        results = self._results(items, defer=True)
         if have_next is not None:
             results["all_have_next"] = self.dist.all_have_batch(have_next)
         return results

@@ -248,3 +248,17 @@ def test_a_dead_dataloader_worker_is_one_line_naming_the_dataset(config, tmp_pat
     last = err.strip().splitlines()[-1]
     assert last.startswith("rnn.py: error: dataset 'train': a torch_dataloader_opts worker died: DataLoader worker "
                            "(pid"), err
+
+
+def test_results_read_one_step_late_give_the_same_scores(config, tmp_path, capsys, monkeypatch):
+    # on a GPU the loop reads a train step's loss values after launching the next step (no host sync per step)
+    status, out, err = _run(capsys, config, tmp_path / "a", "++log_verbosity", "5")
+    assert status == 0, err
+    from returnn_lite.engine.torch_engine import TorchBackend
+
+    monkeypatch.setattr(TorchBackend, "_defer_results_on_cpu", True)
+    status, out2, err = _run(capsys, config, tmp_path / "b", "++log_verbosity", "5")
+    assert status == 0, err
+    steps = re.findall(r"^train epoch 1, step (\d+), cost:ce ([\d.e+-]+)", out, re.M)
+    assert len(steps) == 4 and steps == re.findall(r"^train epoch 1, step (\d+), cost:ce ([\d.e+-]+)", out2, re.M)
+    assert _scores(out) == _scores(out2)
