@@ -451,7 +451,8 @@ class TorchBackend(EngineBackend):
 
     def _out_of_memory_error(self, arrays, what):
         """One line: where, the batch's shape, the peak memory, and what to lower."""
-        self.optimizer.zero_grad(set_to_none=True) if self.optimizer is not None else None
+        if self.optimizer is not None:  # the partial gradients of the failed step
+            self.optimizer.zero_grad(set_to_none=True)
         self._accum_count = 0
         frames = max((int(v.shape[1]) for v in arrays.data.values() if getattr(v, "ndim", 0) >= 2), default=1)
         peak = ""
@@ -480,9 +481,7 @@ class TorchBackend(EngineBackend):
                 raise EngineError("train_step marked no loss (use Tensor.mark_as_loss)")
             if not isinstance(total, torch.Tensor) or not total.requires_grad:
                 raise EngineError("train_step: the losses do not depend on any trainable param (nothing to train)")
-            total = total.float()
-            if accum > 1:
-                total = total / accum
+            total = total.float()  # the gradients of accum_grad_multiple_step steps are summed, as the TF updater
             if self.grad_scaler is not None:
                 self.grad_scaler.scale(total).backward()
             else:
