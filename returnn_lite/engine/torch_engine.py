@@ -539,7 +539,8 @@ class TorchBackend(EngineBackend):
 
     # ---- forward
 
-    def _forward_outputs(self, arrays, epoch, step):
+    def forward_outputs(self, arrays, epoch, step):
+        """The outputs forward_step marks on a batch (a TensorDict)."""
         from .. import frontend as rf
 
         forward_step = self.config.typed_value("forward_step", None)
@@ -561,7 +562,7 @@ class TorchBackend(EngineBackend):
         from .torch_forward import batch_major
 
         name = self.config.value("forward_output_layer", None) or "output"
-        outputs = self._forward_outputs(arrays, epoch, step)
+        outputs = self.forward_outputs(arrays, epoch, step)
         if name not in outputs.data:
             raise EngineError("forward: forward_step marked no output %r (marked: %s)" % (name, sorted(outputs.data)))
         out = outputs.data[name]

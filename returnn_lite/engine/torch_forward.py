@@ -105,7 +105,7 @@ def run_forward_callback(engine, backend, dataset):
     progress = ProgressLine(engine.log, "forward")
     for step, batch in enumerate(engine.batches(dataset, engine.epoch, train=False)):
         arrays = batch_to_arrays(dataset, batch, backend.data_keys)
-        outputs = backend._forward_outputs(arrays, engine.epoch, step)
+        outputs = backend.forward_outputs(arrays, engine.epoch, step)
         for b in range(arrays.num_seqs):
             callback.process_seq(seq_tag=arrays.seq_tags[b], outputs=_seq_outputs(outputs, b))
         n += arrays.num_seqs
