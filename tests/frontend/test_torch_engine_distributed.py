@@ -93,6 +93,17 @@ def test_two_ranks_shard_the_data_and_rank0_writes(tmp_path):
     with open(str(tmp_path / "lr")) as f:
         assert "2:" in f.read().replace(" ", "")
     assert not _left_running(str(tmp_path / "model"))
+    # distributed eval: each rank scored its half of dev, the sums were reduced: the same as one process on all of it
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "rnn.py"), config, "++backend", "torch", "++task", "eval",
+                           "++device", "cpu", "++model", str(tmp_path / "model"), "++learning_rate_file",
+                           str(tmp_path / "lr"), "++dev", "{'class': 'Task12AXDataset', 'num_seqs': 20, "
+                           "'fixed_random_seed': 1}"], cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT),
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    single = re.search(r"epoch 2 dev: score ([0-9.e-]+) error ([0-9.e-]+)", proc.stdout)
+    distributed = re.search(r"epoch 2 score: .* dev: score ([0-9.e-]+) error ([0-9.e-]+)", out)
+    assert single and distributed and abs(float(single.group(1)) - float(distributed.group(1))) < 1e-4, (
+        proc.stdout[-1000:], out[-1000:])
 
 
 def test_a_killed_rank_ends_the_run_with_one_error_line(tmp_path):
