@@ -39,7 +39,7 @@ tf1 = tf.compat.v1
 _BASE_CONSTRUCT_CHILDREN = LayerBase.construct_children.__func__
 
 __all__ = [
-    "TFNetwork", "ExternData", "DataNotFound", "LossHolder", "CustomCheckpointLoader", "TFNetworkParamsSerialized",
+    "TFNetwork", "Subnetwork", "ExternData", "DataNotFound", "LossHolder", "CustomCheckpointLoader", "TFNetworkParamsSerialized",
     "NetworkError", "NetworkConstructionDependencyLoopException", "LayerNotFound", "NetworkLayerException",
 ]
 
@@ -245,6 +245,7 @@ class TFNetwork(NetworkAPIMixin):
             if id(net_dict[name]) not in self._validated_descs:
                 validate_layer_desc(layer_class, desc)
             layer_class.transform_config_dict(desc, network=self, get_layer=get_layer)
+            _construct_dim_size_layers(desc, get_layer)
             self._adapt_source_beams(name, desc)
             if layer_class.construct_children.__func__ is not _BASE_CONSTRUCT_CHILDREN:
                 with tf.name_scope(self._layer_name_scope(name)):
@@ -799,6 +800,21 @@ class _NotGiven:
 NotGiven = _NotGiven()
 
 
+def _construct_dim_size_layers(desc, get_layer):
+    """
+    A Dim made by rf's ``Dim(size_tensor)`` (layers backend) has as lengths the output of a layer of the net dict:
+    it is built first, before a layer with that dim in its output needs the lengths.
+    """
+    dims = desc.get("out_shape") or (desc["out"].dims if isinstance(desc.get("out"), Data) else ())
+    for d in dims:
+        if d.dimension is not None or d.is_batch_dim():
+            continue
+        ext = d.dyn_size_ext
+        size_layer_name = getattr(ext.placeholder, "get_abs_name", None) if ext is not None else None
+        if size_layer_name is not None and d.complete_dyn_size() is None:
+            d.dyn_size = get_layer(size_layer_name()).output.placeholder
+
+
 def _global_train_flag():
     """One 'train_flag' placeholder per graph (False unless fed), for networks built without a fixed flag."""
     graph = tf1.get_default_graph()
@@ -835,4 +851,133 @@ def _check_output_matches_template(layer):
                     layer.name, x.shape, out.short_repr(), i))
 
 
+class Subnetwork(TFNetwork):
+    """
+    A child network of a layer (``subnetwork`` layers, ``cond`` branches, ``masked_computation`` and ``rec`` units;
+    see :mod:`returnn_lite.subnetwork` for its options); the API of the original's ``returnn.tf.network.Subnetwork``.
+    """
+
+    def __init__(self, parent_net, name, net_dict=None, own_data=None, fallback_to_parent=False,
+                 parent_get_layer=None, absolute_name_prefix=None, name_scope_prefix=None, parent_layer=None,
+                 **flags):
+        flags.setdefault("train_flag", parent_net.train_flag)
+        flags.setdefault("search_flag", parent_net.search_flag)
+        flags.setdefault("eval_flag", parent_net.eval_flag)
+        if absolute_name_prefix is None:
+            absolute_name_prefix = parent_net.get_absolute_name_prefix() + name + "/"
+        super().__init__(parent_net=parent_net, extern_data=parent_net.extern_data, name=name,
+                         absolute_name_prefix=absolute_name_prefix, parent_layer=parent_layer, **flags)
+        self._net_dict = net_dict if net_dict is not None else {}
+        self.own_data = dict(own_data or {})
+        self.fallback_to_parent = fallback_to_parent
+        self.parent_get_layer = parent_get_layer
+        self._name_scope_prefix = name_scope_prefix
+
+    def __repr__(self):
+        return "<Subnetwork %r parent_layer=%r train=%s>" % (
+            self.get_absolute_name_prefix(), self.parent_layer, self.train_flag)
+
+    # ---- names ----
+    def get_absolute_name_scope_prefix(self):
+        if self._name_scope_prefix is not None:
+            return self._name_scope_prefix
+        return super().get_absolute_name_scope_prefix()
+
+    # ---- what this network owns, and where the rest goes ----
+    def owns_extern_data(self, key):
+        return key in self.own_data
+
+    def _get_extern_data_layer(self, name):
+        key = data_key(name, self.extern_data.default_input)
+        if key not in self.own_data:
+            return self.parent_net._get_extern_data_layer(name)
+        if name not in self.layers:
+            self.layers[name] = InternalLayer(name=name, network=self, output=self.own_data[key])
+        return self.layers[name]
+
+    def get_extern_data(self, key, mark_data_key_as_used=True):
+        if key in self.own_data:
+            return self.own_data[key]
+        return self.parent_net.get_extern_data(key, mark_data_key_as_used=mark_data_key_as_used)
+
+    def _parent_lookup(self, name):
+        return (self.parent_get_layer or self.parent_net.get_layer)(name)
+
+    def _resolve_in_loop(self, name):
+        if name == ":i":
+            return self._parent_lookup(name)
+        rest = parse_layer_ref(name).name  # (prev:REST)
+        if self.fallback_to_parent and not self.owns_layer(rest) and rest not in self._constructing_dict():
+            return self._parent_lookup(name)
+        return self._parent_lookup("prev:%s/%s" % (self.name, rest))
+
+    def _constructing_dict(self):
+        return self._current_net_dict if self._current_net_dict is not None else self._net_dict
+
+    def _resolve_not_owned(self, name, net_dict):
+        if self.fallback_to_parent:
+            return self._parent_lookup(name)
+        return super()._resolve_not_owned(name, net_dict)
+
+    _current_net_dict = None
+
+    def construct_layer(self, net_dict, name=None, get_layer=None, add_layer=None, check_existing=True,
+                        parent_get_layer=None):
+        """
+        As :meth:`TFNetwork.construct_layer`; also in the original's form ``construct_layer(name,
+        parent_get_layer=None)`` (a layer of this network's own layer dict).
+        """
+        if isinstance(net_dict, str):
+            net_dict, name = self._net_dict, net_dict
+        if parent_get_layer is not None:
+            self.parent_get_layer = parent_get_layer
+        outer, self._current_net_dict = self._current_net_dict, net_dict
+        try:
+            return super().construct_layer(net_dict, name, get_layer=get_layer, add_layer=add_layer,
+                                           check_existing=check_existing)
+        finally:
+            self._current_net_dict = outer
+
+    # ---- the original's Subnetwork API ----
+    @property
+    def net(self):
+        """The network itself (the original's ``Subnetwork.net``)."""
+        return self
+
+    def get_layer_func(self, get_layer):
+        """:return: get_layer for this network: own names here, the rest via get_layer (the parent's lookup)."""
+        self.parent_get_layer = get_layer
+        return self.get_layer
+
+    def get_sub_layer_func(self, base_get_layer):
+        """:return: lookup of this network's layers for the parent (``NAME/SUB`` -> ``SUB`` here)."""
+        if base_get_layer is not None:
+            self.parent_get_layer = base_get_layer
+        return self.get_layer
+
+    def construct_all(self, parent_get_layer=None):
+        """Build every layer of the layer dict."""
+        if parent_get_layer is not None:
+            self.parent_get_layer = parent_get_layer
+        for name in self._net_dict:
+            self.get_layer(name)
+
+    def complete_construction_parent_subnet_layer(self, parent_get_layer=None):
+        """Build what the owning layer needs (outputs, losses); :return: the owning layer."""
+        if parent_get_layer is not None:
+            self.parent_get_layer = parent_get_layer
+        self.construct_from_dict(self._net_dict)
+        return self.parent_layer
+
+    def have_layer(self, name):
+        return self.owns_layer(name)
+
+    def get_layer_desc(self, name):
+        return self._net_dict[name]
+
+    def get_layer_class(self, name):
+        return get_layer_class(self._net_dict[name]["class"])
+
+
 from .checkpoint_loader import CustomCheckpointLoader, assign_values  # noqa: E402,F401 (re-export; own module)
+

@@ -11,13 +11,12 @@ mismatches, unknown dims, a loss marked twice) raises :class:`FrontendError` nam
 
 from __future__ import annotations
 
-from ..data import Dim, batch_dim, single_step_dim  # noqa: F401
-from ..data import Data as Tensor  # noqa: F401
-from ..tensor.tensor_dict import TensorDict  # noqa: F401
+from ..tensor import Dim, Tensor, TensorDict, batch_dim, single_step_dim  # noqa: F401
 from ._backend import (  # noqa: F401
     Backend, get_backend_by_raw_tensor_type, get_backend_for_dims, get_backend_for_tensor, get_selected_backend,
     is_backend_selected, select_backend_returnn_layers_tf, select_backend_tf, select_backend_torch)
 from ._utils import FrontendError  # noqa: F401
+from .dims import dim_match_priority_when_needed  # noqa: F401
 from .array_ import *  # noqa: F401,F403
 from .array_ import slice  # noqa: F401 (shadows the builtin on purpose, as the original)
 from .math_ import *  # noqa: F401,F403
@@ -31,14 +30,3 @@ from .nn import (  # noqa: F401
     max_pool, max_pool1d, pool, pool1d, random, random_normal, random_uniform, scan, set_random_seed, while_loop)
 from .run_ctx import Loss, RunCtx, get_run_ctx, init_forward_step_run_ctx, init_train_step_run_ctx  # noqa: F401
 
-
-def _register():
-    """Tensor/Dim methods (operators, mark_as_loss, get_size_tensor, ...) dispatch to this module."""
-    import sys
-
-    from ..data_mixins import dim as _dim_mixin
-
-    _dim_mixin._frontend[0] = sys.modules[__name__]
-
-
-_register()

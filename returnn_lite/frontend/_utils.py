@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import sys
 
+from ..tensor.tensor import Dim, Tensor, axes_of, has_repeated_dim  # noqa: F401 (axes_of: shared axis resolution)
+
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # returnn_lite/
 
 
@@ -42,20 +44,11 @@ def dims_str(dims):
     return "[%s]" % ", ".join(d.short_repr() for d in dims)
 
 
-_DATA = []  # the Data class, imported on first use (import cycle); cached: is_tensor runs several times per rf op
-
-
 def is_tensor(x):
-    if not _DATA:
-        from ..data import Data
-
-        _DATA.append(Data)
-    return isinstance(x, _DATA[0])
+    return isinstance(x, Tensor)
 
 
 def as_dims(axis):
-    from ..data import Dim
-
     if isinstance(axis, Dim):
         return [axis]
     return list(axis)

@@ -142,9 +142,9 @@ def pad(source, *, axes, padding, out_dims=None, mode="constant", value=None, ha
             if a.dimension is not None and o.dimension is not None and o.dimension != a.dimension + left + right:
                 raise error("pad", "out dim %s does not match %s padded by %r" % (
                     o.short_repr(), a.short_repr(), (left, right)))
-            if o.dimension is None and o is not a and o.__dict__.get("_derived_from") is None and \
+            if o.dimension is None and o is not a and o.derived_from is None and \
                     o.dyn_size is None and a.dimension is None:
-                o.__dict__["_derived_from"] = ("add", (a, left + right))
+                o.derived_from = ("add", (a, left + right))
     out = get_backend_for_tensor(source).pad(
         source, axes=axes, padding=padding, out_dims=out_dims, handle_dynamic_dims=handle_dynamic_dims, mode=mode,
         value=0 if value is None else value)
@@ -175,7 +175,7 @@ def gather(source, *, indices, axis=None, clip_to_valid=False):
 
 def slice(source, *, axis, start=None, end=None, step=None, size=None, out_dim=None):  # noqa: A001
     """Static slice [start:end:step] of axis -> (Tensor, out_dim)."""
-    from ..data import Dim
+    from ..tensor import Dim
 
     check_dims_in("slice", source, [axis])
     for v in (start, end, step):
@@ -211,7 +211,7 @@ def split(source, *, axis, out_dims):
 
 def merge_dims(source, *, dims, out_dim=None):
     """Flatten ``dims`` (in this order) into one dim -> (Tensor, out_dim)."""
-    from ..data import Dim
+    from ..tensor import Dim
 
     dims = list(dims)
     check_dims_in("merge_dims", source, dims)
@@ -274,13 +274,13 @@ def squeeze(source, axis):
 
 def replace_dim(source, *, in_dim, out_dim=None):
     """The same values with ``in_dim`` replaced by ``out_dim`` (same size; new dim by default) -> (Tensor, out_dim)."""
-    from ..data import Dim
+    from ..tensor import Dim
 
     check_dims_in("replace_dim", source, [in_dim])
     if out_dim is None:
         out_dim = in_dim.copy(same_as_self=False, description="%s:replaced" % in_dim.description)
         if in_dim.dimension is None:
-            out_dim.__dict__["_derived_from"] = ("add", (in_dim, 0))
+            out_dim.derived_from = ("add", (in_dim, 0))
     if not isinstance(out_dim, Dim):
         raise error("replace_dim", "out_dim must be a Dim")
     return get_backend_for_tensor(source).replace_dim(source, in_dim=in_dim, out_dim=out_dim), out_dim

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import functools
 
-from ..data import Data
+from ..tensor import Tensor
 from ._utils import FrontendError, call_site, dims_str
 
 
-class Parameter(Data):
+class Parameter(Tensor):
     """A trainable (or auxiliary) param: a Tensor whose raw tensor the backend creates (layers: a variable layer)."""
 
     def __init__(self, dims, dtype=None, *, trainable=None, auxiliary=False, initial=None, sparse_dim=None,

@@ -3,10 +3,11 @@ BatchNorm, LSTM, attention, losses, dropout, random, State, cond."""
 
 from __future__ import annotations
 
-from ..data import Dim
+from ..tensor import Dim
 from . import array_, math_
 from ._backend import get_backend_for_tensor, get_selected_backend
 from ._utils import check_dims_in, dims_str, error, is_tensor
+from .dims import dim_match_priority_when_needed
 from .module import Glorot, Module, Parameter
 
 
@@ -20,7 +21,7 @@ class Linear(Module):
             raise error("Linear", "in_dim and out_dim must be Dims, got %r, %r" % (in_dim, out_dim))
         self.in_dim = in_dim
         self.out_dim = out_dim
-        self.weight = Parameter([in_dim, out_dim])
+        self.weight = Parameter([dim_match_priority_when_needed(in_dim, out_dim), out_dim])
         self.weight.initial = Glorot()
         self.with_bias = with_bias
         if with_bias:
@@ -358,7 +359,7 @@ class LSTM(Module):
 
 
 def single_step_dim():
-    from ..data import single_step_dim as d
+    from ..tensor import single_step_dim as d
 
     return d
 
@@ -427,7 +428,7 @@ class SelfAttention(GenericSelfAttention):
         q, k, v = self.forward_qkv(source)
         kv_axis = axis.copy(same_as_self=False, description="%s:kv" % axis.description)
         if axis.dimension is None:
-            kv_axis.__dict__["_derived_from"] = ("add", (axis, 0))
+            kv_axis.derived_from = ("add", (axis, 0))
         k, _ = array_.replace_dim(k, in_dim=axis, out_dim=kv_axis)
         v, _ = array_.replace_dim(v, in_dim=axis, out_dim=kv_axis)
         return self.attention(q, k, v, kv_axis=kv_axis)

@@ -161,7 +161,7 @@ def _is_raw_tensor(x):
 def _raw_to_tensor(raw, name, *, float_=False):
     """A raw loss tensor as Tensor with static dims (as the original's mark_as_loss does); a bool/int error
     (e.g. frame errors) as float32, so that it sums to the number of errors."""
-    from ..data import Dim
+    from ..tensor import Dim
     from . import math_ as _math
     from .array_ import convert_to_tensor
 

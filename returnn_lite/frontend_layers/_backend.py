@@ -54,7 +54,8 @@ from __future__ import annotations
 
 from ..data import Data, Dim, batch_dim
 from ..frontend._backend import Backend
-from ..frontend._utils import FrontendError, broadcast_dims, call_site, concat_out_dims, dims_str, is_tensor
+from ..frontend._utils import (
+    FrontendError, axes_of, broadcast_dims, call_site, concat_out_dims, dims_str, has_repeated_dim, is_tensor)
 from . import _norm
 from ._emit import _const, _emit, _make, _operands, _raw_name, _sources
 from ._net import Layer, dim_source as _dim_source, get_current_builder
@@ -66,6 +67,7 @@ class ReturnnLayersBackend(Backend):
     name = "returnn_layers_tf"
     RawTensorType = Layer
     is_tensorflow = True
+    builds_net_dict = True
     is_backend_raw_tensor_dim_tag_independent = False
 
     @staticmethod
@@ -132,7 +134,7 @@ class ReturnnLayersBackend(Backend):
         return _make("dim_value", [], [], "int32", opts={"dim": dim}, name="dim_value")
 
     @staticmethod
-    def dim_size_tensor(dim):
+    def dim_size_tensor(dim, *, device=None):  # (device: no meaning for layers)
         if dim.dimension is not None:
             return ReturnnLayersBackend.convert_to_tensor(dim.dimension, dims=[], dtype="int32")
         if dim.is_batch_dim():
@@ -254,7 +256,11 @@ class ReturnnLayersBackend(Backend):
     @staticmethod
     def reduce(source, *, mode, axis, use_mask=True):
         axes = [axis] if isinstance(axis, Dim) else list(axis)
-        rest = [d for d in source.dims if d not in axes]
+        if has_repeated_dim(source.dims):  # the reduce layer resolves the axes by match priority as well
+            idx = axes_of(source.dims, axes)
+            rest = [d for i, d in enumerate(source.dims) if i not in idx]
+        else:
+            rest = [d for d in source.dims if d not in axes]
         if mode in ("argmax", "argmin"):
             dtype, sparse = "int32", axes[0]
         elif mode in ("any", "all"):
@@ -283,9 +289,16 @@ class ReturnnLayersBackend(Backend):
     @staticmethod
     def matmul(a, b, *, reduce, use_mask=True):
         reduce = [reduce] if isinstance(reduce, Dim) else list(reduce)
-        dims = [d for d in a.dims if d not in reduce] + [d for d in b.dims if d not in reduce and d not in a.dims]
-        var1 = [d for d in a.dims if d not in reduce and d not in b.dims]
-        var2 = [d for d in b.dims if d not in reduce and d not in a.dims]
+        if has_repeated_dim(a.dims) or has_repeated_dim(b.dims):  # (the dot layer: axes by match priority too)
+            ra, rb = axes_of(a.dims, reduce), axes_of(b.dims, reduce)
+            a_rest = [d for i, d in enumerate(a.dims) if i not in ra]
+            b_rest = [d for j, d in enumerate(b.dims) if j not in rb]
+        else:
+            a_rest = [d for d in a.dims if d not in reduce]
+            b_rest = [d for d in b.dims if d not in reduce]
+        dims = a_rest + [d for d in b_rest if d not in a_rest]
+        var1 = [d for d in a_rest if d not in b_rest]
+        var2 = [d for d in b_rest if d not in a_rest]
         return _emit("dot", [a, b], dims, a.dtype, reduce=reduce, var1=var1, var2=var2, add_var2_if_empty=False,
                      use_mask=use_mask, name="dot")
 
@@ -313,12 +326,11 @@ class ReturnnLayersBackend(Backend):
     def concat(*sources, allow_broadcast=False, out_dim):
         dims = concat_out_dims(sources, out_dim)
         if any(a.dimension is None for _, a in sources):
-            if out_dim.dimension is None and out_dim.complete_dyn_size() is None and \
-                    out_dim.__dict__.get("_derived_from") is None:
+            if out_dim.dimension is None and out_dim.complete_dyn_size() is None and out_dim.derived_from is None:
                 total = sources[0][1]
                 for _, a in sources[1:]:
                     total = total + a
-                out_dim.__dict__["_derived_from"] = ("add", (total, 0))
+                out_dim.derived_from = ("add", (total, 0))
         x0, a0 = sources[0]
         dynamic = any(a.dimension is None for _, a in sources)
         if all(x.dtype == x0.dtype and x.sparse_dim == x0.sparse_dim and
@@ -398,7 +410,8 @@ class ReturnnLayersBackend(Backend):
                 for o in dims:
                     if o is not d:
                         others *= o.dimension
-                d.__dict__.setdefault("_derived_from", ("ceildiv", (axis, others)))
+                if d.derived_from is None:
+                    d.derived_from = ("ceildiv", (axis, others))
         return _emit("split_dims", [source], out, source.dtype, sparse_dim=source.sparse_dim, axis=axis,
                      dims=list(dims), pad_to_multiples=pad_to_multiples, pad_value=pad_value or 0)
 

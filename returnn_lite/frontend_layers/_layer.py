@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from ..data import Data
+from ..data import Data, graph_cached
 from ..layers.base import LayerBase
 from ..losses.base import Loss
 
@@ -121,13 +121,7 @@ def dim_value(layer, d):
         raise ValueError("dim %s has no sequence lengths" % d)
     if _in_control_flow():
         return tf.reduce_max(size)
-    base = d.get_same_base()
-    cached = base.__dict__.get("_max_len_cache")
-    if cached is None or cached[0] is not size:
-        with tf.name_scope("max_len"):
-            cached = (size, tf.reduce_max(size))
-        base.__dict__["_max_len_cache"] = cached
-    return cached[1]
+    return graph_cached(("max", size.ref()), lambda: tf.reduce_max(size, name="max_len"))
 
 
 def seq_mask(d, dims, x=None):
@@ -138,13 +132,11 @@ def seq_mask(d, dims, x=None):
     if _in_control_flow():
         mask = tf.sequence_mask(size, maxlen=tf.reduce_max(size))
     else:
-        base = d.get_same_base()
-        cached = base.__dict__.get("_rf_mask_cache")
-        if cached is None or cached[0] is not size:
+        def create():
             with tf.name_scope("seq_mask"):
-                cached = (size, tf.sequence_mask(size, maxlen=tf.reduce_max(size)))
-            base.__dict__["_rf_mask_cache"] = cached
-        mask = cached[1]
+                return tf.sequence_mask(size, maxlen=tf.reduce_max(size))
+
+        mask = graph_cached(("rf_mask", size.ref()), create)
     mask_dims = [batch_dim, d] if size.shape.rank == 1 else [d]
     return align(Data("mask", dims=mask_dims, dtype="bool", placeholder=mask), dims)
 

@@ -86,7 +86,19 @@ def prune_unused_layers(net_dict):
             continue
         keep.add(name)
         stack.extend(outer_refs(net_dict[name]))
+        stack.extend(_dim_size_layer_names(net_dict[name]))
     return {name: d for name, d in net_dict.items() if name in keep}
+
+
+def _dim_size_layer_names(layer_dict):
+    """The layers whose outputs are the lengths of the output dims made by ``Dim(size_tensor)`` (kept with it)."""
+    out = layer_dict.get("out_shape") or getattr(layer_dict.get("out"), "dims", ())
+    names = []
+    for d in out:
+        ext = d.dyn_size_ext if d.dimension is None and not d.is_batch_dim() else None
+        if ext is not None and isinstance(ext.placeholder, Layer):
+            names.append(ext.placeholder.name)
+    return names
 
 
 def register_params(model, builder):

@@ -259,10 +259,19 @@ class MathNormLayer(ConcatInputLayer):
 # dot, weighted_sum, elemwise_prod
 
 
-def _dot_axes(data, desc, what, layer_name):
+def _dot_axes(data, desc, what, layer_name, taken=()):
+    """The axes of desc; Dims that the source has twice (e.g. a [d, d] weight) resolve to axes not in taken."""
     if desc is None:
         return []
     try:
+        dims = [desc] if isinstance(desc, Dim) else desc
+        if taken and isinstance(dims, (list, tuple)) and all(isinstance(d, Dim) for d in dims):
+            free = [i for i in range(data.batch_ndim) if i not in taken]
+            res = []
+            for d in dims:
+                cands = [i for i in free if data.dims[i] == d and i not in res] or data._axes_fail(d)
+                res.append(max(cands, key=lambda i: data.dims[i].match_priority))
+            return res
         return data.get_axes_from_description(desc)
     except ValueError as exc:
         raise ValueError("dot layer %r: %s %r: %s" % (layer_name, what, desc, exc)) from exc
@@ -283,8 +292,8 @@ def _dot_plan(name, a, b, red1, red2, var1, var2, add_var2_if_empty):
         da, db = a.dims[i], b.dims[j]
         if da != db and da.dimension != db.dimension:
             raise ValueError("dot layer %r: reduce axes do not match: %s vs %s" % (name, da, db))
-    var1_ = _dot_axes(a, var1, "var1", name)
-    var2_ = _dot_axes(b, var2, "var2", name)
+    var1_ = _dot_axes(a, var1, "var1", name, taken=red1_)
+    var2_ = _dot_axes(b, var2, "var2", name, taken=red2_)
     if set(var1_) & set(red1_) or set(var2_) & set(red2_):
         raise ValueError("dot layer %r: var and red axes overlap (red1 %r, var1 %r, red2 %r, var2 %r)" % (
             name, red1, var1, red2, var2))

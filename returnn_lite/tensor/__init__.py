@@ -1,28 +1,25 @@
 """
-The tensor types as the RETURNN frontend (``rf``) sees them::
+The tensor types as the RETURNN frontend (``rf``) and the backends see them, pure Python (no TensorFlow, no
+PyTorch)::
 
     from returnn_lite.tensor import Tensor, Dim, batch_dim, single_step_dim, TensorDict
 
-There is ONE dim system: :class:`Dim` is the compiler's dim tag (:mod:`returnn_lite.data`) and :class:`Tensor`
-is the compiler's :class:`~returnn_lite.data.Data` (as in the original, where ``Data`` is an alias of ``Tensor``).
-The frontend methods (operators, ``mark_as_loss``, ``dyn_size_ext``, dim arithmetic, ...) live in the mixins
-``Dim``/``Data`` inherit (:mod:`returnn_lite.data_mixins`, below :mod:`returnn_lite.data`; this package is above it).
-
-The names are resolved lazily (PEP 562), so that importing this package alone stays cheap.
+:class:`Dim` and :class:`Tensor` are in :mod:`.tensor`, what a backend implements in :mod:`.backend`. The TF
+compiler's ``Data`` (:mod:`returnn_lite.data`) is a subclass of Tensor; ``returnn_lite.tensor.Data`` loads it (and
+TensorFlow) on first access only.
 """
 
 from __future__ import annotations
+
+from .tensor import Dim, FeatureDim, SpatialDim, Tensor, batch_dim, single_step_dim  # noqa: F401
+from .tensor_dict import TensorDict  # noqa: F401
 
 __all__ = ["Tensor", "Dim", "batch_dim", "single_step_dim", "TensorDict", "Data", "SpatialDim", "FeatureDim"]
 
 
 def __getattr__(name):
-    if name in ("Tensor", "Dim", "batch_dim", "single_step_dim", "Data", "SpatialDim", "FeatureDim"):
-        from .. import data as _data
+    if name == "Data":  # the TF compiler's Tensor (imports TensorFlow)
+        import importlib
 
-        return getattr(_data, name)
-    if name == "TensorDict":
-        from .tensor_dict import TensorDict
-
-        return TensorDict
+        return importlib.import_module("returnn_lite.data").Data
     raise AttributeError("module %r has no attribute %r" % (__name__, name))

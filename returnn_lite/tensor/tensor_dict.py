@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from .tensor import Tensor
+
 
 class TensorDict:
     """name -> :class:`returnn_lite.tensor.Tensor`"""
@@ -13,17 +15,15 @@ class TensorDict:
 
     def update(self, data, *, auto_convert=False):
         """From a TensorDict, a dict of Tensors, or (auto_convert) a dict of Tensor kwargs as in ``extern_data``."""
-        from ..data import Data
-
         if isinstance(data, TensorDict):
             data = data.data
         for key, value in data.items():
-            if isinstance(value, Data):
+            if isinstance(value, Tensor):
                 self.data[key] = value
             elif auto_convert and isinstance(value, dict):
                 opts = dict(value)
                 opts.pop("available_for_inference", None)
-                self.data[key] = Data(name=key, **opts)
+                self.data[key] = Tensor(name=key, **opts)
             else:
                 raise TypeError("TensorDict.update: %r: expected a Tensor%s, got %r" % (
                     key, " or a dict (auto_convert=True)" if not auto_convert else " or a dict", value))

@@ -16,9 +16,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ...data import Data, Dim, batch_dim, single_step_dim
+from ...tensor import Dim, Tensor, batch_dim, single_step_dim
 from ...frontend._backend import Backend
-from ...frontend._utils import FrontendError, call_site, concat_out_dims, dims_str, is_tensor
+from ...frontend._utils import FrontendError, axes_of, call_site, concat_out_dims, dims_str, has_repeated_dim, is_tensor
 from ...util import NotSpecified
 
 _DTYPES = {
@@ -33,14 +33,12 @@ def _dtype_name(raw):
     return _DTYPE_NAMES[raw.dtype]
 
 
+_from_raw = Tensor.from_raw
+
+
 def _new(name, dims, raw, sparse_dim=None, dtype=None):
-    """A Data (= rf Tensor) around a torch tensor, without the (TF-dtype-checking) Data constructor."""
-    t = Data.__new__(Data)
-    t.__dict__.update(
-        name=name, available_for_inference=True, vocab=None, dims=tuple(dims), _time_dim_axis=NotSpecified,
-        _feature_dim_axis=NotSpecified, sparse_dim=sparse_dim, dtype=dtype or _DTYPE_NAMES[raw.dtype],
-        placeholder=raw, beam=None)
-    return t
+    """An rf Tensor around a torch tensor (:meth:`Tensor.from_raw`: no checks, a few microseconds per rf op)."""
+    return _from_raw(name, tuple(dims), dtype or _DTYPE_NAMES[raw.dtype], raw, sparse_dim)
 
 
 def _align(t, out_dims):
@@ -52,9 +50,14 @@ def _align(t, out_dims):
     own = list(dims)
     perm = []
     shape = []
+    if has_repeated_dim(own):  # e.g. a [d, d] weight: its axes by match priority
+        present = [d for d in out_dims if d in own]
+        order = dict(zip([id(d) for d in present], axes_of(own, present)))
+    else:
+        order = None
     for d in out_dims:
         if d in own:
-            i = own.index(d)
+            i = own.index(d) if order is None else order[id(d)]
             perm.append(i)
             shape.append(x.shape[i])
         else:
@@ -168,6 +171,8 @@ def _transposed(t, dims):
     if tuple(dims) == tuple(t.dims):
         return t.placeholder
     own = list(t.dims)
+    if has_repeated_dim(own):
+        return t.placeholder.permute(axes_of(own, dims))
     return t.placeholder.permute([own.index(d) for d in dims])
 
 
@@ -274,6 +279,36 @@ class TorchBackend(Backend):
         return raw_tensor.unsqueeze(axis)
 
     @staticmethod
+    def get_dim_raw(raw_tensor, axis):
+        return raw_tensor.shape[axis]
+
+    @staticmethod
+    def transpose_raw(raw_tensor, perm):
+        return raw_tensor.permute(perm)
+
+    @staticmethod
+    def squeeze_raw(raw_tensor, axes):
+        for a in sorted((a % raw_tensor.dim() for a in axes), reverse=True):
+            raw_tensor = raw_tensor.squeeze(a)
+        return raw_tensor
+
+    @staticmethod
+    def reshape_raw(raw_tensor, shape):
+        return raw_tensor.reshape([int(s) for s in shape])
+
+    @staticmethod
+    def tile_raw(raw_tensor, multiples):
+        return raw_tensor.repeat([int(m) for m in multiples])
+
+    @staticmethod
+    def reduce_max_raw(raw_tensor):
+        return int(raw_tensor.max()) if raw_tensor.numel() else 0
+
+    @staticmethod
+    def sequence_mask_raw(lengths, max_len):
+        return torch.arange(int(max_len), device=lengths.device) < lengths.unsqueeze(-1)
+
+    @staticmethod
     def expand_raw(raw_tensor, axis, dim):
         shape = [-1] * raw_tensor.dim()
         shape[axis] = int(dim)
@@ -315,10 +350,13 @@ class TorchBackend(Backend):
         return _new("dim_value", [], torch.tensor(_dim_len(dim), dtype=torch.int32))
 
     @staticmethod
-    def dim_size_tensor(dim):
+    def dim_size_tensor(dim, *, device=None):
         if dim.dimension is not None or dim.is_batch_dim():
-            return TorchBackend.dim_value_tensor(dim)
+            res = TorchBackend.dim_value_tensor(dim)
+            return res if device is None else _new(res.name, [], res.placeholder.to(device))
         raw, dims = _sizes(dim)
+        if device is not None:
+            raw = raw.to(device, non_blocking=True)
         return _new("%s:size" % dim.description, dims, raw)
 
     # ---- params ----
@@ -442,8 +480,12 @@ class TorchBackend(Backend):
     def reduce(source, *, mode, axis, use_mask=True):
         axes = [axis] if isinstance(axis, Dim) else list(axis)
         dims = list(source.dims)
-        rest = [d for d in dims if d not in axes]
-        idx = [dims.index(a) for a in axes]
+        if has_repeated_dim(dims):
+            idx = axes_of(dims, axes)
+            rest = [d for i, d in enumerate(dims) if i not in idx]
+        else:
+            rest = [d for d in dims if d not in axes]
+            idx = [dims.index(a) for a in axes]
         x = source.placeholder
         dyn = [a for a in axes if _is_dyn(a)] if use_mask else []
         if mode in ("argmax", "argmin"):
@@ -519,6 +561,8 @@ class TorchBackend(Backend):
         # fast path: [..., r] x [r, o] (e.g. Linear)
         if len(reduce) == 1 and len(bd) == 2 and ad[-1] is reduce[0] and bd[0] is reduce[0] and bd[1] not in ad:
             return _new("dot", ad[:-1] + (bd[1],), torch.matmul(xa, xb))
+        if has_repeated_dim(ad) or has_repeated_dim(bd):
+            return _matmul_repeated_dims(ad, bd, xa, xb, reduce)
         out = [d for d in ad if d not in reduce] + [d for d in bd if d not in reduce and d not in ad]
         letters = {}
         for d in list(ad) + list(bd):
@@ -711,8 +755,8 @@ class TorchBackend(Backend):
 
     @staticmethod
     def replace_dim(source, *, in_dim, out_dim):
-        if _is_dyn(out_dim) and _is_dyn(in_dim) and out_dim != in_dim:
-            sizes, sdims = _sizes(in_dim)
+        if _is_dyn(out_dim) and _is_dyn(in_dim) and out_dim != in_dim and out_dim.dyn_size_ext is None:
+            sizes, sdims = _sizes(in_dim)  # (an out_dim with sizes of its own, e.g. Dim(size_tensor), keeps them)
             _set_sizes(out_dim, sizes, sdims)
         return _new(source.name, [out_dim if d == in_dim else d for d in source.dims], source.placeholder,
                     sparse_dim=source.sparse_dim)
@@ -992,6 +1036,31 @@ class TorchBackend(Backend):
 
 
 _LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+def _matmul_repeated_dims(ad, bd, xa, xb, reduce):
+    """matmul where a or b has a Dim twice (e.g. the [d, d] weight of rf.Linear(d, d)): axes by match priority."""
+    ra, rb = axes_of(ad, reduce), axes_of(bd, reduce)
+    la, lb = [None] * len(ad), [None] * len(bd)
+    letters = iter(_LETTERS)
+    for i, j in zip(ra, rb):
+        la[i] = lb[j] = next(letters)
+    out, out_letters = [], []
+    for i, d in enumerate(ad):
+        if la[i] is None:
+            la[i] = next(letters)
+            out.append(d)
+            out_letters.append(la[i])
+            free = [j for j in range(len(bd)) if lb[j] is None]
+            if any(bd[j] == d for j in free):  # a common (batch-like) dim: the same letter in b
+                lb[axes_of(bd, [d], taken=[j for j in range(len(bd)) if j not in free])[0]] = la[i]
+    for j, d in enumerate(bd):
+        if lb[j] is None:
+            lb[j] = next(letters)
+            out.append(d)
+            out_letters.append(lb[j])
+    eq = "%s,%s->%s" % ("".join(la), "".join(lb), "".join(out_letters))
+    return _new("dot", out, torch.einsum(eq, xa, xb))
 
 
 def _scan_cond(*, spatial_dim, initial, ys, body, cond, cond_dims, cond_before_body, max_seq_len):
