@@ -6,7 +6,10 @@ with padded frames masked, frame error) on the rf torch backend vs the same mode
 up to 200 frames, as the config's chunking), same initial params; a step = extern data setup + forward + losses +
 backward + Adam step. CPU time (process_time), min over rounds of --steps steps each.
 
-Also prints the rf dispatch overhead per op: ``a + b`` / ``rf.matmul`` on tiny tensors vs the raw torch op.
+Also prints the rf dispatch overhead per op: ``a + b`` / ``rf.matmul`` on tiny tensors vs the raw torch op, the
+torch engine's whole train step (:class:`returnn_lite.engine.torch_engine.TorchBackend`: numpy batch -> tensors,
+step, loss values to the host, Adam) against the bare rf step, and the rf step in wall time with the engine's
+default CPU threads (1, as the original; ``torch_intra_op_threads``) against torch's own default.
 
     python benchmarks/torch_backend.py [--steps 20] [--rounds 5] [--batch 10] [--time 200]
 """
@@ -25,7 +28,6 @@ import torch  # noqa: E402
 import returnn_lite.frontend as rf  # noqa: E402
 from returnn_lite.tensor import Dim, Tensor, TensorDict, batch_dim  # noqa: E402
 from returnn_lite.torch.frontend import rf_module_to_pt_module  # noqa: E402
-from returnn_lite.torch.frontend._backend import _new  # noqa: E402
 
 time_dim = Dim(None, name="time")
 in_dim = Dim(9, name="in")
@@ -85,8 +87,9 @@ def make_batches(n, batch, max_len, seed=1):
 def run_rf(model, opt, batches, extern_data):
     for x, y, lens in batches:
         time_dim.reset_eager()
-        batch_dim.dyn_size_ext = _new("batch", [], torch.tensor(x.shape[0], dtype=torch.int32))
-        time_dim.dyn_size_ext = _new("time:size", [batch_dim], lens)
+        batch_dim.dyn_size_ext = rf.convert_to_tensor(torch.tensor(x.shape[0], dtype=torch.int32), dims=[],
+                                                      dtype="int32", name="batch")
+        time_dim.dyn_size_ext = rf.convert_to_tensor(lens, dims=[batch_dim], dtype="int32", name="time:size")
         extern_data.data["data"].raw_tensor = x
         extern_data.data["classes"].raw_tensor = y
         rf.init_train_step_run_ctx(train_flag=True, step=0, epoch=1)
@@ -114,13 +117,36 @@ def run_plain(model, opt, batches):
         opt.step()
 
 
-def timed(fn, rounds):
+def timed(fn, rounds, clock=time.process_time):
     best = float("inf")
     for _ in range(rounds):
-        t0 = time.process_time()
+        t0 = clock()
         fn()
-        best = min(best, time.process_time() - t0)
+        best = min(best, clock() - t0)
     return best
+
+
+def engine_backend(model_factory):
+    """The torch engine backend on this model (default options: CPU, the engine's thread default)."""
+    from returnn_lite.config import Config
+    from returnn_lite.engine.progress import Log
+    from returnn_lite.engine.torch_engine import TorchBackend
+
+    config = Config({"backend": "torch", "device": "cpu", "extern_data": extern_data_opts, "adam": True,
+                     "get_model": lambda **_: model_factory(), "train_step": train_step})
+    backend = TorchBackend(config, Log(verbosity=0), "train")
+    backend.build(1, None, train=True)
+    return backend
+
+
+def run_engine(backend, batches):
+    from returnn_lite.datasets.batching import BatchArrays
+
+    for i, (x, y, lens) in enumerate(batches):
+        lens_np = lens.numpy()
+        arrays = BatchArrays(data={"data": x.numpy(), "classes": y.numpy()},
+                             seq_lens={"data": lens_np, "classes": lens_np}, seq_tags=[], seq_idxs=[])
+        backend.train_step(arrays, dataset_name="bench", step=i, epoch=1, epoch_step=i, learning_rate=0.01)
 
 
 def dispatch_overhead(n=2000):
@@ -144,7 +170,7 @@ def main():
     parser.add_argument("--batch", type=int, default=10)
     parser.add_argument("--time", type=int, default=200)
     args = parser.parse_args()
-    torch.set_num_threads(1)
+    torch_default_threads = torch.get_num_threads()
     rf.select_backend_torch()
     rf.set_random_seed(1)
     model = Model()
@@ -164,15 +190,31 @@ def main():
     batches = make_batches(args.steps, args.batch, args.time)
     run_rf(model, opt_rf, batches[:2], extern_data)  # warm-up
     run_plain(plain, opt_plain, batches[:2])
+    backend = engine_backend(Model)  # sets the engine's default threads
+    engine_threads = torch.get_num_threads()
+    run_engine(backend, batches[:2])
+    t_engine = timed(lambda: run_engine(backend, batches), args.rounds) / args.steps
     t_rf = timed(lambda: run_rf(model, opt_rf, batches, extern_data), args.rounds) / args.steps
     t_plain = timed(lambda: run_plain(plain, opt_plain, batches), args.rounds) / args.steps
     over = dispatch_overhead()
+    wall_rf = timed(lambda: run_rf(model, opt_rf, batches, extern_data), args.rounds, time.perf_counter) / args.steps
+    wall_plain = timed(lambda: run_plain(plain, opt_plain, batches), args.rounds, time.perf_counter) / args.steps
+    torch.set_num_threads(torch_default_threads)  # a few steps only: oversubscribed threads can be very slow
+    few = batches[:min(5, len(batches))]
+    wall_rf_default = timed(lambda: run_rf(model, opt_rf, few, extern_data), 2, time.perf_counter) / len(few)
+    wall_plain_default = timed(lambda: run_plain(plain, opt_plain, few), 2, time.perf_counter) / len(few)
     print("12AX rf LSTM train step (batch %i x %i frames, CPU time, min over %i rounds of %i steps):" % (
         args.batch, args.time, args.rounds, args.steps))
     print("  rf torch backend: %.3f ms/step" % (t_rf * 1e3))
     print("  plain PyTorch:    %.3f ms/step" % (t_plain * 1e3))
     print("  rf dispatch overhead per op: add %.1f us, matmul %.1f us" % (over["add"] * 1e6, over["matmul"] * 1e6))
-    print("ratio torch_backend/plain: %.2f (goal <= 1.5)" % (t_rf / t_plain))
+    print("  torch engine train step (batch -> tensors, step, losses to host): %.3f ms/step (%.2fx the bare rf step)"
+          % (t_engine * 1e3, t_engine / t_rf))
+    print("  wall time, engine default %i thread(s): rf %.3f ms/step, plain %.3f ms/step" % (
+        engine_threads, wall_rf * 1e3, wall_plain * 1e3))
+    print("  wall time, torch default %i thread(s): rf %.3f ms/step, plain %.3f ms/step" % (
+        torch_default_threads, wall_rf_default * 1e3, wall_plain_default * 1e3))
+    print("ratio torch_backend/plain: %.2f (goal <= 1.5; engine default threads)" % (t_rf / t_plain))
 
 
 if __name__ == "__main__":

@@ -105,7 +105,7 @@ def _expected_errors():
     from .config import ConfigError
     from .datasets import DatasetError
     from .engine import EngineError, LearningRateFileError, UpdaterError
-    from .network import NetworkError
+    from .errors import NetworkError
 
     return (ConfigError, DatasetError, EngineError, UpdaterError, NetworkError, LearningRateFileError)
 

@@ -56,7 +56,7 @@ def network_from_config(config_file, overrides=(), native_ops=False, search=Fals
     :param bool search: build with search_flag (beam search in choice layers)
     :param bool ref_variables: plain (non-resource) TF variables, which freeze into constants also inside v1
         while loops (resource gathers there do not)
-    :return: Engine with .network, .session, .graph
+    :return: the TF engine backend, with .network, .session, .graph, .close_session()
     """
     from . import native_op
 
@@ -99,16 +99,17 @@ def _network_from_config(config_file, overrides, search):
         raise ToolError("config %r: %s" % (config_file, exc)) from None
     for key, value in overrides:
         config.set(key, value)
+    config.set("task", "search" if search else "forward")  # train_flag False; search: search_flag
+    config.set("backend", "tensorflow")  # the tool works on the TF graph and TF checkpoints
     engine = Engine(config, log=Log(verbosity=0, stream=io.StringIO()))
     dataset = None
     if not any(config.has(k) for k in ("extern_data", "num_outputs", "num_inputs")):
         for key in ("eval", "dev", "train"):
-            dataset = engine._load_dataset(key)
+            dataset = engine.load_dataset(key)
             if dataset is not None:
                 break
-    engine.task = "search" if search else "forward"  # train_flag False; search: search_flag
-    engine._build_graph(engine._get_net_dict(config.int("load_epoch", 1) or 1), dataset, train=False)
-    return engine
+    engine.backend.build(config.int("load_epoch", 1) or 1, dataset, train=False)
+    return engine.backend
 
 
 def _layer_name_of(network, var):

@@ -5,6 +5,9 @@ renamed into place, and the ``.index`` file (the marker that the epoch is comple
 
 Checkpoints hold the network params under their original names (``output/W``), ``global_step``, and the
 optimizer state (``output/W/Adam``, ``beta1_power``, ...; optional when loading).
+
+The file-name helpers are shared by both engine backends (they take the marker suffix: ``.index`` for TF, ``.pt``
+for torch); :class:`CheckpointSaver` is the TF backend's and imports TF when used.
 """
 
 from __future__ import annotations
@@ -14,11 +17,6 @@ import os
 import re
 import shutil
 
-import tensorflow as tf
-
-from ..checkpoint_loader import CustomCheckpointLoader
-
-tf1 = tf.compat.v1
 
 __all__ = ["epoch_model_filename", "model_epoch_from_filename", "get_existing_models", "CheckpointSaver",
            "checkpoint_exists", "remove_stale_temp_files"]
@@ -37,24 +35,24 @@ def model_epoch_from_filename(filename):
 
 
 def normalize_checkpoint_name(filename):
-    """Accept ``model.003``, ``model.003.index``, ``model.003.meta``, ``model.003.data-00000-of-00001``."""
-    for suffix in (".index", ".meta"):
+    """Accept ``model.003``, ``model.003.index``, ``.meta``, ``.data-00000-of-00001`` and (torch) ``.pt``."""
+    for suffix in (".index", ".meta", ".pt"):
         if filename.endswith(suffix):
             return filename[:-len(suffix)]
     return re.sub(r"\.data-\d+-of-\d+$", "", filename)
 
 
-def checkpoint_exists(filename):
-    return os.path.exists(filename + _INDEX)
+def checkpoint_exists(filename, suffix=_INDEX):
+    return os.path.exists(filename + suffix)
 
 
-def get_existing_models(model_prefix):
-    """epoch -> checkpoint name, for every complete epoch checkpoint ``<model_prefix>.NNN.index``."""
+def get_existing_models(model_prefix, suffix=_INDEX):
+    """epoch -> checkpoint name, for every complete epoch checkpoint ``<model_prefix>.NNN<suffix>``."""
     if not model_prefix:
         return {}
     directory = os.path.dirname(os.path.abspath(model_prefix))
     base = os.path.basename(model_prefix)
-    pattern = re.compile(r"^%s\.(\d{3,})\.index$" % re.escape(base))
+    pattern = re.compile(r"^%s\.(\d{3,})%s$" % (re.escape(base), re.escape(suffix)))
     res = {}
     if not os.path.isdir(directory):
         return res
@@ -105,6 +103,9 @@ class CheckpointSaver:
             self._save(session, filename)
 
     def _save(self, session, filename):
+        import tensorflow as tf
+
+        tf1 = tf.compat.v1
         d = self._var_dict()
         if self._saver is None or self._keys != set(d):
             self._saver = tf1.train.Saver(var_list=d, max_to_keep=None, save_relative_paths=True, sharded=False)
@@ -127,6 +128,8 @@ class CheckpointSaver:
             self._load(session, filename, load_extra)
 
     def _load(self, session, filename, load_extra):
+        from ..checkpoint_loader import CustomCheckpointLoader
+
         self.network.get_global_train_step_var()
         self.network.load_params_from_file(filename, session=session)
         if load_extra and self.extra_vars:

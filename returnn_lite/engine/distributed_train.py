@@ -17,44 +17,45 @@ import numpy
 import tensorflow as tf
 
 from ..distributed import Collectives, DistributedError, get_distributed_setup
+from .backend import DistributedContext
+from .data_sharding import init_seq_order_for_rank
 
 tf1 = tf.compat.v1
 
 __all__ = ["DistributedTraining", "setup_distributed_training"]
 
 
-def setup_distributed_training(engine, error_cls):
-    """The engine's DistributedTraining, or None for a single-process run."""
+def setup_distributed_training(config, log, task, session_config, error_cls, session):
+    """The TF backend's DistributedTraining (``session``: returns the current session), or None for one process."""
     try:
-        setup = get_distributed_setup(engine.config, engine.log)
+        setup = get_distributed_setup(config, log)
     except DistributedError as exc:
         raise error_cls(str(exc)) from None
     if setup is None:
         return None
-    if engine.config.value("backend", "tensorflow") != "tensorflow":
-        raise error_cls("distributed (use_horovod / TF_CONFIG with %i workers): only backend 'tensorflow' is "
-                        "supported, got backend %r" % (setup.size, engine.config.value("backend", None)))
-    if engine.task != "train":
+    if task != "train":
         raise error_cls("distributed (use_horovod / TF_CONFIG with %i workers): only task train is supported, "
-                        "got task %r; run it with one process" % (setup.size, engine.task))
+                        "got task %r; run it with one process" % (setup.size, task))
     try:
-        setup.start(engine._session_config())
+        setup.start(session_config)
     except Exception as exc:  # e.g. the port is taken
         raise error_cls("distributed: cannot start the server of worker %i at %s: %s" % (
             setup.rank, setup.workers[setup.rank], str(exc).splitlines()[0] if str(exc) else exc)) from None
-    engine.log.v3("distributed: worker %i of %i (%s), reduce_type %r, dataset_distribution %r" % (
+    log.v3("distributed: worker %i of %i (%s), reduce_type %r, dataset_distribution %r" % (
         setup.rank, setup.size, setup.workers[setup.rank], setup.reduce_type, setup.dataset_distribution))
-    return DistributedTraining(setup, engine.log, error_cls)
+    return DistributedTraining(setup, log, error_cls, session=session)
 
 
-class DistributedTraining:
+class DistributedTraining(DistributedContext):
     """Graph pieces and per-step logic; one instance per engine (the graph pieces are rebuilt per graph)."""
 
     _LOST = (tf.errors.UnavailableError, tf.errors.DeadlineExceededError, tf.errors.AbortedError,
              tf.errors.CancelledError)
 
-    def __init__(self, setup, log, error_cls=DistributedError):
+    def __init__(self, setup, log, error_cls=DistributedError, session=None):
         self.setup = setup
+        self.rank, self.size = setup.rank, setup.size
+        self._session = session
         self.log = log
         self.error_cls = error_cls
         self.collectives = None
@@ -119,54 +120,42 @@ class DistributedTraining:
                 raise
             raise err from None
 
-    def broadcast(self, session):
-        self._run(session, self.broadcast_op, what="the params broadcast from rank 0")
+    def broadcast_params(self):
+        self._run(self._session(), self.broadcast_op, what="the params broadcast from rank 0")
         self.log.v4("distributed: params broadcast from rank 0")
 
-    def all_have_batch(self, session, have):
+    def all_have_batch(self, have):
         """Separate check (at epoch start): do all workers have a (first) batch?"""
-        return self._run(session, self.more_sum, {self.more_ph: float(have)}) >= self.setup.size - 0.5
+        return self._run(self._session(), self.more_sum, {self.more_ph: float(have)}) >= self.setup.size - 0.5
 
-    def after_step(self, session):
+    def after_step(self):
         """``"param"`` mode: average the params every ``param_sync_step`` steps."""
         self.steps += 1
         if self.average_op is not None and self.steps % self.setup.param_sync_step == 0:
-            self._run(session, self.average_op, what="the params averaging")
+            self._run(self._session(), self.average_op, what="the params averaging")
             self.log.v5("distributed: params averaged after step %i" % self.steps)
 
-    def end_of_epoch(self, session):
+    def end_of_epoch(self):
         if self.average_op is not None:
-            self._run(session, self.average_op, what="the params averaging")
+            self._run(self._session(), self.average_op, what="the params averaging")
 
-    def sum_accumulator(self, session, acc):
+    def sum_accumulator(self, acc):
         """Sums of the epoch's cost/error/frames/seqs over all workers (in place)."""
         keys = [("cost", k) for k in sorted(acc.cost)] + [("error", k) for k in sorted(acc.error)] + \
             [("frames", k) for k in sorted(acc.frames)]
         values = numpy.array([getattr(acc, part)[k] for part, k in keys] + [acc.num_seqs, acc.num_steps],
                              dtype=numpy.float64)
-        summed = self._run(session, self.vec_sum, {self.vec_ph: values}, what="the epoch score sum")
+        summed = self._run(self._session(), self.vec_sum, {self.vec_ph: values}, what="the epoch score sum")
         for (part, k), value in zip(keys, summed):
             getattr(acc, part)[k] = float(value)
         acc.num_seqs, acc.num_steps = int(summed[-2]), int(summed[-1])
 
-    def barrier(self, session):
-        self._run(session, self.barrier_op, what="the final barrier")
+    def barrier(self, what="the final barrier"):
+        self._run(self._session(), self.barrier_op, what=what)
 
     # ---- datasets
 
     def init_seq_order(self, dataset, epoch):
         """The worker's part of the epoch: every N-th seq (``"shard"``) or its own shuffling seed."""
-        if self.setup.dataset_distribution == "random_seed_offset":
-            base = getattr(dataset, "_dist_base_seed_offset", None)
-            if base is None:
-                base = dataset._dist_base_seed_offset = getattr(dataset, "random_seed_offset", 0) or 0
-            dataset.random_seed_offset = base + self.setup.rank * 1000003
-            dataset.init_seq_order(epoch=epoch)
-            return
-        dataset.init_seq_order(epoch=epoch)
-        try:
-            order = list(dataset.get_current_seq_order())
-        except NotImplementedError:
-            raise DistributedError("horovod_dataset_distribution 'shard': dataset %r cannot tell its seq order; "
-                                   "use 'random_seed_offset'" % (dataset.name,)) from None
-        dataset.init_seq_order(epoch=epoch, seq_order=order[self.setup.rank::self.setup.size])
+        init_seq_order_for_rank(dataset, epoch, self.setup.rank, self.setup.size, self.setup.dataset_distribution,
+                                DistributedError)

@@ -1,6 +1,8 @@
 """
-The engine: builds the datasets, ONE graph (train flag as a placeholder, so train steps and dev evaluation
-share it), the train op, and runs the tasks ``train``, ``eval`` and ``forward`` as the original RETURNN does.
+The engine's epoch loop, shared by both backends: datasets, batching, learning-rate control, progress lines,
+epoch scores, checkpoints and resume, eval, forward to HDF; the tasks ``train``, ``eval``, ``forward``, ``search``
+and ``hyper_param_tuning`` as the original RETURNN runs them. The model and its framework are behind a backend
+(:mod:`returnn_lite.engine.backend`): ``backend = "tensorflow"`` (default) or ``backend = "torch"``.
 
 Per epoch in training::
 
@@ -8,46 +10,30 @@ Per epoch in training::
 
 Scores are per loss ``sum(cost) / sum(frames)`` over the epoch (frames = 1 / loss_norm_factor per step).
 After an epoch: the learning-rate file is written (atomically), then the checkpoint ``<model>.<epoch %03d>``
-(atomically, ``.index`` last). Rerunning the same command resumes after the last complete checkpoint.
+(atomically, its marker file last). Rerunning the same command resumes after the last complete checkpoint.
+
+This module imports no framework: the backend module is imported when the engine is created.
 """
 
 from __future__ import annotations
 
-import importlib
 import math
 import time
 
-import numpy
-import tensorflow as tf
-
 from ..compat import returnn_import_hook
 from ..config import global_config_ctx
-from ..datasets import (DatasetError, SimpleHDFWriter, batch_to_arrays, check_dataset_opts, generate_batches,
-                        init_dataset)
+from ..datasets import DatasetError, SimpleHDFWriter, batch_to_arrays, check_dataset_opts, generate_batches, \
+    init_dataset
 from ..datasets.prefetch import prefetch
-from ..extern_data import ExternData
-from ..network import TFNetwork
-from .checks import (check_dataset_matches_extern_data, check_feed_value, check_writable_dir,
-                     describe_run_error)
-from .checkpoints import (CheckpointSaver, checkpoint_exists, epoch_model_filename, get_existing_models,
-                          model_epoch_from_filename, normalize_checkpoint_name, remove_stale_temp_files)
-from .checks import first_line
+from .backend import EngineError, get_backend_class
+from .checks import check_writable_dir, first_line
+from .checkpoints import epoch_model_filename, model_epoch_from_filename, normalize_checkpoint_name
 from .learning_rate_control import (commit_pending_file, discard_pending_file, load_learning_rate_control_from_config,
                                     recover_pending_file)
 from .progress import Log, ProgressLine, hms
 from .resume_notices import print_notice, superseded_override_notices
-from .updater import Updater
-
-tf1 = tf.compat.v1
 
 __all__ = ["Engine", "EngineError"]
-
-
-_NOT_SET = object()
-
-
-class EngineError(Exception):
-    """A problem with the setup (missing dataset/model/loss, non-finite loss, ...), with a clear message."""
 
 
 def _format_score(score):
@@ -101,21 +87,8 @@ class _Accumulator:
         return score, error
 
 
-# backend name -> the Engine subclass for it, loaded on demand (it subclasses Engine; torch is an optional extra)
-BACKEND_ENGINES = {"torch": "returnn_lite.engine.torch_backend:TorchEngine"}
-
-
 class Engine:
-    """Runs the config's task. ``Engine(config).run()``."""
-
-    def __new__(cls, config=None, log=None):
-        # backend = "torch": the same engine (epoch loop, datasets, LR control, checkpoints) on PyTorch; the
-        # backend-specific part (model, step, checkpoint files) is in returnn_lite.engine.torch_backend
-        backend = config.value("backend", "tensorflow") if config is not None else None
-        if cls is Engine and backend in BACKEND_ENGINES:
-            module_name, _, class_name = BACKEND_ENGINES[backend].partition(":")
-            cls = getattr(importlib.import_module(module_name), class_name)
-        return super().__new__(cls)
+    """Runs the config's task: ``Engine(config).run()``. The backend is the config's ``backend``."""
 
     def __init__(self, config, log=None):
         self.config = config
@@ -124,27 +97,28 @@ class Engine:
         self.model_prefix = config.value("model", None)
         self.num_epochs = config.int("num_epochs", 5)
         self.save_interval = config.int("save_interval", 1) or 1
-        self.batch_size = config.typed_value("batch_size", 1)
-        self.max_seqs = config.int("max_seqs", -1)
-        self.max_seq_length = config.typed_value("max_seq_length", None)
         self.stop_on_nonfinite_train_score = config.bool("stop_on_nonfinite_train_score", True)
         self.train_data = None
         self.eval_datasets = {}
-        self.graph = None
-        self.session = None
-        self.network = None
-        self.updater = None
-        self.saver = None
-        self.train_flag = None
-        self.data_keys = []
         self.epoch = None
-        self.net_dict = None
         self.learning_rate_control = None
-        self.summary_writer = None
         self._summary_step = 0
         self._last_eval = {}
-        self.fetches = {}
-        self.dist = None  # distributed training (returnn_lite.engine.distributed_train), set up in train()
+        self._chunking = None
+        self._read_batch_settings()
+        self.backend = get_backend_class(config.value("backend", "tensorflow") or "tensorflow")(
+            config, self.log, self.task)
+
+    # ---- what the backend built (public, e.g. for the checkpoint tool and tests)
+
+    @property
+    def network(self):
+        """The TF backend's TFNetwork (None on the torch backend)."""
+        return getattr(self.backend, "network", None)
+
+    @property
+    def dist(self):
+        return self.backend.dist
 
     # ---- entry
 
@@ -165,17 +139,29 @@ class Engine:
             self.close()
 
     def close(self):
-        if self.summary_writer is not None:
-            self.summary_writer.close()
-            self.summary_writer = None
-        if self.session is not None:
-            self.session.close()
-            self.session = None
+        self.backend.close()
         self.log.close()
+
+    def close_session(self):
+        """Release the backend's session / model (the engine can build again)."""
+        self.backend.close()
+
+    def _read_batch_settings(self):
+        """Batching options (again after a network whose ``#config`` changes them)."""
+        config = self.config
+        self.batch_size = config.typed_value("batch_size", 1)
+        self.max_seqs = config.int("max_seqs", -1)
+        self.max_seq_length = config.typed_value("max_seq_length", None)
+        chunking = config.typed_value("chunking", None)
+        chunking = chunking if chunking not in ("", "0", 0) else None
+        if self.train_data is not None and chunking != self._chunking:
+            self.train_data.chunking = chunking
+        self._chunking = chunking
 
     # ---- datasets
 
-    def _load_dataset(self, key, **defaults):
+    def load_dataset(self, key, **defaults):
+        """The dataset of config option ``key`` (``train``, ``dev``, ``eval``, ``search_data``), or None."""
         if not self.config.has(key):
             return None
         opts = self.config.typed_value(key) if self.config.is_typed(key) else self.config.value(key)
@@ -197,7 +183,7 @@ class Engine:
         batching = self.config.value("batching", None)
         if batching:
             defaults["seq_ordering"] = batching
-        self.train_data = self._load_dataset("train", **defaults)
+        self.train_data = self.load_dataset("train", **defaults)
         if self.train_data is None:
             raise EngineError("task train needs a 'train' dataset in the config (e.g. "
                               "train = {\"class\": \"Task12AXDataset\", \"num_seqs\": 1000})")
@@ -205,7 +191,7 @@ class Engine:
 
     def _init_eval_datasets(self):
         for key in ("dev", "eval"):
-            dataset = self._load_dataset(key)
+            dataset = self.load_dataset(key)
             if dataset is not None:
                 self.eval_datasets[key] = dataset
         extra = self.config.typed_value("eval_datasets", None) or {}
@@ -213,221 +199,45 @@ class Engine:
             with returnn_import_hook():
                 self.eval_datasets[name] = init_dataset(opts, default_kwargs={"name": name})
 
-    # ---- graph
+    # ---- model
 
-    def _extern_data(self, dataset):
-        extern_data = ExternData()
-        config = self.config
-        if config.has("extern_data") or config.has("num_outputs") or config.has("num_inputs"):
-            extern_data.init_from_config(config)
-            if config.has("extern_data") or dataset is None:
-                return extern_data
-        elif dataset is None:
-            raise EngineError("no extern_data / num_inputs / num_outputs in the config and no dataset to take them from")
-        extern_data.default_input = config.value("default_input", "data")
-        extern_data.default_target = config.value("target", "classes")
-        opts = {}
-        for key in dataset.get_data_keys():  # what the config does not describe comes from the dataset
-            if extern_data.has_data(key) or str(dataset.get_data_dtype(key)) == "string":  # e.g. OggZip "raw"
-                continue
-            shape = list(dataset.get_data_shape(key))
-            sparse = dataset.is_data_sparse(key)
-            opts[key] = {"shape": tuple([None] + shape), "dim": dataset.get_data_dim(key), "sparse": sparse,
-                         "dtype": str(dataset.get_data_dtype(key))}
-        extern_data.register_data_from_dict(opts)
-        return extern_data
-
-    def _get_net_dict(self, epoch):
-        """The epoch's net dict (pretraining, get_network, WrapEpochValue: see returnn_lite.pretrain)."""
-        from ..pretrain import PretrainError, get_net_dict_for_epoch, pretrain_from_config
-
-        config = self.config
-        if callable(config.typed_value("get_model", None)) and not config.has("network") and \
-                not callable(config.typed_value("get_network", None)):
-            from ..frontend_layers.config_entry_points import get_net_dict_for_engine  # rf config (issue 16)
-
-            return get_net_dict_for_engine(config, epoch=epoch, task=self.task)
-        try:
-            with returnn_import_hook(), global_config_ctx(config):
-                if not hasattr(self, "_pretrain"):
-                    self._pretrain = pretrain_from_config(config)
-                net_dict = get_net_dict_for_epoch(config, epoch, pretrain=self._pretrain)
-        except PretrainError as exc:
-            raise EngineError(str(exc)) from None
-        if not isinstance(net_dict, dict) or not net_dict:
-            raise EngineError("the config needs a 'network' dict (or a function get_network(epoch)); got %r"
-                              % (type(net_dict).__name__ if net_dict is not None else None,))
-        self._apply_net_dict_config(net_dict.get("#config"), epoch)
-        return net_dict
+    def _build(self, epoch, dataset, train):
+        with global_config_ctx(self.config):
+            self.backend.build(epoch, dataset, train)
+        self._read_batch_settings()
 
     def init_network_from_config(self, config=None, epoch=None):
         """
         As the original's: build the config's network for ``epoch`` (default 1; pretraining and ``get_network``
         apply) in the mode of the task (train: with losses and the update op). The data description comes from
-        ``extern_data``/``num_outputs``, else from the ``train`` dataset. Returns the network.
+        ``extern_data``/``num_outputs``, else from the ``train`` dataset. Returns the network (TF backend).
         """
         if config is not None:
-            self.config = config
+            self.config = self.backend.config = config
         config = self.config
         dataset = None
         if not (config.has("extern_data") or config.has("num_outputs") or config.has("num_inputs")):
-            dataset = self._load_dataset("train")
+            dataset = self.load_dataset("train")
         self.epoch = epoch or 1
-        with global_config_ctx(config):
-            self._build_graph(self._get_net_dict(self.epoch), dataset, train=self.task == "train")
+        self._build(self.epoch, dataset, train=self.task == "train")
         return self.network
 
-    def _apply_net_dict_config(self, overrides, epoch=None):
-        """
-        A net dict's "#config" entries override config values while that network is used (as the original);
-        ``learning_rate`` there is the learning rate of that epoch (see :meth:`_learning_rate_for_epoch`).
-        """
-        overrides = dict(overrides or {})
-        lr = overrides.pop("learning_rate", None)
-        self.__dict__.setdefault("_net_dict_learning_rates", {})
-        if lr is not None and epoch is not None:
-            self._net_dict_learning_rates[epoch] = float(lr)
-        saved = self.__dict__.setdefault("_net_dict_config_saved", {})
-        for key, value in list(saved.items()):  # undo the previous network's overrides
-            if value is _NOT_SET:
-                self.config.typed_dict.pop(key, None)
-            else:
-                self.config.typed_dict[key] = value
-        changed = set(saved) | set(overrides)
-        saved.clear()
-        for key, value in (overrides or {}).items():
-            saved[key] = self.config.typed_dict.get(key, _NOT_SET)
-            self.config.set(key, value)
-        # the engine's batching settings follow (the updater's settings, e.g. accum_grad_multiple_step, are read
-        # when the graph of that network is built)
-        config = self.config
-        if "batch_size" in changed:
-            self.batch_size = config.typed_value("batch_size", 1)
-        if "max_seqs" in changed:
-            self.max_seqs = config.int("max_seqs", -1)
-        if "max_seq_length" in changed:
-            self.max_seq_length = config.typed_value("max_seq_length", None)
-        if "chunking" in changed and getattr(self, "train_data", None) is not None:
-            chunking = config.typed_value("chunking", None)
-            self.train_data.chunking = chunking if chunking not in ("", "0", 0) else None
+    def init_for_inference(self, dataset):
+        """Build the model in inference mode and load the checkpoint of the task (``load``/``load_epoch``/last)."""
+        epoch_model = self.get_epoch_model()
+        if not epoch_model[1]:
+            raise EngineError("task %s needs a trained model: set 'load' or 'model' (with existing checkpoints "
+                              "%s.NNN%s)" % (self.task, self.model_prefix or "<model>",
+                                             self.backend.checkpoint_suffix))
+        self.epoch = epoch_model[0] or model_epoch_from_filename(epoch_model[1]) or 1
+        self._build(self.epoch, dataset, train=False)
+        self._load_model(epoch_model, train=False)
 
-    def _build_graph(self, net_dict, dataset, train):
-        """New graph + session: network, (train op), saver. Variables get initialized."""
-        config = self.config
-        self.close_session()
-        self.graph = tf.Graph()
-        with self.graph.as_default():
-            tf1.set_random_seed(config.int("random_seed", 42))
-            extern_data = self._extern_data(dataset)
-            if self.task in ("forward", "search"):
-                self.train_flag, eval_flag = False, False
-            elif train:
-                with tf.name_scope("globals/"):
-                    self.train_flag = tf1.placeholder_with_default(False, shape=(), name="train_flag")
-                self.graph._returnn_lite_train_flag = self.train_flag
-                eval_flag = True
-            else:
-                self.train_flag, eval_flag = False, True
-            self.network = TFNetwork(config=config, extern_data=extern_data, train_flag=self.train_flag,
-                                     eval_flag=eval_flag, rnd_seed=config.int("random_seed", 42),
-                                     search_flag=self.task == "search")
-            with returnn_import_hook(), global_config_ctx(config):
-                self.network.construct_from_dict(net_dict)
-                if train and self.task not in ("forward", "search") and config.list("search_train_network_layers"):
-                    from ..extra_net import construct_search_train_net
+    # ---- batches and steps
 
-                    names = config.list("search_train_network_layers")
-                    unknown = [name for name in names if name not in net_dict]
-                    if unknown:
-                        raise EngineError("search_train_network_layers %r: no layer(s) %s in the network" % (
-                            names, ", ".join(repr(name) for name in unknown)))
-                    layers = construct_search_train_net(self.network, net_dict, names)
-                    self.log.v3("search train network layers: %s" % ", ".join(
-                        "%s %r #: %s" % (x.layer_class, x.name, x.output.dim) for x in layers))
-            self.network.get_global_train_step_var()
-            extra_vars = []
-            if self.dist is not None:
-                self.dist.new_graph()
-            if train:
-                if not self.network.losses_dict:
-                    raise EngineError("the network has no loss: task train needs at least one layer with 'loss' "
-                                      "(e.g. \"output\": {\"class\": \"softmax\", \"loss\": \"ce\", \"from\": ...})")
-                self.updater = Updater(config, self.network)
-                if self.dist is not None:
-                    self.updater.grad_reducer = self.dist.grad_reducer()
-                self.updater.create_optim_op()
-                extra_vars = self.updater.optim_vars
-            self.saver = CheckpointSaver(self.network, extra_vars=extra_vars)
-            self.data_keys = sorted(self.network.get_used_data_keys())
-            self.fetches = self.network.get_fetches_dict() if eval_flag else {}
-            if self.dist is not None:
-                self.dist.build()
-                target, session_config = self.dist.session_args(self._session_config())
-                self.session = tf1.Session(target, graph=self.graph, config=session_config)
-            else:
-                self.session = tf1.Session(graph=self.graph, config=self._session_config())
-            self.session.run(tf1.global_variables_initializer())
-        self.net_dict = net_dict
-        if train and self.config.value("tf_log_dir", None) and self.summary_writer is None and \
-                (self.dist is None or self.dist.is_chief):
-            with self.graph.as_default():
-                self.summary_writer = tf1.summary.FileWriter(self.config.value("tf_log_dir"), graph=self.graph)
-        self.log.v4("Network: %s layers, %i params, data keys %s" % (
-            len(self.network.layers), self.network.get_num_params(), self.data_keys))
-
-    def _session_config(self):
-        opts = dict(self.config.typed_value("tf_session_opts", None) or {})
-        session_config = tf1.ConfigProto(**opts)
-        if "graph_options" not in opts and not self.config.bool("tf_grappler", False):
-            # Grappler's rewrite of a big graph at the first session.run costs more than it saves (issue 19,
-            # benchmarks/startup.py: big_construct first step 25-38 s -> 6-10 s, later steps not slower);
-            # config tf_grappler=True (or tf_session_opts graph_options) keeps TF's default
-            session_config.graph_options.rewrite_options.disable_meta_optimizer = True
-        return session_config
-
-    def close_session(self):
-        if self.session is not None:
-            self.session.close()
-            self.session = None
-
-    def _check_dataset_keys(self, dataset):
-        have = set(dataset.get_data_keys())
-        missing = [k for k in self.data_keys if k not in have]
-        if missing:
-            raise EngineError("dataset %r has no data key(s) %s needed by the network (it has: %s)"
-                              % (dataset.name, missing, sorted(have)))
-        check_dataset_matches_extern_data(dataset, self.network, self.data_keys, EngineError)
-
-    # ---- feeding and running
-
-    def _feed_dict(self, arrays, dataset_name=None):
-        feed = {}
-        extern_data = self.network.extern_data
-        for key in self.data_keys:
-            data = extern_data.get_data(key)
-            value = arrays.data[key]
-            lens = arrays.seq_lens[key]
-            if not data.have_time_axis() and value.ndim == data.batch_ndim + 1:
-                value = value[:, 0]
-            elif data.have_batch_axis() and data.batch_dim_axis != 0 and value.ndim >= 2:
-                value = numpy.swapaxes(value, 0, 1)
-            value = value.astype(data.dtype, copy=False)
-            check_feed_value(data, value, lens if data.have_time_axis() else None, key, dataset_name, self.network,
-                             arrays.seq_tags, EngineError)
-            feed[data.placeholder] = value
-            first = True
-            for axis, dim in enumerate(data.dims):
-                if dim.is_batch_dim() or not dim.is_dynamic() or dim.dyn_size is None:
-                    continue
-                if first:
-                    feed[dim.dyn_size] = lens
-                    first = False
-                else:
-                    feed[dim.dyn_size] = numpy.full(lens.shape, value.shape[axis], dtype=numpy.int32)
-        return feed
-
-    def _batches(self, dataset, epoch, train):
-        if self.dist is not None:  # this worker's part of the epoch
+    def batches(self, dataset, epoch, train):
+        """The batches of ``dataset`` for ``epoch`` (this rank's part in a distributed training)."""
+        if self.dist is not None:  # this rank's part (train and eval: the eval scores are summed over the ranks)
             self.dist.init_seq_order(dataset, epoch)
         else:
             dataset.init_seq_order(epoch=epoch)
@@ -437,51 +247,36 @@ class Engine:
         return generate_batches(
             dataset, batch_size=batch_size, max_seqs=self.max_seqs,
             max_seq_length=self.max_seq_length if train else None,
-            shuffle_batches=train and self.config.bool("shuffle_batches", False), used_data_keys=self.data_keys)
+            shuffle_batches=train and self.config.bool("shuffle_batches", False),
+            used_data_keys=self.backend.data_keys)
 
     def _prefetched_batches(self, dataset, epoch, train):
-        """(batch, arrays) pairs, made by a background thread ``prefetch_batches`` batches ahead (0: inline)."""
-        batches = self._batches(dataset, epoch, train)
-        pairs = ((batch, batch_to_arrays(dataset, batch, self.data_keys)) for batch in batches)
+        """(batch, arrays) pairs, made ``prefetch_batches`` batches ahead (a background thread, or the backend's
+        loader workers, e.g. ``torch_dataloader_opts``)."""
+        make = getattr(self.backend, "batch_arrays_iter", None)
+        if make is not None:
+            return make(self, dataset, epoch, train)
+        batches = self.batches(dataset, epoch, train)
+        keys = self.backend.data_keys
+        pairs = ((batch, batch_to_arrays(dataset, batch, keys)) for batch in batches)
         return prefetch(pairs, size=self.config.int("prefetch_batches", 2))
 
-    def _run_epoch(self, dataset, epoch, train, learning_rate=None, prefix=""):
-        self._check_dataset_keys(dataset)
+    def run_epoch(self, dataset, epoch, train, learning_rate=None, prefix=""):
+        """One pass over ``dataset`` (train: with updates); returns (score, error, elapsed seconds)."""
+        self.backend.check_dataset(dataset)
+        dist = self.dist
+        distributed = dist is not None and train  # eval steps have no collectives: no step sync needed
         acc = _Accumulator()
-        fetches = dict(self.fetches)
-        feed_extra = {}
-        if train:
-            fetches["_train_op"] = self.updater.train_op
-            feed_extra[self.updater.learning_rate] = learning_rate
-            feed_extra[self.train_flag] = True
-        else:
-            post = self.network.get_post_control_dependencies()  # e.g. batch norm statistics (behavior v0)
-            if post:
-                fetches["_post_deps"] = post
         progress = ProgressLine(self.log, prefix)
         start = time.time()
-        step_start = start
         pairs = self._prefetched_batches(dataset, epoch, train)
-        if self.dist is not None and train:  # all workers run the same number of steps
+        if distributed:  # all ranks run the same number of steps
             pairs = self._dist_synced_batches(pairs)
-            fetches["_dist_more"] = self.dist.more_sum
-        epoch_step = getattr(self.graph, "_returnn_lite_epoch_step", None)  # network.get_epoch_step() was used
-        for batch, arrays in pairs:
-            feed = self._feed_dict(arrays, dataset.name)
-            feed.update(feed_extra)
-            if epoch_step is not None:  # the step within this epoch (e.g. initial_state "keep_over_epoch" resets at 0)
-                feed[epoch_step] = acc.num_steps
-            if self.dist is not None and train:
-                feed[self.dist.more_ph] = float(self._dist_have_next)
-            results = self._session_run(fetches, feed, dataset.name, acc.num_steps)
-            if self.dist is not None and train:
-                self._dist_all_more = results.pop("_dist_more") >= self.dist.setup.size - 0.5
-                self.dist.after_step(self.session)
-            results.pop("_train_op", None)
-            results.pop("_post_deps", None)
-            step = acc.num_steps
+        timing = {"step_start": start}
+
+        def finish_step(step, results, batch, num_seqs):
             acc.add(results)
-            acc.num_seqs += arrays.num_seqs
+            acc.num_seqs += num_seqs
             step_scores = _Accumulator.step_scores(results)
             if train and self.stop_on_nonfinite_train_score:
                 bad = {k: v for k, v in step_scores.items() if k.startswith("cost:") and not math.isfinite(v)}
@@ -501,17 +296,41 @@ class Engine:
                 remaining = (" exp. remaining %s, complete %.1f%%," % (hms(elapsed / frac - elapsed), frac * 100)
                              if frac else "")
                 self.log.v5("%s, step %i, %s, num_seqs %i, %.3f sec/step, elapsed %s,%s" % (
-                    prefix, step, info, arrays.num_seqs, now - step_start, hms(elapsed), remaining.rstrip(",")))
-            step_start = now
-            if train and self.summary_writer is not None:
+                    prefix, step, info, num_seqs, now - timing["step_start"], hms(elapsed), remaining.rstrip(",")))
+            timing["step_start"] = now
+            if train:
                 self._summary_step += 1
-                self._write_summaries(dict(step_scores, learning_rate=learning_rate), step=self._summary_step)
+                self.backend.write_summaries(dict(step_scores, learning_rate=learning_rate), self._summary_step)
+
+        pending = None  # a step whose results the backend hands over after the next step was launched
+        num_steps = 0
+        for batch, arrays in pairs:
+            step = num_steps
+            num_steps += 1
+            if train:
+                results = self.backend.train_step(
+                    arrays, dataset_name=dataset.name, step=step, epoch=epoch, epoch_step=step,
+                    learning_rate=learning_rate, have_next=self._dist_have_next if distributed else None)
+            else:
+                results = self.backend.eval_step(arrays, dataset_name=dataset.name, step=step, epoch=epoch)
+            if distributed:
+                self._dist_all_more = bool(results.pop("all_have_next"))
+                dist.after_step()
+            if pending is not None:
+                finish_step(pending[0], pending[1](), pending[2], pending[3])
+                pending = None
+            if "deferred" in results:
+                pending = (step, results["deferred"], batch, arrays.num_seqs)
+            else:
+                finish_step(step, results, batch, arrays.num_seqs)
+        if pending is not None:
+            finish_step(pending[0], pending[1](), pending[2], pending[3])
         progress.finish()
         dataset.finish_epoch()
-        if self.dist is not None:  # scores over all workers (the same on every worker: newbob decides the same)
+        if dist is not None:  # scores over all ranks (the same on every rank: newbob decides the same)
             if train:
-                self.dist.end_of_epoch(self.session)
-            self.dist.sum_accumulator(self.session, acc)
+                dist.end_of_epoch()
+            dist.sum_accumulator(acc)
         if acc.num_steps == 0:
             raise EngineError("dataset %r gave no batches in epoch %i (empty dataset, or all seqs longer than "
                               "max_seq_length?)" % (dataset.name, epoch))
@@ -519,11 +338,11 @@ class Engine:
         return score, error, time.time() - start
 
     def _dist_synced_batches(self, pairs):
-        """The worker's batches while every worker has one (checked with the step's all-reduce)."""
+        """This rank's batches while every rank has one (checked with the step's all-reduce)."""
         pairs = iter(pairs)
         try:
             current = next(pairs, None)
-            if not self.dist.all_have_batch(self.session, current is not None):
+            if not self.dist.all_have_batch(current is not None):
                 return
             while current is not None:
                 following = next(pairs, None)
@@ -536,45 +355,27 @@ class Engine:
             if hasattr(pairs, "close"):
                 pairs.close()  # e.g. stops the prefetch thread
 
-    def _session_run(self, fetches, feed, dataset_name, step):
-        """session.run; TF errors (feeds, label ranges, ...) end as one line naming the dataset and the layer."""
-        try:
-            return self.session.run(fetches, feed_dict=feed)
-        except (tf.errors.OpError, ValueError, TypeError) as exc:
-            if isinstance(exc, (ValueError, TypeError)) and "feed" not in str(exc).lower():
-                raise
-            if self.dist is not None and self.dist.lost_contact_error(exc) is not None:
-                raise self.dist.lost_contact_error(exc, "step %i of dataset %r" % (step, dataset_name)) from None
-            raise EngineError(describe_run_error(exc, self.network, dataset_name, step)) from exc
-
-    def _write_summaries(self, values, step):
-        summary = tf1.Summary(value=[tf1.Summary.Value(tag=k.replace(":", "/"), simple_value=float(v))
-                                     for k, v in sorted(values.items()) if v is not None])
-        self.summary_writer.add_summary(summary, step)
-
     # ---- model files
 
     def _existing_models(self):
-        """epoch -> checkpoint name of the complete epoch checkpoints (backend-specific files)."""
-        return get_existing_models(self.model_prefix)
-
-    def _checkpoint_exists(self, filename):
-        return checkpoint_exists(filename)
+        """epoch -> checkpoint name of the complete epoch checkpoints (the backend's files)."""
+        return self.backend.existing_models(self.model_prefix)
 
     def get_epoch_model(self):
         """(epoch or None, checkpoint name or None), as the original: existing epoch checkpoints first."""
         config = self.config
+        suffix = self.backend.checkpoint_suffix
         start_epoch_mode = config.value("start_epoch", "auto")
         start_epoch = None if start_epoch_mode == "auto" else int(start_epoch_mode)
         load = config.value("load", "") or ""
         load = normalize_checkpoint_name(load) if load else ""
-        if load and not self._checkpoint_exists(load):
-            raise EngineError("load: checkpoint %r not found (no file %r)" % (load, load + ".index"))
+        if load and not self.backend.checkpoint_exists(load):
+            raise EngineError("load: checkpoint %r not found (no file %r)" % (load, load + suffix))
         import_epoch1 = config.value("import_model_train_epoch1", "") or ""
         import_epoch1 = normalize_checkpoint_name(import_epoch1) if import_epoch1 else ""
-        if import_epoch1 and not self._checkpoint_exists(import_epoch1):
+        if import_epoch1 and not self.backend.checkpoint_exists(import_epoch1):
             raise EngineError("import_model_train_epoch1: checkpoint %r not found (no file %r)"
-                              % (import_epoch1, import_epoch1 + ".index"))
+                              % (import_epoch1, import_epoch1 + suffix))
         existing = self._existing_models()
         load_epoch = config.int("load_epoch", -1)
         if load:
@@ -583,7 +384,7 @@ class Engine:
         elif load_epoch > 0:
             if load_epoch not in existing:
                 raise EngineError("load_epoch %i: no checkpoint %r" % (
-                    load_epoch, epoch_model_filename(self.model_prefix, load_epoch) + ".index"))
+                    load_epoch, epoch_model_filename(self.model_prefix, load_epoch) + suffix))
             load = existing[load_epoch]
         is_train = self.task == "train"
         if load and (not is_train or start_epoch is not None):
@@ -608,62 +409,20 @@ class Engine:
     def _load_model(self, epoch_model, train):
         epoch, filename = epoch_model
         if filename:
-            self.log.v4("Load model %s" % filename)
-            try:
-                self.saver.load(self.session, filename, load_extra=bool(epoch))
-            except (IOError, KeyError, ValueError) as exc:
-                raise EngineError("cannot load model %r: %s" % (filename, exc)) from None
-            except Exception as exc:  # e.g. IndexError/DataLossError of TF's reader on a truncated data file
-                raise EngineError("cannot load model %r: checkpoint data file truncated or corrupt (%s: %s)" % (
-                    filename, type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")) from None
-        with self.graph.as_default():
-            self._preload_from_files(training=train, fresh_train=train and not epoch)
-
-    def _preload_from_files(self, training, fresh_train):
-        """As the original: ``init_for_train`` entries initialize a fresh training (first epoch, after
-        ``import_model_train_epoch1``), the others (default) apply to eval/forward only."""
-        from ..checkpoint_loader import CustomCheckpointLoader
-
-        preload = self.config.typed_value("preload_from_files", None) or {}
-        known = {"filename", "prefix", "init_for_train", "ignore_missing", "ignore_params", "ignore_params_prefixes",
-                 "var_name_mapping"}
-        for name, opts in sorted(preload.items()):
-            unknown = sorted(set(opts) - known)
-            if unknown:
-                raise EngineError("preload_from_files %r: unknown option(s) %s; known: %s" % (
-                    name, unknown, sorted(known)))
-            if opts.get("init_for_train", False):
-                if not fresh_train:
-                    continue
-            elif training:
-                continue
-            filename = normalize_checkpoint_name(opts["filename"])
-            try:
-                # prefix: our params named <prefix><name> are loaded from <name> in the file (as the original)
-                loader = CustomCheckpointLoader(
-                    filename, saveable_params=self.network.get_params_list(), load_if_prefix=opts.get("prefix", ""),
-                    ignore_missing=opts.get("ignore_missing", False), ignore_params=opts.get("ignore_params", ()),
-                    ignore_params_prefixes=opts.get("ignore_params_prefixes", ()),
-                    var_name_mapping=opts.get("var_name_mapping"), network=self.network)
-                loader.load_global_step = False
-                n = len(loader.get_variable_value_map())
-                self.log.v4("preload_from_files %r: %i params from %s" % (name, n, filename))
-                loader.load_now(self.session)
-            except (IOError, KeyError, ValueError) as exc:
-                raise EngineError("preload_from_files %r: %s" % (name, exc)) from None
+            self.log.v4("Load model %s%s" % (filename, self.backend.checkpoint_suffix))
+            self.backend.load_checkpoint(filename, load_extra=bool(epoch))
+        self.backend.preload_from_files(training=train, fresh_train=train and not epoch)
 
     # ---- train
 
     def train(self):
         self._check_output_dirs_writable()
-        from .distributed_train import setup_distributed_training
-
-        self.dist = setup_distributed_training(self, EngineError)
+        dist = self.backend.setup_distributed()
         self._init_train_datasets()
         if not self.model_prefix:
             self.log.v4("warning: no 'model' in the config: no checkpoints will be written, no resume possible")
-        if self.dist is None or self.dist.is_chief:
-            remove_stale_temp_files(self.model_prefix)
+        if dist is None or dist.is_chief:
+            self.backend.remove_stale_temp_files(self.model_prefix)
         epoch_model = self.get_epoch_model()
         start_epoch = (epoch_model[0] or 0) + 1
         final_epoch = self.num_epochs
@@ -676,26 +435,27 @@ class Engine:
         if not self.config.value("learning_rate_file", None) and self.model_prefix:
             # keep the learning-rate state next to the checkpoints, so that a resume continues it
             self.config.set("learning_rate_file", self.model_prefix + ".learning_rates")
-        if recover_pending_file(self.config.value("learning_rate_file", None), self._existing_models()):
+        if (dist is None or dist.is_chief) and recover_pending_file(
+                self.config.value("learning_rate_file", None), self._existing_models()):
             self.log.v4("note: completed the learning-rate file of the last checkpoint (the run was killed after "
                         "saving it)")
         self.learning_rate_control = load_learning_rate_control_from_config(self.config)
         self._notice_superseded_overrides(start_epoch, epoch_model)
-        self._build_graph(self._get_net_dict(start_epoch), self.train_data, train=True)
+        self.epoch = start_epoch
+        self._build(start_epoch, self.train_data, train=True)
         self._load_model(epoch_model, train=True)
         for dataset in [self.train_data] + list(self.eval_datasets.values()):  # before the first step
-            self._check_dataset_keys(dataset)
+            self.backend.check_dataset(dataset)
         if epoch_model[0] == 0:  # import_model_train_epoch1: start training fresh from these params
-            with self.graph.as_default():
-                self.network.set_global_train_step(0, self.session)
-        if self.dist is not None:  # every worker starts from rank 0's params (also after resume)
-            self.dist.broadcast(self.session)
+            self.backend.set_global_train_step(0)
+        if dist is not None:  # every rank starts from rank 0's params (also after resume)
+            dist.broadcast_params()
         for epoch in range(start_epoch, final_epoch + 1):
             self.epoch = epoch
             self._maybe_update_network(epoch)
             self.train_epoch(epoch, final_epoch)
-        if self.dist is not None:  # the worker that finishes first waits for the others
-            self.dist.barrier(self.session)
+        if dist is not None:  # the rank that finishes first waits for the others
+            dist.barrier("the final barrier")
         self.log.v3("Finished training in epoch %i." % final_epoch)
 
     def _check_output_dirs_writable(self):
@@ -715,22 +475,14 @@ class Engine:
             print_notice(self.log, text)
 
     def _maybe_update_network(self, epoch):
-        if not callable(self.config.typed_value("get_network", None)) and not getattr(self, "_pretrain", None):
-            return
-        net_dict = self._get_net_dict(epoch)
-        if repr(net_dict) == repr(self.net_dict):
+        if not self.backend.needs_rebuild(epoch):
             return
         self.log.v3("Network changed in epoch %i: rebuilding, keeping the params of matching names" % epoch)
-        with self.graph.as_default():
-            old = {v.op.name: (tuple(v.shape.as_list()), value) for v, value in zip(
-                tf1.global_variables(), self.session.run(tf1.global_variables()))}
-        self._build_graph(net_dict, self.train_data, train=True)
-        with self.graph.as_default():
-            for v in tf1.global_variables():
-                if v.op.name in old and old[v.op.name][0] == tuple(v.shape.as_list()):
-                    v.load(old[v.op.name][1], self.session)
+        with global_config_ctx(self.config):
+            self.backend.rebuild(epoch, self.train_data)
+        self._read_batch_settings()
         if self.dist is not None:
-            self.dist.broadcast(self.session)
+            self.dist.broadcast_params()
 
     def _learning_rate_for_epoch(self, epoch):
         """
@@ -741,16 +493,15 @@ class Engine:
         learning-rate control decides.
         """
         lrc = self.learning_rate_control
-        override = self.__dict__.get("_net_dict_learning_rates", {}).get(epoch)
+        override = self.backend.learning_rate_override(epoch)
         if override is not None:
             old = lrc.get_learning_rate_for_epoch(epoch)
             if old != override:
                 self.log.v3("Overwrite learning rate for epoch %i: %r -> %r (net dict #config)" % (epoch, old, override))
             lrc.epoch_data[epoch].learning_rate = override
             return override
-        pretrain = getattr(self, "_pretrain", None)
-        if pretrain is not None and not self.config.bool("use_learning_rate_control_always", False):
-            num = pretrain.get_train_num_epochs()
+        num = self.backend.pretrain_num_epochs()
+        if num is not None and not self.config.bool("use_learning_rate_control_always", False):
             if epoch <= num + 1:
                 lr = lrc.default_learning_rate
                 if epoch <= num:
@@ -762,9 +513,10 @@ class Engine:
     def train_epoch(self, epoch, final_epoch):
         lrc = self.learning_rate_control
         lr = self._learning_rate_for_epoch(epoch)
+        chief = self.dist is None or self.dist.is_chief
         self.log.v3("start epoch %i with learning rate %s ..." % (epoch, lr))
-        score, error, elapsed = self._run_epoch(self.train_data, epoch, train=True, learning_rate=lr,
-                                                prefix="train epoch %i" % epoch)
+        score, error, elapsed = self.run_epoch(self.train_data, epoch, train=True, learning_rate=lr,
+                                               prefix="train epoch %i" % epoch)
         if any(not math.isfinite(v) for v in score.values()) and self.stop_on_nonfinite_train_score:
             raise EngineError("non-finite train score in epoch %i: %s" % (epoch, score))
         lrc.set_epoch_error(epoch, {"train_score": score, "train_error": error})
@@ -778,15 +530,13 @@ class Engine:
             line += " %s: score %s" % (name, _format_score(res[0]))
             if res[1]:
                 line += " error %s" % _format_score(res[1])
-        if self.dist is None or self.dist.is_chief:
+        if chief:
             self.log.v1(line)
-        if self.summary_writer is not None:
-            values = {"epoch/train_score": _scalar(score), "epoch/learning_rate": lr}
-            for k, v in results.items():
-                values["epoch/%s" % k] = _scalar(v)
-            self._write_summaries(values, epoch)
-            self.summary_writer.flush()
-        if self.dist is not None and not self.dist.is_chief:  # only rank 0 writes files
+        values = {"epoch/train_score": _scalar(score), "epoch/learning_rate": lr}
+        for k, v in results.items():
+            values["epoch/%s" % k] = _scalar(v)
+        self.backend.write_summaries(values, epoch)
+        if not chief:  # only rank 0 writes files
             return
         if self.model_prefix and (epoch % self.save_interval == 0 or epoch == final_epoch):
             self._save_epoch(epoch)
@@ -802,16 +552,16 @@ class Engine:
 
     def _save_epoch(self, epoch):
         """Checkpoint, then the learning-rate file that refers to it: the learning-rate state is written to a
-        pending file first, moved into place after the checkpoint's ``.index`` (a kill in between is completed
+        pending file first, moved into place after the checkpoint's marker file (a kill in between is completed
         on resume). A failed save (e.g. disk full) leaves the previous checkpoint and learning-rate file."""
         filename = epoch_model_filename(self.model_prefix, epoch)
         pending = self._save_learning_rate_file(epoch, pending=True)
         try:
-            self.saver.save(self.session, filename)
+            self.backend.save_checkpoint(filename)
         except Exception as exc:
             if pending:
                 discard_pending_file(pending)
-            remove_stale_temp_files(self.model_prefix)
+            self.backend.remove_stale_temp_files(self.model_prefix)
             text = getattr(exc, "strerror", None) or first_line(getattr(exc, "message", None) or exc)
             last = self._existing_models()
             raise EngineError("epoch %i: saving checkpoint %r failed (%s: %s); kept the previous checkpoint %s and "
@@ -827,30 +577,21 @@ class Engine:
         results = {}
         self._last_eval = {}
         for name, dataset in self.eval_datasets.items():
-            score, error, _ = self._run_epoch(dataset, epoch, train=False, prefix="eval %s" % name)
+            score, error, _ = self.run_epoch(dataset, epoch, train=False, prefix="eval %s" % name)
             results["%s_score" % name] = score
             if error:
                 results["%s_error" % name] = error
             self._last_eval[name] = (score, error)
         return results
 
-    # ---- eval / forward
-
-    def _init_for_inference(self, dataset):
-        epoch_model = self.get_epoch_model()
-        if not epoch_model[1]:
-            raise EngineError("task %s needs a trained model: set 'load' or 'model' (with existing checkpoints "
-                              "%s.NNN.index)" % (self.task, self.model_prefix or "<model>"))
-        self.epoch = epoch_model[0] or model_epoch_from_filename(epoch_model[1]) or 1
-        self._build_graph(self._get_net_dict(self.epoch), dataset, train=False)
-        self._load_model(epoch_model, train=False)
+    # ---- eval / forward / search / tuning
 
     def eval_task(self):
         self._init_eval_datasets()
         if not self.eval_datasets:
             raise EngineError("task eval needs a 'dev' or 'eval' dataset in the config")
-        self._init_for_inference(next(iter(self.eval_datasets.values())))
-        if not self.network.losses_dict:
+        self.init_for_inference(next(iter(self.eval_datasets.values())))
+        if not self.backend.has_loss():
             raise EngineError("task eval: the network has no loss to evaluate")
         self.eval_model(self.epoch)
         line = "epoch %i" % self.epoch
@@ -861,13 +602,17 @@ class Engine:
         self.log.v1(line)
 
     def forward_task(self):
-        dataset = self._load_dataset("eval")
+        dataset = self.load_dataset("eval")
         if dataset is None:
             raise EngineError("task forward needs an 'eval' dataset in the config (the data to forward)")
         output_file = self.config.value("output_file", None)
+        custom = getattr(self.backend, "forward_with_callback", None)
+        if custom is not None and self.config.typed_value("forward_callback", None) is not None:
+            self.init_for_inference(dataset)
+            return custom(self, dataset)
         if not output_file:
             raise EngineError("task forward needs 'output_file' (the HDF file to write)")
-        self._init_for_inference(dataset)
+        self.init_for_inference(dataset)
         self.forward_to_hdf(dataset, output_file)
 
     def hyper_param_tuning_task(self):
@@ -881,51 +626,53 @@ class Engine:
             raise EngineError(str(exc)) from None
         tuning.work()
 
+    def train_one_epoch_from_scratch(self, train_data, learning_rate, prefix=""):
+        """Build a fresh model, train it one epoch on ``train_data``; the train score (hyper-param tuning)."""
+        self.epoch = 1
+        self.train_data = train_data
+        self._build(1, train_data, train=True)
+        score, _, _ = self.run_epoch(train_data, 1, train=True, learning_rate=learning_rate, prefix=prefix)
+        return score
+
     def search_task(self):
+        if not self.backend.supports_search:
+            raise EngineError("task search: not supported with backend %r (write the beam search in forward_step "
+                              "with a forward_callback, task forward)" % self.config.value("backend", None))
         from .search import search_task
 
         return search_task(self, EngineError)
 
     def forward_to_hdf(self, dataset, output_file):
-        layer_name = self.config.value("forward_output_layer", None)
-        if layer_name:
-            layer = self.network.get_layer(layer_name)
-        else:
-            layer = self.network.get_default_output_layer()
-        self.data_keys = sorted(self.network.get_used_data_keys())
-        self._check_dataset_keys(dataset)
-        with self.graph.as_default():  # the layout copies add ops (e.g. the transpose of time-major outputs)
-            out = layer.output.copy_as_batch_major()
-            if out.have_time_axis():
-                out = out.copy_with_time_dim_axis(1) if out.time_dim_axis != 1 else out
-                x = out.placeholder
-                seq_lens = out.get_sequence_lengths()
-            else:  # one frame per seq
-                x = tf.expand_dims(out.placeholder, 1)
-                seq_lens = tf.ones([tf.shape(x)[0]], dtype=tf.int32)
-        ndim = x.shape.rank - 1
-        dim = out.dim
-        writer = SimpleHDFWriter(output_file, dim=dim, ndim=ndim)
+        """The backend's forward output of every seq of ``dataset`` into an HDF file (as the original's)."""
+        self.batch_size = self.config.typed_value("forward_batch_size", None) or self.batch_size
+        out = self.backend.forward_output()  # None: known after the first batch
+        writer = SimpleHDFWriter(output_file, dim=out.dim, ndim=out.ndim) if out is not None else None
+        n = 0
         try:
-            self.batch_size = self.config.typed_value("forward_batch_size", None) or self.batch_size
-            n = 0
             progress = ProgressLine(self.log, "forward")
-            for batch in self._batches(dataset, self.epoch, train=False):
-                arrays = batch_to_arrays(dataset, batch, self.data_keys)
-                values, lens = self._session_run([x, seq_lens], self._feed_dict(arrays, dataset.name), dataset.name, n)
+            for step, batch in enumerate(self.batches(dataset, self.epoch, train=False)):
+                arrays = batch_to_arrays(dataset, batch, self.backend.data_keys)
+                values, lens = self.backend.forward_batch(arrays, dataset_name=dataset.name, step=step,
+                                                          epoch=self.epoch)
+                if writer is None:
+                    out = self.backend.forward_output()
+                    writer = SimpleHDFWriter(output_file, dim=out.dim, ndim=out.ndim)
                 writer.insert_batch(values, lens, arrays.seq_tags)
                 n += arrays.num_seqs
                 progress.update(n, n, complete_frac=dataset.get_complete_frac(batch.end_seq - 1))
             progress.finish()
         except BaseException:
-            writer.abort()
+            if writer is not None:
+                writer.abort()
             raise
+        if writer is None:
+            raise EngineError("task forward: dataset %r gave no seqs; nothing written to %r" % (dataset.name, output_file))
         writer.close()
-        self.log.v1("forward: wrote %i seqs of layer %r to %s" % (n, layer.name, output_file))
+        self.log.v1("forward: wrote %i seqs of %s %r to %s" % (
+            n, "layer" if self.backend.name == "tf" else "output", out.name, output_file))
 
 
 def _scalar(score):
     if isinstance(score, dict):
         return float(sum(score.values())) if score else 0.0
     return float(score)
-

@@ -140,12 +140,9 @@ class HyperParamTuning:
         log = self.log if verbose else Log(verbosity=0)
         engine = self.engine_cls(config, log=log)
         try:
-            engine.epoch = 1
-            engine.train_data = self.train_data
-            engine._build_graph(engine._get_net_dict(1), self.train_data, train=True)
             lr = load_learning_rate_control_from_config(config).get_learning_rate_for_epoch(1)
-            score, _, _ = engine._run_epoch(self.train_data, 1, train=True, learning_rate=lr,
-                                            prefix="hyper param tune train %r" % individual.name)
+            score = engine.train_one_epoch_from_scratch(self.train_data, lr,
+                                                        prefix="hyper param tune train %r" % individual.name)
         finally:
             engine.close_session()
         cost = score["cost:output"] if "cost:output" in score else sum(score.values())

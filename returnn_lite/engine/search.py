@@ -54,7 +54,7 @@ def search_task(engine, EngineError):  # noqa: N803 (the engine's error class, p
     config = engine.config
     dataset = None
     for key in ("search_data", "eval", "dev"):
-        dataset = engine._load_dataset(key)
+        dataset = engine.load_dataset(key)
         if dataset is not None:
             break
     if dataset is None:
@@ -63,8 +63,9 @@ def search_task(engine, EngineError):  # noqa: N803 (the engine's error class, p
     fmt = config.value("search_output_file_format", "txt")
     if fmt not in ("txt", "py"):
         raise EngineError("search_output_file_format must be 'txt' or 'py', got %r" % (fmt,))
-    engine._init_for_inference(dataset)
-    net = engine.network
+    engine.init_for_inference(dataset)
+    backend = engine.backend  # the TF backend (search needs the graph)
+    net = backend.network
     layer_name = config.value("search_output_layer", "output")
     try:
         layer = net.get_layer(layer_name)
@@ -78,7 +79,7 @@ def search_task(engine, EngineError):  # noqa: N803 (the engine's error class, p
     if not out.sparse or not out.have_time_axis() or out.batch_ndim != 2:
         raise EngineError("task search: search_output_layer %r must give label sequences, got %s" % (
             layer_name, out.short_repr()))
-    with engine.graph.as_default():
+    with backend.graph.as_default():
         out = out.copy_as_batch_major()
     k = out.beam.beam_size if out.beam is not None else 1
     fetches = {"labels": out.placeholder, "lens": out.get_time_dim_tag().dyn_size}
@@ -90,9 +91,9 @@ def search_task(engine, EngineError):  # noqa: N803 (the engine's error class, p
                   if getattr(sub, "search_unfinished", None) is not None]
     if unfinished:
         fetches["unfinished"] = unfinished[0]
-    engine.data_keys = sorted(net.get_used_data_keys())
-    engine._check_dataset_keys(dataset)
-    read_keys = sorted(set(engine.data_keys) | ({target_key} if do_eval else set()))
+    backend.data_keys = sorted(net.get_used_data_keys())
+    backend.check_dataset(dataset)
+    read_keys = sorted(set(backend.data_keys) | ({target_key} if do_eval else set()))
 
     def to_text(seq):
         if labels is not None:
@@ -102,10 +103,9 @@ def search_task(engine, EngineError):  # noqa: N803 (the engine's error class, p
     results = []  # (tag, [(score, seq), ...], ref)
     n_unfinished = 0
     step = 0
-    for batch in engine._batches(dataset, engine.epoch, train=False):
+    for batch in engine.batches(dataset, engine.epoch, train=False):
         arrays = batch_to_arrays(dataset, batch, read_keys)
-        feed = engine._feed_dict(arrays, dataset.name)
-        values = engine._session_run(fetches, feed, dataset.name, step)
+        values = backend.run_fetches(fetches, arrays, dataset.name, step)
         step += 1
         n = arrays.num_seqs
         for b in range(n):

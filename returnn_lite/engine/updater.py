@@ -25,13 +25,13 @@ import tensorflow as tf
 from tensorflow.python.ops import math_ops
 from tensorflow.python.ops import gen_training_ops
 
+from .updater_errors import UpdaterError
+
 tf1 = tf.compat.v1
 
 __all__ = ["Updater", "get_optimizer_class", "NadamOptimizer", "AdamWOptimizer", "UpdaterError"]
 
 
-class UpdaterError(Exception):
-    """Bad optimizer settings, or nothing to train."""
 
 
 class NadamOptimizer(tf1.train.AdamOptimizer):

@@ -801,6 +801,8 @@ class TorchBackend(Backend):
         dims = list(logits.dims)
         rest = [d for d in dims if d != axis]
         x = _transposed(logits, rest + [axis])
+        if x.dtype in (torch.float16, torch.bfloat16):  # losses in float32 under autocast
+            x = x.float()
         if targets.sparse_dim is not None:
             t = _align(targets, rest).expand(x.shape[:-1]).long()
             y = F.cross_entropy(x.reshape(-1, x.shape[-1]), t.reshape(-1), reduction="none").reshape(x.shape[:-1])
@@ -816,13 +818,13 @@ class TorchBackend(Backend):
             raise FrontendError("rf.ctc_loss at %s: logits must have dims [batch, time, classes], got %s" % (
                 call_site(), dims_str(logits.dims)))
         x = _transposed(logits, [input_spatial_dim, batch_dim, class_dims[0]])
-        log_probs = torch.log_softmax(x, dim=-1)
+        log_probs = torch.log_softmax(x.float(), dim=-1)  # float32 also under autocast
         labels = _transposed(targets, [batch_dim, targets_spatial_dim]).long()
         in_lens = _sizes(input_spatial_dim)[0].long()
         tgt_lens = _sizes(targets_spatial_dim)[0].long()
         loss = F.ctc_loss(log_probs, labels, in_lens, tgt_lens, blank=blank_index, reduction="none",
                           zero_infinity=False)
-        return _new("ctc_loss", [batch_dim], loss.to(x.dtype))
+        return _new("ctc_loss", [batch_dim], loss if x.dtype in (torch.float16, torch.bfloat16) else loss.to(x.dtype))
 
     # ---- random ----
     @staticmethod
