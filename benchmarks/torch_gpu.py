@@ -340,6 +340,10 @@ def _try(what, func, *args):
         return func(*args)
     except Exception as exc:  # a row that fails is reported, the others still run
         print("  %s: failed: %s: %s" % (what, type(exc).__name__, str(exc).splitlines()[0][:200]), flush=True)
+        if os.environ.get("TORCH_GPU_BENCH_TRACEBACK"):
+            import traceback
+
+            traceback.print_exc()
         return None
 
 
