@@ -624,6 +624,19 @@ class Data(TensorFrontendMixin):
         if tag.dyn_size is None:
             raise ValueError("%s: axis %i has no sequence lengths" % (self.short_repr(), axis))
         mask = tag.get_mask(self.get_dim(axis) if max_len is None else max_len)
+        ext = tag.get_same_base().__dict__.get("_dyn_size_ext")
+        size_dims = list(ext.dims) if ext is not None else []
+        if size_dims and not (len(size_dims) == 1 and size_dims[0].is_batch_dim()) and \
+                all(d in self.dims for d in size_dims):
+            # lengths over other dims (e.g. a causal history: length i + 1 at query frame i): mask [size dims..., axis]
+            mask_axes = [list(self.dims).index(d) for d in size_dims] + [axis]
+            order = sorted(range(len(mask_axes)), key=lambda i: mask_axes[i])
+            if order != list(range(len(order))):
+                mask = tf.transpose(mask, order)
+            for i in range(self.batch_ndim):
+                if i not in mask_axes:
+                    mask = tf.expand_dims(mask, i)
+            return mask
         b = self.batch_dim_axis
         if b is None or tag.dyn_size.shape.rank == 0:
             kept = [axis]

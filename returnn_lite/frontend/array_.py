@@ -199,7 +199,8 @@ def slice(source, *, axis, start=None, end=None, step=None, size=None, out_dim=N
 
 
 def _slice_dynamic(source, *, axis, start, end, step, size, out_dim):
-    """Slices of a dynamic axis: ``[start:]`` (-> axis - start) or ``[start:start + size]`` with a Dim size."""
+    """Slices of a dynamic axis: ``[start:]`` (-> axis - start) or ``[start:start + size]`` with a Dim size (padded
+    lengths; the size Dim keeps its own lengths)."""
     from ..data import Dim
 
     start = start or 0
@@ -208,8 +209,6 @@ def _slice_dynamic(source, *, axis, start, end, step, size, out_dim):
             axis.short_repr(), start, step))
     backend = get_backend_for_tensor(source)
     if isinstance(size, Dim):
-        if size.dimension is None and not backend.executing_eagerly():
-            raise error("slice", "a dynamic size Dim (%s) is not supported on the layers backend" % size.short_repr())
         out = backend.slice(source, axis=axis, start=start, end=None, step=None, size=size, out_dim=size)
         return out, size
     if end is not None or size is not None:

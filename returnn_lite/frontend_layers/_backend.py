@@ -61,6 +61,17 @@ from ._emit import _const, _emit, _make, _operands, _raw_name, _sources
 from ._net import Layer, dim_source as _dim_source, get_current_builder
 
 
+def _dim_sources_of(dims, source):
+    """Tensors that carry the lengths of these dynamic dims (extra inputs: constructed before the op needs them)."""
+    res = []
+    for d in dims:
+        if d.dimension is None and not d.is_batch_dim() and d not in source.dims:
+            t = _dim_source(d)
+            if t is not None and t is not source and all(t is not r for r in res):
+                res.append(t)
+    return res
+
+
 class ReturnnLayersBackend(Backend):
     """rf backend whose raw tensor is a :class:`Layer` of the net dict under construction."""
 
@@ -384,6 +395,10 @@ class ReturnnLayersBackend(Backend):
     @staticmethod
     def slice(source, *, axis, start=None, end=None, step=None, size=None, out_dim):
         dims = [out_dim if d == axis else d for d in source.dims]
+        if isinstance(size, Dim):  # [start:start + size] with a (maybe dynamic) size Dim
+            return _make("slice", [source] + _dim_sources_of([size], source), dims, source.dtype,
+                         sparse_dim=source.sparse_dim,
+                         opts={"axis": axis, "start": start, "end": None, "step": None, "size": size})
         if all(v is None or isinstance(v, int) for v in (start, end, step)):
             return _emit("slice", [source], dims, source.dtype, sparse_dim=source.sparse_dim, axis=axis,
                          slice_start=start, slice_end=end, slice_step=step, out_dim=out_dim)
@@ -440,6 +455,13 @@ class ReturnnLayersBackend(Backend):
     def squeeze(source, axis):
         return _emit("squeeze", [source], [d for d in source.dims if d != axis], source.dtype,
                      sparse_dim=source.sparse_dim, axis=axis)
+
+    @staticmethod
+    def reshape(source, in_dims, out_dims):
+        rest = [d for d in source.dims if d not in in_dims]
+        return _make("reshape", [source] + _dim_sources_of(out_dims, source), rest + list(out_dims), source.dtype,
+                     sparse_dim=source.sparse_dim,
+                     opts={"in_dims": list(in_dims), "out_dims": list(out_dims)})
 
     @staticmethod
     def replace_dim(source, *, in_dim, out_dim):

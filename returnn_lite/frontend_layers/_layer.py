@@ -478,8 +478,10 @@ def align_exact(data, dims):
 
 
 @op("slice")
-def _slice(layer, inputs, out, axis, start, end, step):
+def _slice(layer, inputs, out, axis, start, end, step, size=None):
     src = inputs[0]
+    if size is not None:  # a size Dim: [start:start + size]
+        end = (start or 0) + dim_value(layer, size)
     dims = list(src.dims)
     i = dims.index(axis)
     sl = [slice(None)] * len(dims)
@@ -487,6 +489,17 @@ def _slice(layer, inputs, out, axis, start, end, step):
     new_dims = list(dims)
     new_dims[i] = [d for d in out.dims if d not in dims or d == axis][0] if axis not in out.dims else axis
     return to_out(src.placeholder[tuple(sl)], new_dims, out)
+
+
+@op("reshape")
+def _reshape(layer, inputs, out, in_dims, out_dims):
+    """The values of in_dims (row-major, padded lengths) laid out as out_dims (the same number of elements)."""
+    src = inputs[0]
+    rest = [d for d in src.dims if d not in in_dims]
+    perm = [list(src.dims).index(d) for d in rest + list(in_dims)]
+    x = tf.transpose(src.placeholder, perm) if perm != list(range(len(perm))) else src.placeholder
+    y = tf.reshape(x, [dim_value(layer, d) for d in rest + list(out_dims)])
+    return to_out(y, rest + list(out_dims), out)
 
 
 @op("split_dims")

@@ -421,3 +421,70 @@ def test_causal_self_attention_steps_in_loop_on_layers_backend(cls):
     ref_fn = _np_rel_pos_self_attention if "RelPos" in cls else _np_self_attention
     np.testing.assert_allclose(_valid(out), _valid(ref_fn(x, params, 2, 4, 4, LENS, causal=True)), rtol=RTOL,
                                atol=ATOL)
+
+
+class _ReshapeRelShift(rf.Module):
+    """The Transformer-XL shift as pad/reshape/slice over dynamic dims (as model code written for the original
+    does), of x[i, p] = 100 i + p; summed over the history: -> [B, T, out] (out: 1 channel, broadcast)."""
+
+    def __init__(self, in_dim, out_dim):
+        super().__init__()
+        self.in_dim, self.out_dim = in_dim, out_dim
+
+    def __call__(self, x, *, axis):
+        pos_dim = axis - 1 + axis
+        hist_dim = Dim(None, name="hist")
+        x_sum = rf.reduce_sum(x, axis=self.in_dim)
+        keys, _ = rf.replace_dim(x_sum, in_dim=axis, out_dim=hist_dim)
+        values = rf.cast(rf.combine_bc(rf.range_over_dim(axis) * 100, "+", rf.range_over_dim(pos_dim)), "float32")
+        values = rf.combine_bc(values, "+", rf.reduce_sum(x_sum, axis=axis) * 0.0)  # [B,T,P]
+        padded, (pos_dim_,) = rf.pad(values, axes=[pos_dim], padding=[(1, 0)], value=0.0)
+        padded = rf.reshape(padded, (axis, pos_dim_), (pos_dim_, axis))
+        padded, pos_dim_ = rf.slice(padded, axis=pos_dim_, start=1)
+        padded = rf.reshape(padded, (pos_dim_, axis), (axis, pos_dim_))
+        shifted, _ = rf.slice(padded, axis=pos_dim_, size=hist_dim)  # [B,T,T'] = 100 i + (j - i + T - 1)
+        shifted = rf.combine_bc(shifted, "+", keys * 0.0)
+        return rf.expand_dim(rf.reduce_sum(shifted, axis=hist_dim, use_mask=False), self.out_dim)
+
+
+def test_reshape_rel_shift_on_layers_backend():
+    in_dim, out_dim = Dim(3, name="in"), Dim(2, name="out")
+    x = np.random.RandomState(1).randn(B, T, 3).astype("float32")
+    out = _run_layers(lambda: _ReshapeRelShift(in_dim, out_dim), x, LENS, in_dim, out_dim, {})
+    ref = [sum(100 * i + (j - i + T - 1) for j in range(T)) for i in range(T)]
+    np.testing.assert_allclose(out[0, :, 0], ref)
+    np.testing.assert_allclose(out[:, :, 1], out[:, :, 0])
+
+
+class _HistoryDimCausal(rf.Module):
+    """Causal attention as model code written for the original does it: keys/values over a history Dim whose
+    lengths are i + 1 at query frame i (Dim of a size tensor)."""
+
+    def __init__(self, att):
+        super().__init__()
+        self.att = att
+
+    def __call__(self, x, *, axis):
+        q, k, v = self.att.forward_qkv(x)
+        hist_dim = Dim(rf.range_over_dim(axis, device="cpu") + 1, name="hist")
+        k, _ = rf.replace_dim(k, in_dim=axis, out_dim=hist_dim)
+        v, _ = rf.replace_dim(v, in_dim=axis, out_dim=hist_dim)
+        return self.att.attention(q, k, v, kv_axis=hist_dim)
+
+
+def test_history_dim_of_size_tensor_on_layers_backend():
+    in_dim, key_dim, value_dim, out_dim = _model_dims(False)
+    rf.select_backend_torch()
+    shapes = {n: tuple(d.dimension for d in p.dims) for n, p in rf.CausalSelfAttention(
+        in_dim, out_dim, key_dim_total=key_dim, value_dim_total=value_dim, num_heads=2).named_parameters()}
+    rng = np.random.RandomState(3)
+    params = {n: rng.uniform(-0.5, 0.5, s).astype("float32") for n, s in sorted(shapes.items())}
+    x = np.random.RandomState(1).randn(B, T, 8).astype("float32")
+
+    def make_model():
+        return _HistoryDimCausal(rf.CausalSelfAttention(in_dim, out_dim, key_dim_total=key_dim,
+                                                        value_dim_total=value_dim, num_heads=2, att_dropout=0.0))
+
+    out = _run_layers(make_model, x, LENS, in_dim, out_dim, {"att." + k: v for k, v in params.items()})
+    np.testing.assert_allclose(_valid(out), _valid(_np_self_attention(x, params, 2, 4, 4, LENS, causal=True)),
+                               rtol=RTOL, atol=ATOL)

@@ -130,3 +130,34 @@ def test_reshape_based_rel_shift_on_rf_equals_rel_pos_attention_shift():
     raw = x.raw_tensor.numpy()
     ref = np.array([[[raw[b, i, j - i + 3] for j in range(4)] for i in range(4)] for b in range(2)])
     np.testing.assert_allclose(ours.copy_transpose(dims).raw_tensor.numpy(), ref)
+
+
+def test_causal_history_as_dim_of_size_tensor_and_concat_rel_positions():
+    """Formulations model code uses with rf: a causal history Dim(range + 1) (lengths per query frame) for
+    dot_attention, and relative positions as concat of [-(T-1)..-1] and [0..T-1] over dynamic dims; both give what
+    rf.CausalSelfAttention / rf.relative_positional_encoding give."""
+    time_dim = _time_dim(np.array([4, 2], "int32"))
+    d = Dim(4, name="d")
+    att = rf.CausalSelfAttention(d, d, key_dim_total=d, value_dim_total=d, num_heads=2, att_dropout=0.0)
+    x = Tensor("x", dims=[batch_dim, time_dim, d], dtype="float32",
+               raw_tensor=torch.tensor(np.random.RandomState(0).randn(2, 4, 4).astype("float32")))
+    ours, _ = att(x, axis=time_dim)
+    q, k, v = att.forward_qkv(x)
+    hist_dim = Dim(rf.range_over_dim(time_dim, device="cpu") + 1, name="hist")
+    k, _ = rf.replace_dim(k, in_dim=time_dim, out_dim=hist_dim)
+    v, _ = rf.replace_dim(v, in_dim=time_dim, out_dim=hist_dim)
+    theirs = att.attention(q, k, v, kv_axis=hist_dim)
+    dims = [batch_dim, time_dim, d]
+    np.testing.assert_allclose(ours.copy_transpose(dims).raw_tensor.detach().numpy(),
+                               theirs.copy_transpose(dims).raw_tensor.detach().numpy(), rtol=1e-5, atol=1e-6)
+
+    feat = Dim(6, name="feat")
+    m1 = time_dim - 1
+    indices, pos_dim = rf.concat((rf.range_over_dim(m1) - m1.get_dim_value_tensor(), m1),
+                                 (rf.range_over_dim(time_dim), time_dim))
+    np.testing.assert_array_equal(indices.raw_tensor.numpy(), np.arange(-3, 4))
+    enc, enc_dim = rf.relative_positional_encoding(query_spatial_dim=time_dim, key_value_spatial_dim=time_dim,
+                                                   feat_dim=feat)
+    assert enc.copy_transpose([enc_dim, feat]).raw_tensor.shape == (7, 6)
+    np.testing.assert_allclose(enc.copy_transpose([enc_dim, feat]).raw_tensor.numpy()[:, 0],
+                               np.sin(np.arange(-3, 4)), rtol=1e-5, atol=1e-6)

@@ -239,3 +239,65 @@ def test_decoder_layer_options_are_honoured_or_refused():
     with pytest.raises(ValueError, match="share_embedding"):
         TransformerDecoder(enc_feat, Dim(VOCAB, name="vocab"), d, num_layers=1, share_embedding=True,
                            logits_with_bias=True)
+
+
+@pytest.mark.parametrize("mode", ["full", "steps"])
+def test_transformer_decoder_on_layers_backend_matches_numpy(mode):
+    """The layers backend: the whole sequence, and step by step in rf.Loop with the decoder state."""
+    import tensorflow as tf
+
+    from returnn_lite.config import Config, global_config_ctx
+    from returnn_lite.frontend_layers import get_net_dict
+    from returnn_lite.network import TFNetwork
+
+    model_dim, vocab_dim, enc_feat = Dim(MODEL, name="model"), Dim(VOCAB, name="vocab"), Dim(ENC, name="enc_feat")
+    time_dim, enc_dim = Dim(None, name="time"), Dim(None, name="enc")
+    extern_data = {"labels": {"dims": (batch_dim, time_dim), "dtype": "int32", "sparse_dim": vocab_dim},
+                   "enc": {"dims": (batch_dim, enc_dim, enc_feat), "dtype": "float32"}}
+
+    def train_step(*, model, extern_data, **_):
+        enc = model.transform_encoder(extern_data["enc"], axis=enc_dim)
+        state = model.default_initial_state(batch_dims=[batch_dim])
+        if mode == "full":
+            logits, _ = model(extern_data["labels"], spatial_dim=time_dim, state=state, encoder=enc)
+        else:
+            loop = rf.Loop(axis=time_dim)
+            loop.state.dec = state
+            with loop:
+                logits_t, loop.state.dec = model(loop.unstack(extern_data["labels"]), spatial_dim=single_step_dim,
+                                                 state=loop.state.dec, encoder=enc)
+                logits = loop.stack(logits_t)
+        logits.mark_as_output("logits", shape=[batch_dim, time_dim, vocab_dim])
+        rf.reduce_sum(logits, axis=[batch_dim, time_dim, vocab_dim]).mark_as_loss("sum")
+
+    _setup()
+    p = _set_random_params(_decoder(model_dim, vocab_dim, enc_feat))
+    rng = np.random.RandomState(1)
+    labels, enc = rng.randint(0, VOCAB, (2, 5)).astype("int32"), rng.randn(2, 6, ENC).astype("float32")
+    config = Config({"extern_data": extern_data, "get_model": lambda **_: _decoder(model_dim, vocab_dim, enc_feat),
+                     "task": "train", "train_step": train_step})
+    rf.select_backend_returnn_layers_tf()
+    try:
+        with tf.Graph().as_default() as graph, tf.compat.v1.Session(graph=graph) as session, \
+                global_config_ctx(config):
+            net_dict, _ = get_net_dict(epoch=1, step=0)
+            out = rf.get_run_ctx().outputs.data["logits"]
+            net = TFNetwork(config=config, train_flag=False, eval_flag=True)
+            net.construct_from_dict(net_dict)
+            fetch = net.get_layer(out.raw_tensor.get_abs_name()).output.placeholder
+            param_vars = {v.op.name[:-len("/param")].replace("/", "."): v for v in net.get_params_list()}
+            assert set(param_vars) == set(p)
+            session.run(tf.compat.v1.global_variables_initializer())
+            for name, v in param_vars.items():
+                v.load(p[name].astype("float32"), session)
+            ed = net.extern_data.data
+            got = session.run(fetch, feed_dict={
+                ed["labels"].placeholder: labels, ed["labels"].dims[1].dyn_size_ext.raw_tensor: DEC_LENS,
+                ed["enc"].placeholder: enc, ed["enc"].dims[1].dyn_size_ext.raw_tensor: ENC_LENS})
+    finally:
+        for d in (time_dim, enc_dim):
+            d.reset_eager()
+        rf.select_backend_torch()
+    ref = _np_decoder(labels, enc.astype("float64"), p, 2, 2.0)
+    for b, n in enumerate(DEC_LENS):
+        np.testing.assert_allclose(got[b, :n], ref[b, :n], rtol=RTOL, atol=ATOL)
