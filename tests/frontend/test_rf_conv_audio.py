@@ -200,3 +200,24 @@ def test_specaugment_masks_in_training_only():
         assert not whole_frames[lens[b]:].any()  # masks only within the seq
     batch_dim.reset_eager()
     t_dim.reset_eager()
+
+
+def test_reset_eager_forgets_the_lengths_of_derived_dims():
+    """A new step's lengths reach the dims derived in the previous step (a conv output, T - 1 + T')."""
+    rf.select_backend_torch()
+    t_dim = Dim(None, name="steps")
+    batch_dim.reset_eager()
+    for lens in ([5, 3], [4, 4, 2]):
+        t_dim.reset_eager()
+        batch_dim.dyn_size_ext = rf.convert_to_tensor(torch.tensor(len(lens), dtype=torch.int32), dims=[],
+                                                      dtype="int32")
+        t_dim.dyn_size_ext = rf.convert_to_tensor(torch.tensor(lens, dtype=torch.int32), dims=[batch_dim],
+                                                  dtype="int32")
+        x = rf.convert_to_tensor(torch.ones(len(lens), max(lens), 6), dims=[batch_dim, t_dim, feat_dim],
+                                 dtype="float32")
+        y, (pooled,) = rf.pool(x, mode="max", pool_size=[2], padding="same", in_spatial_dims=[t_dim])
+        rel = pooled - 1 + pooled
+        assert pooled.dyn_size_ext.placeholder.tolist() == [(n + 1) // 2 for n in lens]
+        assert rel.dyn_size_ext.placeholder.tolist() == [2 * ((n + 1) // 2) - 1 for n in lens]
+    batch_dim.reset_eager()
+    t_dim.reset_eager()
