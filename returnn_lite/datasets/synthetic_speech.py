@@ -89,7 +89,8 @@ class SyntheticSpeechDataset(GeneratingDataset):
         t = numpy.arange(n) / float(self.sampling_rate)
         low, high = self.formants[label] * pitch
         phase = rnd.uniform(0, 2 * numpy.pi, size=2)
-        signal = 0.3 * numpy.sin(2 * numpy.pi * low * t + phase[0]) + 0.2 * numpy.sin(2 * numpy.pi * high * t + phase[1])
+        signal = (0.3 * numpy.sin(2 * numpy.pi * low * t + phase[0]) +
+                  0.2 * numpy.sin(2 * numpy.pi * high * t + phase[1]))
         ramp = min(n // 4, int(0.01 * self.sampling_rate))
         envelope = numpy.ones(n)
         if ramp > 0:

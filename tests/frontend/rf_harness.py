@@ -31,7 +31,8 @@ def run_torch(extern_data, get_model, step, inputs, params, dyn_dims, *, train_f
     for d in list(dyn_dims) + [batch_dim]:
         d.reset_eager()
     n_batch = len(inputs["size:" + dyn_dims[0].name])
-    batch_dim.dyn_size_ext = Tensor("batch", dims=[], dtype="int32", raw_tensor=torch.tensor(n_batch, dtype=torch.int32))
+    batch_dim.dyn_size_ext = Tensor("batch", dims=[], dtype="int32",
+                                    raw_tensor=torch.tensor(n_batch, dtype=torch.int32))
     for d in dyn_dims:
         d.dyn_size_ext = Tensor(d.name + "_size", dims=[batch_dim], dtype="int32",
                                 raw_tensor=torch.tensor(inputs["size:" + d.name]))

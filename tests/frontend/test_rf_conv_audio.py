@@ -63,7 +63,8 @@ def test_conv_groups_param_shapes_and_strides_as_list():
     assert shapes == {"depthwise.filter": (6, 1, 3), "depthwise.bias": (6,), "grouped.filter": (12, 3, 2)}
     conv2d = rf.Conv2d(Dim(1, name="c"), Dim(4, name="o"), filter_size=(3, 5), strides=2, padding="valid")
     assert conv2d.strides == [2, 2] and conv2d.filter_size[1].dimension == 5
-    assert rf.Conv2d(Dim(1, name="c"), Dim(4, name="o"), filter_size=3, strides=(1, 2), padding="same").strides == [1, 2]
+    conv2d = rf.Conv2d(Dim(1, name="c"), Dim(4, name="o"), filter_size=3, strides=(1, 2), padding="same")
+    assert conv2d.strides == [1, 2]
     assert rf.Conv1d(feat_dim, feat_dim, 3, padding="same").strides is None
     with pytest.raises(rf.FrontendError, match="groups=4"):
         rf.Conv1d(feat_dim, out2_dim, 3, groups=4, padding="same")
@@ -197,5 +198,26 @@ def test_specaugment_masks_in_training_only():
         # step >= 2000: 2..(max(T // 100, 2) * 4) time masks of <= 20 frames, 2..5 feature masks of <= 8 bins
         assert 2 <= whole_frames.sum() <= 6 * 4 * 20 and 2 <= whole_features.sum() <= 5 * 8
         assert not whole_frames[lens[b]:].any()  # masks only within the seq
+    batch_dim.reset_eager()
+    t_dim.reset_eager()
+
+
+def test_reset_eager_forgets_the_lengths_of_derived_dims():
+    """A new step's lengths reach the dims derived in the previous step (a conv output, T - 1 + T')."""
+    rf.select_backend_torch()
+    t_dim = Dim(None, name="steps")
+    batch_dim.reset_eager()
+    for lens in ([5, 3], [4, 4, 2]):
+        t_dim.reset_eager()
+        batch_dim.dyn_size_ext = rf.convert_to_tensor(torch.tensor(len(lens), dtype=torch.int32), dims=[],
+                                                      dtype="int32")
+        t_dim.dyn_size_ext = rf.convert_to_tensor(torch.tensor(lens, dtype=torch.int32), dims=[batch_dim],
+                                                  dtype="int32")
+        x = rf.convert_to_tensor(torch.ones(len(lens), max(lens), 6), dims=[batch_dim, t_dim, feat_dim],
+                                 dtype="float32")
+        y, (pooled,) = rf.pool(x, mode="max", pool_size=[2], padding="same", in_spatial_dims=[t_dim])
+        rel = pooled - 1 + pooled
+        assert pooled.dyn_size_ext.placeholder.tolist() == [(n + 1) // 2 for n in lens]
+        assert rel.dyn_size_ext.placeholder.tolist() == [2 * ((n + 1) // 2) - 1 for n in lens]
     batch_dim.reset_eager()
     t_dim.reset_eager()

@@ -894,10 +894,13 @@ class TorchBackend(Backend):
         if get_run_ctx().train_flag:
             axes = [i for i, d in enumerate(dims) if d != in_dim]
             dyn = [d for d in dims if _is_dyn(d)] if use_mask else []
-            ones = _masked(torch.ones_like(x), dims, dyn, 0.0)
-            n = torch.sum(ones, dim=axes, keepdim=True)
-            mean = torch.sum(x * ones, dim=axes, keepdim=True) / n
-            var = torch.sum(torch.square(x - mean) * ones, dim=axes, keepdim=True) / n
+            if dyn:
+                ones = _masked(torch.ones_like(x), dims, dyn, 0.0)
+                n = torch.sum(ones, dim=axes, keepdim=True)
+                mean = torch.sum(x * ones, dim=axes, keepdim=True) / n
+                var = torch.sum(torch.square(x - mean) * ones, dim=axes, keepdim=True) / n
+            else:  # all frames count: one fused op (the same biased statistics)
+                var, mean = torch.var_mean(x, dim=axes, unbiased=False, keepdim=True)
             with torch.no_grad():
                 rm, rv = running_mean.placeholder, running_variance.placeholder
                 rm.mul_(1 - momentum).add_(mean.reshape(-1).detach() * momentum)
