@@ -305,13 +305,14 @@ class RecLoopConstruction:
             return as_template_layout(Data(name="init_%s" % x, dims=(out.dims[out.batch_dim_axis],
                                                                      out.dims[out.feature_dim_axis]),
                                            dtype=out.dtype, placeholder=tf.tile(var[None], [self.batch_dim, 1])),
-                                      out)
+                                      out, "rec layer %r: initial_output='var' of %r" % (self.rec.name, x))
         if isinstance(init, str) and init not in ("zeros", "ones"):
             if init in ("apply(0)", "keep_over_epoch", "keep_over_epoch_no_init"):
                 raise NotImplementedError("rec layer %r: option initial_output=%r of %r is not supported" % (
                     self.rec.name, init, x))
             layer = self.net.get_layer(_in_outer_net(init))
-            return as_template_layout(layer.output, out)
+            return as_template_layout(layer.output, out, "rec layer %r: initial_output=%r of %r" % (
+                self.rec.name, init, x))
         value = {"zeros": 0, "ones": 1, None: 0}.get(init, init)
         shape = [self.batch_dim if d.is_batch_dim() else (d.dimension if d.dimension is not None or d.dyn_size is None
                                                           else tf.reduce_max(d.dyn_size)) for d in out.dims]
@@ -595,7 +596,8 @@ class _LoopStep:
         return select_beam_tensor(value, self.beam_in, self.beam_out)
 
     def _as_step_template(self, x):
-        return as_template_layout(self._on_beam(x, self.loop.layers[x].output), self.build.tpl.templates[x].output)
+        return as_template_layout(self._on_beam(x, self.loop.layers[x].output), self.build.tpl.templates[x].output,
+                                  "rec layer %r: sub-layer %r in the loop" % (self.build.rec.name, x))
 
     def next_state(self):
         build, loop, state, i = self.build, self.loop, self.state, self.i
@@ -643,14 +645,21 @@ class _LoopStep:
                                                        tf.fill(tf.shape(lens), i + 1)))}
 
 
-def as_template_layout(data, template):
-    """data's placeholder in the layout of template (its dims' order; the static dims the template knows)."""
+def as_template_layout(data, template, what):
+    """
+    data's placeholder in the layout of template (its dims' order; the static dims the template knows). Axes that
+    have no counterpart in the template (tags of their own, e.g. a dim created anew in each step) are taken by
+    position, where their static sizes agree (else an error naming ``what``).
+    """
     x = data.placeholder
     if data.dims != template.dims and data.batch_ndim == template.batch_ndim:
-        try:
+        mapping = data.find_matching_axes(template)
+        if all(i in mapping or d.dimension == 1 for i, d in enumerate(data.dims)):
             x = data.copy_compatible_to(template).placeholder
-        except Exception:
-            pass
+        elif not x.shape.is_compatible_with(template.batch_shape):
+            raise ValueError("%s: %s does not match its per-step template %s (axes without counterpart: %s)" % (
+                what, data.short_repr(), template.short_repr(),
+                ", ".join(d.short_repr() for i, d in enumerate(data.dims) if i not in mapping)))
     if (x.shape.rank == template.batch_ndim and x.shape.is_compatible_with(template.batch_shape)
             and x.shape.merge_with(template.batch_shape) != x.shape):
         x = tf.identity(x)
