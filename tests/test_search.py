@@ -266,3 +266,27 @@ def test_search_with_fertility_state_over_the_encoder_time():
         n = lens[b * 3]
         assert dec_lens[b] == n
         numpy.testing.assert_allclose(forced[:n, b], scores[:n, b * 3], rtol=1e-4, atol=1e-5)
+
+
+_TWO_CHOICES = dict(_DECODER, output=dict(_DECODER["output"], unit={
+    "embed": {"class": "linear", "activation": None, "n_out": 4, "from": "prev:output"},
+    "s": {"class": "rnn_cell", "unit": "LSTMBlock", "n_out": 6, "from": ["embed", "base:enc"]},
+    "prob1": {"class": "softmax", "from": "s", "target": "classes"},
+    "c1": {"class": "choice", "target": "classes", "beam_size": 3, "from": "prob1", "initial_output": 0},
+    "embed_c1": {"class": "linear", "activation": None, "n_out": 4, "from": "c1"},
+    "prob": {"class": "softmax", "from": ["s", "embed_c1"], "target": "classes"},
+    "output": {"class": "choice", "target": "classes", "beam_size": 6, "from": "prob", "initial_output": 0},
+    "end": {"class": "compare", "from": "output", "value": 0},
+}))
+
+
+@pytest.mark.xfail(strict=True, reason="issue 29: a second choice on the beam of the first one (beams of sizes 3 and 6 "
+                                       "in one rec unit) is not supported yet")
+def test_search_second_choice_on_the_first_ones_beam():
+    # the original: c1 chooses 3 of the 6 hypotheses x 5 labels, output chooses 6 of c1's 3 x 5; the next step
+    # starts from output's beam (size 6)
+    with tf.Graph().as_default():
+        net = _build(_TWO_CHOICES)
+        assert net.get_layer("output").output.beam.beam_size == 6
+        labels, decided, lens, dec_lens = _run(net, ["output", "decision"])
+        assert labels.shape[1] == 2 * 6 and decided.shape[0] == 2
