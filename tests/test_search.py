@@ -99,7 +99,7 @@ _DECODER = {
 }
 
 
-def _run(net, layers, seed=0):
+def _run(net, layers, seed=0, extra=()):
     rnd = numpy.random.RandomState(seed)
     data = net.extern_data.data["data"]
     feed = {data.placeholder: rnd.normal(size=(2, 5, 4)).astype("float32"), data.size_placeholder[0]: [5, 3]}
@@ -107,7 +107,7 @@ def _run(net, layers, seed=0):
         net.initialize_params(session)
         for p in net.get_params_list():  # peaky distributions
             session.run(p.assign(p * 3.0))
-        return session.run([net.get_layer(x).output.placeholder for x in layers] +
+        return session.run([net.get_layer(x).output.placeholder for x in layers] + list(extra) +
                            [net.get_layer(x).output.get_time_dim_tag().dyn_size for x in layers
                             if net.get_layer(x).output.have_time_axis()], feed)
 
@@ -280,13 +280,17 @@ _TWO_CHOICES = dict(_DECODER, output=dict(_DECODER["output"], unit={
 }))
 
 
-@pytest.mark.xfail(strict=True, reason="issue 29: a second choice on the beam of the first one (beams of sizes 3 and 6 "
-                                       "in one rec unit) is not supported yet")
 def test_search_second_choice_on_the_first_ones_beam():
-    # the original: c1 chooses 3 of the 6 hypotheses x 5 labels, output chooses 6 of c1's 3 x 5; the next step
-    # starts from output's beam (size 6)
+    # as the original: c1 chooses 3 of the (6 hypotheses x 5 labels), output chooses 6 of (c1's 3 x 5); the next step
+    # starts from output's beam (size 6); the hypotheses go back through both choices to the previous step
     with tf.Graph().as_default():
         net = _build(_TWO_CHOICES)
-        assert net.get_layer("output").output.beam.beam_size == 6
-        labels, decided, lens, dec_lens = _run(net, ["output", "decision"])
-        assert labels.shape[1] == 2 * 6 and decided.shape[0] == 2
+        rec = net.get_layer("output")
+        assert rec.output.beam.beam_size == 6 and rec.output.beam.dependency.name == "output/c1"
+        scores = rec.output.beam.beam_scores
+        labels, decided, scores, lens, dec_lens = _run(net, ["output", "decision"], extra=[scores])
+        assert labels.shape[1] == 2 * 6 and decided.shape[0] == 2 and scores.shape == (2, 6)
+        assert numpy.isfinite(scores).all() and (numpy.diff(scores, axis=1) <= 1e-6).all()  # best first
+        for b in range(2):  # the decided hypothesis is the first (best) of its beam
+            assert dec_lens[b] == lens[b * 6]
+            numpy.testing.assert_array_equal(decided[b, :dec_lens[b]], labels[:lens[b * 6], b * 6])

@@ -23,12 +23,13 @@ tf1 = tf.compat.v1
 class RecStepInfo:
     """Per-step info inside the loop (``network.rec_step_info``): ``step`` is the int32 frame index."""
 
-    def __init__(self, step, seq_lens, time_dim, prev_end_flag=None, prev_seq_lens=None):
+    def __init__(self, step, seq_lens, time_dim, prev_end_flag=None, prev_seq_lens=None, prev_beam=None):
         self.step = step
         self.seq_lens = seq_lens
         self.time_dim = time_dim
         self.prev_end_flag = prev_end_flag  # under search: [B*beam] of the hypotheses before this step's choice
         self.prev_seq_lens = prev_seq_lens
+        self.prev_beam = prev_beam  # under search: the beam of prev_end_flag (the previous step's)
 
     def get_end_flag(self, target_search_choices=None):
         return tf.logical_not(self.step < self.seq_lens)
@@ -521,7 +522,7 @@ class _LoopStep:
             self.beam_in.active_size = tf.where(self.i > 0, k_beam, 1)
         loop.rec_step_info = RecStepInfo(self.i, build.seq_len, build.time_dim,
                                          prev_end_flag=self.ended if beam is not None else None,
-                                         prev_seq_lens=self.lens)
+                                         prev_seq_lens=self.lens, prev_beam=self.beam_in)
         build.loop_net = loop
         self.loop = loop
         self.cache = {}
@@ -616,8 +617,18 @@ class _LoopStep:
         new_search = {}
         if build.beam is not None:
             new_search = {"scores": self.beam_out.beam_scores,
-                          "src_beams": state.search["src_beams"].write(i, self.beam_out.src_beams)}
+                          "src_beams": state.search["src_beams"].write(i, self._src_beams_of_step())}
         return LoopState(i + 1, new_prev, new_extra, new_acc, new_logits, new_end, new_search)
+
+    def _src_beams_of_step(self):
+        """[B, K]: for each hypothesis of this step's beam, the one of the previous step it extends (through the
+        beams of the choices in between, where several choices in the step chose one after the other)."""
+        beam = self.beam_out
+        src = beam.src_beams
+        while beam.dependency is not None and beam.dependency is not self.beam_in:
+            beam = beam.dependency
+            src = tf.gather(beam.src_beams, src, batch_dims=1)
+        return src
 
     def _next_end(self):
         """A sequence ends with the first frame where 'end' is True."""

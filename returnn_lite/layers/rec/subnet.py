@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from ...data import Data, Dim, batch_dim
+from ...data import Data, Dim, SearchBeam, batch_dim
 from ...errors import LayerNotFound, LayerOptionError, NetworkConstructionDependencyLoopException
 from ...layer_ref import is_layer_target, parse_layer_ref, target_ref
 from ...network import assign_output_beam
@@ -265,12 +265,12 @@ class RecTemplateBuilder:
         for x, t in tpl.templates.items():
             if t.output.beam is not None:
                 beams.setdefault(id(t.output.beam), (t.output.beam, x))
-        if len(beams) > 1:
-            raise NotImplementedError("rec layer %r: several search beams in one unit (%s) are not supported" % (
-                name, ", ".join(sorted(x for _, x in beams.values()))))
         if beams:
-            tpl.beam = next(iter(beams.values()))[0]
-            tpl.choice_names = [x for x in self.searching if x in tpl.templates]
+            # several choices: each chosen from the beam of the one before it in the step; the loop goes on with the
+            # newest beam (the next step's prev: layers are on it)
+            tpl.beam = SearchBeam.get_combined_beam(*(b for b, _ in beams.values()), owner="rec layer %r" % name)
+            choices = [x for x in self.searching if x in tpl.templates]
+            tpl.choice_names = sorted(choices, key=lambda x: tpl.templates[x].output.beam is not tpl.beam)
             if not tpl.choice_names:
                 raise NotImplementedError("rec layer %r: a search beam without a choice layer in the unit" % name)
         if tpl.out_time_dim is None:  # under search, each hypothesis has its own length: its own time axis
