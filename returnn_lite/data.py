@@ -148,24 +148,28 @@ class SearchBeam:
 
     @staticmethod
     def get_combined_beam(*beams, owner=None):
-        """The beam data of all these beams is brought to (the newest one); None if none has a beam."""
+        """
+        The beam data of all these beams is brought to (the newest one, chosen from all the others, also where
+        its size differs, e.g. a second choice on the beam of a first one); None if none has a beam.
+        """
         res = None
         searched = [b for b in beams if b is not None and not b.invariant]
-        if searched:  # repeated data (an invariant beam) goes with any searched beam of its size
-            sizes = {b.beam_size for b in beams if b is not None}
-            if len(sizes) > 1:
-                raise ValueError("%sbeam mismatch: sources on beams of different sizes %s" % (
-                    "%s: " % owner if owner else "", sorted(sizes)))
-            beams = searched
-        for b in beams:
+        prefix = "%s: " % owner if owner else ""
+        for b in searched or beams:
             if b is None or b is res:
                 continue
             if res is None or b.depends_on(res):
                 res = b
             elif not res.depends_on(b):
+                if res.beam_size != b.beam_size:
+                    raise ValueError("%sbeam mismatch: sources on beams of different sizes %s" % (
+                        prefix, sorted({res.beam_size, b.beam_size})))
                 raise ValueError("%sbeam mismatch: sources are on different search beams %r and %r, which cannot be "
-                                 "combined (neither was chosen from the other)" % (
-                                     "%s: " % owner if owner else "", res, b))
+                                 "combined (neither was chosen from the other)" % (prefix, res, b))
+        if searched:  # repeated data (an invariant beam) goes with a searched beam of its size
+            sizes = {b.beam_size for b in beams if b is not None and b.invariant} | {res.beam_size}
+            if len(sizes) > 1:
+                raise ValueError("%sbeam mismatch: sources on beams of different sizes %s" % (prefix, sorted(sizes)))
         return res
 
     def __repr__(self):
@@ -313,11 +317,11 @@ class Data(Tensor):
         data = self.copy()
         x = self.placeholder
         for b in reversed(chain):
+            if x is None or not self.have_batch_axis():  # (a template)
+                continue
             if b.src_beams is None:
                 raise ValueError("beam %r has no src_beams (not chosen yet)" % b)
-            idx = flat_beam_indices(b.src_beams, b.dependency.beam_size)
-            if x is not None and self.have_batch_axis():
-                x = tf.gather(x, idx, axis=self.batch_dim_axis)
+            x = tf.gather(x, flat_beam_indices(b.src_beams, b.dependency.beam_size), axis=self.batch_dim_axis)
         for d in self.dims:
             if d.is_dynamic() and d.dyn_size is not None and getattr(d, "beam_base", None) is None:
                 raise NotImplementedError("%s: selecting the beam of a dynamic axis %s" % (self.short_repr(), d))

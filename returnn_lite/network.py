@@ -32,7 +32,7 @@ from .layer_options import check_explicit_output, iter_nested_layer_descs, valid
 from .layer_ref import data_key, is_layer_target, parse_layer_ref
 from .layers.base import InternalLayer, LayerBase, apply_out_dim, get_layer_class
 from .losses.holder import LossHolder  # noqa: F401 (part of this module's API, as in the original)
-from .network_api import NetworkAPIMixin, strip_net_dict_meta
+from .network_api import NetworkAPIMixin, NetworkRunState, strip_net_dict_meta
 from .util import NotSpecified, did_you_mean
 
 tf1 = tf.compat.v1
@@ -115,7 +115,7 @@ class TFNetwork(NetworkAPIMixin):
         self._objective = None
         self._saver = None
         self._batch_dim = None
-        self.global_train_step = None
+        self.run_state = NetworkRunState()  # (used on the root network)
         self.update_ops = []
         self.rec_step_info = None
 
@@ -596,15 +596,8 @@ class TFNetwork(NetworkAPIMixin):
         return int(sum(np.prod(p.shape.as_list()) for p in self.get_params_list() if p.shape.is_fully_defined()))
 
     def get_auxiliary_params(self):
-        return [self.global_train_step] if self.global_train_step is not None else []
-
-    def get_global_train_step_var(self):
-        root = self.get_root_network()
-        if root.global_train_step is None:
-            with tf1.variable_scope(tf1.VariableScope(reuse=tf1.AUTO_REUSE, name="")):
-                root.global_train_step = tf1.get_variable(
-                    "global_step", shape=(), dtype=tf.int64, initializer=tf1.zeros_initializer(), trainable=False)
-        return root.global_train_step
+        step = self._root_run_state().global_train_step_var
+        return [step] if step is not None else []
 
     @_in_session_graph
     def initialize_params(self, session):
@@ -650,8 +643,9 @@ class TFNetwork(NetworkAPIMixin):
 
     def _saveable_dict(self):
         d = {p.op.name: p for p in self.get_params_list() if not getattr(p, "_returnn_lite_not_saveable", False)}
-        if self.global_train_step is not None:
-            d["global_step"] = self.global_train_step
+        step = self._root_run_state().global_train_step_var
+        if step is not None:
+            d["global_step"] = step
         return d
 
     def reset_saver(self):

@@ -6,11 +6,13 @@ subnetwork, e.g. those inside rec units).
 - ``get_config()``: the Config of the root network, else the global one, else an empty one. SpecAugment and
   fusion ``eval`` layers do ``self.network.get_config().typed_value("transform")(...)``.
 - ``global_train_step``: the global step variable; during construction it exists (created on first use), so
-  schedules like ``tf.greater_equal(network.global_train_step, 1000)`` work.
+  schedules like ``tf.greater_equal(network.global_train_step, 1000)`` work. The one route that creates it is
+  ``get_global_train_step_var()`` (outside any loop/cond context); the root network's :class:`NetworkRunState`
+  holds it, with the callbacks, run opts and search choices by beam.
 - ``get_epoch_step``, ``get_seq_tags``, ``get_global_batch_info``, ``make_subnet``, ``layer_creation_scope``,
   ``get_saveable_params_list``, ``get_saveable_param_replace_dict``, ``declare_train_params``,
   ``get_var_assigner``, ``get_all_rec_time_dims``, ``set_rec_step_info``, graph-reset and run-finished callbacks,
-  run opts, ``get_network_stack``/``get_current_network``/``register_network_scope``,
+  run opts, ``get_network_stack``/``get_current_network``/``register_network_scope`` and
   ``register_post_control_dependencies``/``get_post_control_dependencies`` (static, per TF graph, as the original).
 
 Also :func:`strip_net_dict_meta`: net dict keys starting with ``#`` (``#config``, ``#copy_param_mode``,
@@ -25,9 +27,10 @@ import tensorflow as tf
 
 tf1 = tf.compat.v1
 
-__all__ = ["NetworkAPIMixin", "strip_net_dict_meta", "BatchInfo", "VarAssigner"]
+__all__ = ["NetworkAPIMixin", "NetworkRunState", "strip_net_dict_meta", "BatchInfo", "VarAssigner"]
 
 _POST_CONTROL_DEPS_COLLECTION = "_RETURNN_post_control_dependencies"
+_NETWORK_STACK_COLLECTION = "_RETURNN_network_stack"
 _NET_DICT_SUB_KEYS = ("unit", "subnetwork")
 
 
@@ -141,16 +144,33 @@ class _RecStepInfo:
 
 def _constructing(net):
     while net is not None:
-        if getattr(net, "_constructing", None):
+        if net._constructing:
             return True
         net = net.parent_net
     return False
 
 
-class NetworkAPIMixin:
-    """Public TFNetwork API of the original beyond what construction needs (see the module doc)."""
+class NetworkRunState:
+    """What a root network keeps for the API of this module (a subnetwork uses its root's)."""
 
-    _network_stack = []
+    def __init__(self):
+        self.global_train_step_var = None  # created by get_global_train_step_var, only there
+        self.graph_reset_callbacks = []
+        self.run_finished_callbacks = []
+        self.run_opts = None  # {"epoch", "dataset_name"} between set_run_opts and set_run_finished
+        self.search_choices_by_beam = {}
+
+
+class NetworkAPIMixin:
+    """
+    Public TFNetwork API of the original beyond what construction needs (see the module doc). The host class
+    sets ``run_state`` (a :class:`NetworkRunState`) in its ``__init__``.
+    """
+
+    run_state: NetworkRunState
+
+    def _root_run_state(self):
+        return self.get_root_network().run_state
 
     # ---- config, steps, batch
 
@@ -170,25 +190,30 @@ class NetworkAPIMixin:
 
     @property
     def global_train_step(self):
-        """The global step (int64 variable of the root network); created on first use during construction."""
-        root = self.get_root_network()
-        var = root.__dict__.get("_global_train_step_var")
-        if var is None and _constructing(self) and not root.__dict__.get("_creating_global_train_step"):
-            root.__dict__["_creating_global_train_step"] = True
+        """The global step (int64 variable of the root network); created on first use during construction, else
+        None until something created it."""
+        var = self._root_run_state().global_train_step_var
+        if var is None and _constructing(self):
+            var = self.get_global_train_step_var()
+        return var
+
+    def get_global_train_step_var(self):
+        """The global step variable ``global_step`` of the root network, created on the first call (outside the
+        loop/cond and name scope the caller may be in)."""
+        state = self._root_run_state()
+        if state.global_train_step_var is None:
             graph = tf1.get_default_graph()
             ctx = graph._get_control_flow_context()  # noqa: SLF001 (create it outside of loops/conds)
             graph._set_control_flow_context(None)  # noqa: SLF001
             try:
-                with tf.control_dependencies(None), graph.name_scope(None):
-                    var = root.get_global_train_step_var()
+                with tf.control_dependencies(None), graph.name_scope(None), \
+                        tf1.variable_scope(tf1.VariableScope(reuse=tf1.AUTO_REUSE, name="")):
+                    state.global_train_step_var = tf1.get_variable(
+                        "global_step", shape=(), dtype=tf.int64, initializer=tf1.zeros_initializer(),
+                        trainable=False)
             finally:
                 graph._set_control_flow_context(ctx)  # noqa: SLF001
-                root.__dict__["_creating_global_train_step"] = False
-        return var
-
-    @global_train_step.setter
-    def global_train_step(self, value):
-        self.__dict__["_global_train_step_var"] = value
+        return state.global_train_step_var
 
     def get_epoch_step(self):
         """Scalar int64 tensor: the step within the current epoch (fed by the engine, default 0)."""
@@ -256,7 +281,7 @@ class NetworkAPIMixin:
 
     def get_saveable_params_list(self):
         params = [p for p in self.get_params_list() if not getattr(p, "_returnn_lite_not_saveable", False)]
-        step = self.get_root_network().__dict__.get("_global_train_step_var")
+        step = self._root_run_state().global_train_step_var
         if step is not None:
             params.append(step)
         return params
@@ -286,68 +311,65 @@ class NetworkAPIMixin:
 
     # ---- callbacks and run opts
 
-    def _root_list(self, attr):
-        root = self.get_root_network()
-        if attr not in root.__dict__:
-            root.__dict__[attr] = []
-        return root.__dict__[attr]
-
     def register_graph_reset_callback(self, cb):
-        self._root_list("_graph_reset_callbacks").append(cb)
+        self._root_run_state().graph_reset_callbacks.append(cb)
 
     def get_graph_reset_callbacks(self):
-        return list(self._root_list("_graph_reset_callbacks"))
+        return list(self._root_run_state().graph_reset_callbacks)
 
     def call_graph_reset_callbacks(self):
         for cb in self.get_graph_reset_callbacks():
             cb()
 
     def set_run_opts(self, epoch, dataset_name):
-        self.get_root_network().__dict__["_run_opts"] = {"epoch": epoch, "dataset_name": dataset_name}
+        self._root_run_state().run_opts = {"epoch": epoch, "dataset_name": dataset_name}
 
     def get_run_opts(self):
-        opts = self.get_root_network().__dict__.get("_run_opts")
+        opts = self._root_run_state().run_opts
         if opts is None:
             raise ValueError("get_run_opts: no run in progress (set_run_opts was not called)")
         return opts
 
     def register_run_finished_callback(self, cb):
-        self._root_list("_run_finished_callbacks").append(cb)
+        self._root_run_state().run_finished_callbacks.append(cb)
 
     def set_run_finished(self, error_occurred=False):
-        callbacks = self._root_list("_run_finished_callbacks")
+        state = self._root_run_state()
         if not error_occurred:
-            for cb in callbacks:
+            for cb in state.run_finished_callbacks:
                 cb()
-        del callbacks[:]
-        self.get_root_network().__dict__.pop("_run_opts", None)
+        del state.run_finished_callbacks[:]
+        state.run_opts = None
 
-    # ---- network stack
+    # ---- network stack (per TF graph, as the original)
 
     @classmethod
     def get_network_stack(cls):
-        return list(NetworkAPIMixin._network_stack)
+        return list(tf1.get_default_graph().get_collection(_NETWORK_STACK_COLLECTION))
 
     @classmethod
     def get_current_network(cls, must_exist=True):
-        if NetworkAPIMixin._network_stack:
-            return NetworkAPIMixin._network_stack[-1]
+        stack = cls.get_network_stack()
+        if stack:
+            return stack[-1]
         if must_exist:
             raise ValueError("get_current_network: no network is registered (register_network_scope)")
         return None
 
     @contextlib.contextmanager
     def register_network_scope(self):
-        NetworkAPIMixin._network_stack.append(self)
+        """Registers this network in the current TF graph while the context is active."""
+        stack = tf1.get_default_graph().get_collection_ref(_NETWORK_STACK_COLLECTION)
+        stack.append(self)
         try:
             yield self
         finally:
-            NetworkAPIMixin._network_stack.remove(self)
+            stack.remove(self)
 
     # ---- search choices by beam (bookkeeping only)
 
     def register_search_choices_for_beam(self, beam, search_choices):
-        self.get_root_network().__dict__.setdefault("_search_choices_by_beam", {})[beam] = search_choices
+        self._root_run_state().search_choices_by_beam[beam] = search_choices
 
     def get_search_choices_from_beam(self, beam):
-        return self.get_root_network().__dict__.get("_search_choices_by_beam", {}).get(beam)
+        return self._root_run_state().search_choices_by_beam.get(beam)

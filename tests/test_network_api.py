@@ -85,3 +85,41 @@ def test_static_post_control_dependencies_and_callbacks():
         with net.register_network_scope():
             assert TFNetwork.get_current_network() is net
         assert TFNetwork.get_current_network(must_exist=False) is None
+
+
+def test_network_stack_is_per_graph_and_state_is_the_roots():
+    graph_a, graph_b = tf.Graph(), tf.Graph()
+    with graph_a.as_default():
+        net = _net()
+        with net.register_network_scope():
+            assert TFNetwork.get_network_stack() == [net]
+            with graph_b.as_default():  # another graph sees no network
+                assert TFNetwork.get_current_network(must_exist=False) is None
+            sub = net.make_subnet("sub", {"output": {"class": "copy", "from": "data"}}).net
+            with sub.register_network_scope():
+                assert TFNetwork.get_network_stack() == [net, sub]
+            assert TFNetwork.get_current_network() is net
+        assert TFNetwork.get_network_stack() == []
+        # run opts and callbacks of a subnetwork are its root's
+        sub.set_run_opts(epoch=1, dataset_name="train")
+        assert net.get_run_opts() == {"epoch": 1, "dataset_name": "train"}
+        net.set_run_finished()
+        assert sub.run_state.run_opts is None and net.run_state.run_opts is None
+
+
+def test_global_train_step_in_a_rec_loop_is_created_outside_of_it():
+    with tf.Graph().as_default():
+        net = _net(train_flag=True)
+        net.construct_from_dict({"output": {"class": "rec", "from": "data", "unit": {
+            "output": {"class": "eval", "from": ["data:source", "prev:output"],
+                       "eval": "source(0) + source(1) * tf.cast(self.network.global_train_step, tf.float32)"}}}})
+        step = net.get_global_train_step_var()
+        assert step is net.global_train_step is net.run_state.global_train_step_var
+        assert step.op.name == "global_step" and step.op._control_flow_context is None  # noqa: SLF001
+        assert net.get_auxiliary_params() == [step]
+        try:
+            net.global_train_step = step
+        except AttributeError:
+            pass
+        else:
+            raise AssertionError("global_train_step must not be settable (one route: get_global_train_step_var)")

@@ -99,7 +99,7 @@ _DECODER = {
 }
 
 
-def _run(net, layers, seed=0):
+def _run(net, layers, seed=0, extra=()):
     rnd = numpy.random.RandomState(seed)
     data = net.extern_data.data["data"]
     feed = {data.placeholder: rnd.normal(size=(2, 5, 4)).astype("float32"), data.size_placeholder[0]: [5, 3]}
@@ -107,7 +107,7 @@ def _run(net, layers, seed=0):
         net.initialize_params(session)
         for p in net.get_params_list():  # peaky distributions
             session.run(p.assign(p * 3.0))
-        return session.run([net.get_layer(x).output.placeholder for x in layers] +
+        return session.run([net.get_layer(x).output.placeholder for x in layers] + list(extra) +
                            [net.get_layer(x).output.get_time_dim_tag().dyn_size for x in layers
                             if net.get_layer(x).output.have_time_axis()], feed)
 
@@ -266,3 +266,31 @@ def test_search_with_fertility_state_over_the_encoder_time():
         n = lens[b * 3]
         assert dec_lens[b] == n
         numpy.testing.assert_allclose(forced[:n, b], scores[:n, b * 3], rtol=1e-4, atol=1e-5)
+
+
+_TWO_CHOICES = dict(_DECODER, output=dict(_DECODER["output"], unit={
+    "embed": {"class": "linear", "activation": None, "n_out": 4, "from": "prev:output"},
+    "s": {"class": "rnn_cell", "unit": "LSTMBlock", "n_out": 6, "from": ["embed", "base:enc"]},
+    "prob1": {"class": "softmax", "from": "s", "target": "classes"},
+    "c1": {"class": "choice", "target": "classes", "beam_size": 3, "from": "prob1", "initial_output": 0},
+    "embed_c1": {"class": "linear", "activation": None, "n_out": 4, "from": "c1"},
+    "prob": {"class": "softmax", "from": ["s", "embed_c1"], "target": "classes"},
+    "output": {"class": "choice", "target": "classes", "beam_size": 6, "from": "prob", "initial_output": 0},
+    "end": {"class": "compare", "from": "output", "value": 0},
+}))
+
+
+def test_search_second_choice_on_the_first_ones_beam():
+    # as the original: c1 chooses 3 of the (6 hypotheses x 5 labels), output chooses 6 of (c1's 3 x 5); the next step
+    # starts from output's beam (size 6); the hypotheses go back through both choices to the previous step
+    with tf.Graph().as_default():
+        net = _build(_TWO_CHOICES)
+        rec = net.get_layer("output")
+        assert rec.output.beam.beam_size == 6 and rec.output.beam.dependency.name == "output/c1"
+        scores = rec.output.beam.beam_scores
+        labels, decided, scores, lens, dec_lens = _run(net, ["output", "decision"], extra=[scores])
+        assert labels.shape[1] == 2 * 6 and decided.shape[0] == 2 and scores.shape == (2, 6)
+        assert numpy.isfinite(scores).all() and (numpy.diff(scores, axis=1) <= 1e-6).all()  # best first
+        for b in range(2):  # the decided hypothesis is the first (best) of its beam
+            assert dec_lens[b] == lens[b * 6]
+            numpy.testing.assert_array_equal(decided[b, :dec_lens[b]], labels[:lens[b * 6], b * 6])

@@ -201,6 +201,11 @@ class ChoiceLayer(LayerBase):
             base = base * base_beam_score_scale
         info = getattr(self.network, "rec_step_info", None)
         ended = getattr(info, "prev_end_flag", None) if info is not None else None
+        step_beam = getattr(info, "prev_beam", None)  # the beam the loop step started from
+        # a second choice in the step, on the beam of the first one: its hypotheses' end flags
+        later_in_step = step_beam is not None and beam_in is not None and beam_in is not step_beam
+        if ended is not None and later_in_step:
+            ended = select_beam_tensor(ended, step_beam, beam_in)
         if ended is not None:  # finished hypotheses: label 0 with score 0 (they keep their score), nothing else
             ended = tf.reshape(ended, [batch, k_in, 1])
             only_zero = tf.concat([tf.zeros([1]), tf.fill([dim - 1], -1e30)], axis=0)
@@ -210,7 +215,7 @@ class ChoiceLayer(LayerBase):
             # the scores are kept as the running mean (score sum / (t+1)^exponent); the original keeps the sum
             # (same ranking) and exposes it in the loop (choice_get_beam_scores)
             self.beam_scores_sum_scale = (t + 1.) ** exponent
-            f_base = (t / (t + 1.)) ** exponent
+            f_base = (t / (t + 1.)) ** exponent if not later_in_step else 1.  # (the base is of this step already)
             f_in = 1. / (t + 1.) ** exponent
             if ended is not None:
                 base = tf.where(tf.reshape(ended, [batch, k_in]), base, base * f_base)
@@ -300,7 +305,11 @@ class ChoiceLayer(LayerBase):
         if template_beams is not None:  # the template of a rec unit: one beam per choice, whatever the pass
             if full_name not in template_beams:
                 template_beams[full_name] = SearchBeam(beam_size, name=full_name)
-            out.beam = template_beams[full_name]
+            beam = template_beams[full_name]
+            if beam.dependency is None and src.beam is not None and src.beam is not beam \
+                    and not src.beam.depends_on(beam):  # chosen from another choice's beam (not via prev: of it)
+                beam.dependency = src.beam
+            out.beam = beam
         else:
             out.beam = SearchBeam(beam_size, dependency=src.beam, name=full_name)
         return out

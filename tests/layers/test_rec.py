@@ -219,3 +219,21 @@ def test_load_standardlstm_checkpoint_into_native_lstm(tmp_path):
             got = session.run(net.get_layer("output").output.placeholder, _feed(net))
     mask = np.arange(7)[:, None] < LENS[None, :]
     np.testing.assert_allclose(got[mask], expected[mask], rtol=1e-5, atol=1e-6)
+
+
+def test_step_output_in_template_layout():
+    """A step output goes to the loop in its template's layout: transposed where its axes pair with the template's,
+    by position where an axis has a tag of its own and the static sizes agree, else one error naming it."""
+    from returnn_lite.data import Data, Dim, batch_dim
+    from returnn_lite.layers.rec.loop import as_template_layout
+
+    with tf.Graph().as_default():
+        feat, other = Dim(4, description="feat"), Dim(3, description="other")
+        template = Data(name="tpl", dims=(batch_dim, other, feat))
+        swapped = Data(name="x", dims=(batch_dim, feat, other), placeholder=tf.zeros([2, 4, 3]))
+        assert as_template_layout(swapped, template, "x").shape.as_list() == [2, 3, 4]
+        own = Data(name="x", dims=(batch_dim, Dim(3, description="own"), feat), placeholder=tf.zeros([2, 3, 4]))
+        assert as_template_layout(own, template, "x").shape.as_list() == [2, 3, 4]
+        wrong = Data(name="x", dims=(batch_dim, feat, Dim(5, description="own5")), placeholder=tf.zeros([2, 4, 5]))
+        with pytest.raises(ValueError, match="sub-layer 'x'.*does not match its per-step template"):
+            as_template_layout(wrong, template, "rec layer 'rec': sub-layer 'x'")

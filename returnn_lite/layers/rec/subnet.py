@@ -9,12 +9,11 @@ The per-step subnetwork of a rec layer (``"unit": {...}``).
    in training a choice is its target and ``prev:`` of it the target shifted by one frame) are built once over the
    whole sequence ("moved out"), by the same construct_layer code path (``optimize_move_layers_out``).
 3. The rest is built inside one tf.while_loop body; outputs are accumulated in TensorArrays and are reachable
-   from outside as ``rec_layer/sub_layer``; losses of sub-layers are registered on the accumulated outputs.
+   from outside as ``rec_layer/sub_layer``; losses of sub-layers are registered on the accumulated outputs. This
+   construction is ``RecLoopConstruction`` in loop.py, in named passes.
 """
 
 from __future__ import annotations
-
-import collections
 
 import tensorflow as tf
 
@@ -22,13 +21,9 @@ from ...data import Data, Dim, SearchBeam, batch_dim
 from ...errors import LayerNotFound, LayerOptionError, NetworkConstructionDependencyLoopException
 from ...layer_ref import is_layer_target, parse_layer_ref, target_ref
 from ...network import assign_output_beam
-from ...subnetwork import Subnetwork
-from ...losses.holder import LossHolder
 from ...util import as_list
-from ..base import InternalLayer, LayerBase, apply_out_dim, get_layer_class, last_hidden_state
-from ..search import select_beam_tensor, tile_batch
-
-tf1 = tf.compat.v1
+from ..base import InternalLayer, LayerBase, apply_out_dim, get_layer_class
+from .loop import RecLoopConstruction, _SubNet, _extern_data_on_loop_time, _frame_template
 
 
 class _NeedPrev(NetworkConstructionDependencyLoopException):
@@ -38,26 +33,6 @@ class _NeedPrev(NetworkConstructionDependencyLoopException):
         Exception.__init__(self, "template of %r not ready (needed by %r)" % (name, requester))
         self.layer_name = name
         self.requester = requester
-
-
-class RecStepInfo:
-    """Per-step info inside the loop (``network.rec_step_info``): ``step`` is the int32 frame index."""
-
-    def __init__(self, step, seq_lens, time_dim, prev_end_flag=None, prev_seq_lens=None):
-        self.step = step
-        self.seq_lens = seq_lens
-        self.time_dim = time_dim
-        self.prev_end_flag = prev_end_flag  # under search: [B*beam] of the hypotheses before this step's choice
-        self.prev_seq_lens = prev_seq_lens
-
-    def get_end_flag(self, target_search_choices=None):
-        return tf.logical_not(self.step < self.seq_lens)
-
-
-def _SubNet(parent_net, rec_name, scope_prefix, **flags):
-    """Child network of a rec layer: layer names 'rec/sub', params under 'rec/rec/sub/...'."""
-    # eval_flag False: losses are registered on the accumulated outputs by the rec layer
-    return Subnetwork(parent_net, rec_name, name_scope_prefix=scope_prefix, eval_flag=False, **flags)
 
 
 class _TemplateLayer(LayerBase):
@@ -72,55 +47,6 @@ class _TemplateLayer(LayerBase):
 
     def get_last_hidden_state(self, key):
         return None
-
-
-class _PrevLayer(InternalLayer):
-    """``prev:X`` inside the loop: X's output (and state) of the previous step."""
-
-    def __init__(self, name, network, output, rec_vars_outputs):
-        super().__init__(name=name, network=network, output=output)
-        self.rec_vars_outputs = rec_vars_outputs
-
-    def get_last_hidden_state(self, key):
-        return last_hidden_state(self.rec_vars_outputs, key) if self.rec_vars_outputs else None
-
-
-def _in_outer_net(ref):
-    """A reference of the unit to the rec layer's network, as the name there ("base:x" -> "x")."""
-    r = parse_layer_ref(ref)
-    return r.name if r.kind == "base" else ref
-
-
-def _frame_template(data, time_dim):
-    """data without the loop's time axis (if it has it), else None."""
-    for i, d in enumerate(data.dims):
-        if d == time_dim:
-            return data.copy_template_excluding_axis(i)
-    return None
-
-
-def _extern_data_on_loop_time(layer, time_dim, net):
-    """
-    Extern data (``data:X``) in a rec unit is seen per frame of the loop (as the original: the subnetwork's extern
-    data are the templates without time axis, unstacked along the loop), also where its time axis has another tag
-    than the loop (e.g. a target of the same length): its time axis is taken as the loop's.
-    """
-    data = layer.output
-    if not data.have_time_axis() or time_dim in data.dims:
-        return layer
-    out = data.copy_template_replace_dim_tag(data.time_dim_axis, time_dim, name=data.name)
-    out.placeholder = data.placeholder
-    return InternalLayer(name=layer.name, network=net, output=out)
-
-
-def _time_major(data, time_dim):
-    return data.copy_move_axis(data.get_axis_by_tag(time_dim), 0)
-
-
-def _while_loop_all_intermediates(cond, body, init, invariants):
-    from .cells import while_loop
-
-    return while_loop(cond, body, init, shape_invariants=invariants, parallel_iterations=1, name="rec_loop")
 
 
 def _outside_refs(network, rec_name, unit):
@@ -339,12 +265,12 @@ class RecTemplateBuilder:
         for x, t in tpl.templates.items():
             if t.output.beam is not None:
                 beams.setdefault(id(t.output.beam), (t.output.beam, x))
-        if len(beams) > 1:
-            raise NotImplementedError("rec layer %r: several search beams in one unit (%s) are not supported" % (
-                name, ", ".join(sorted(x for _, x in beams.values()))))
         if beams:
-            tpl.beam = next(iter(beams.values()))[0]
-            tpl.choice_names = [x for x in self.searching if x in tpl.templates]
+            # several choices: each chosen from the beam of the one before it in the step; the loop goes on with the
+            # newest beam (the next step's prev: layers are on it)
+            tpl.beam = SearchBeam.get_combined_beam(*(b for b, _ in beams.values()), owner="rec layer %r" % name)
+            choices = [x for x in self.searching if x in tpl.templates]
+            tpl.choice_names = sorted(choices, key=lambda x: tpl.templates[x].output.beam is not tpl.beam)
             if not tpl.choice_names:
                 raise NotImplementedError("rec layer %r: a search beam without a choice layer in the unit" % name)
         if tpl.out_time_dim is None:  # under search, each hypothesis has its own length: its own time axis
@@ -541,18 +467,6 @@ class RecTemplateBuilder:
         return InternalLayer(name=ref, network=self.net, output=frame)
 
 
-class LoopState(collections.namedtuple("LoopState", ["i", "prev", "extra", "acc", "logits", "end", "search"])):
-    """
-    The variables of the rec loop, by name: ``i`` the step; ``prev`` sub-layer -> its output of the previous step;
-    ``extra`` (sub-layer, state name) -> its state (e.g. an LSTM's c and h); ``acc`` sub-layer -> TensorArray of
-    its outputs; ``logits`` sub-layer -> TensorArray of its logits (for its loss); ``end`` {"ended", "lens"} per
-    sequence or hypothesis where the loop tracks ends; ``search`` {"scores" [B, beam], "src_beams" TensorArray}
-    under search.
-    """
-
-    __slots__ = ()
-
-
 class RecSubnetLoop:
     """Builds a rec layer with a subnetwork unit (see module doc)."""
 
@@ -569,10 +483,21 @@ class RecSubnetLoop:
         self.max_seq_len = max_seq_len
         self.move_out = True if optimize_move_layers_out is None else optimize_move_layers_out
         self.time_dim = template.time_dim
-        self.outside_net = None
-        self.loop_net = None
-        self.accumulated = {}
-        self.step_templates = {}
+        self.in_loop = []  # names computed inside the loop (after build)
+        self.moved_out = []  # names built once over the whole sequence (after build)
+        self.construction = None  # the RecLoopConstruction of build()
+
+    @property
+    def outside_net(self):
+        return self.construction.outside_net if self.construction is not None else None
+
+    @property
+    def loop_net(self):
+        return self.construction.loop_net if self.construction is not None else None
+
+    @property
+    def accumulated(self):
+        return self.construction.accumulated if self.construction is not None else {}
 
     def get_sub_networks(self):
         return [n for n in (self.outside_net, self.loop_net) if n is not None]
@@ -708,17 +633,6 @@ class RecSubnetLoop:
                 unit[x].pop("explicit_search_source", None)
         return unit
 
-    def _shifted_prev(self, x, layer, net, batch_dim):
-        """prev:x over the whole sequence, x moved out: x shifted by one frame, its initial output at frame 0."""
-        data = layer.output
-        if _frame_template(data, self.time_dim) is None:  # the same in every frame
-            data = data.copy_add_dim_by_tag(self.time_dim, unbroadcast=True, axis=0)
-        tm = _time_major(data, self.time_dim)
-        init = self._initial_output(x, batch_dim, tm.copy_template_excluding_axis(0))
-        out = tm.copy_template(name="prev:%s" % x)
-        out.placeholder = tf.concat([tf.expand_dims(tf.cast(init, tm.placeholder.dtype), 0), tm.placeholder[:-1]], 0)
-        return InternalLayer(name="prev:" + x, network=net, output=out)
-
     def build(self):
         if self.tpl.beam is not None and self.rec_layer.network.train_flag is False:
             # a search is never differentiated: TF's v1 control flow (no function graph, no intermediates kept for
@@ -730,454 +644,11 @@ class RecSubnetLoop:
         return self._build()
 
     def _build(self):
-        rec = self.rec_layer
-        net = rec.network
-        tpl = self.tpl
-        time_dim = self.time_dim
-        scope = rec.get_subnet_scope_prefix()
-        in_loop, moved_out = self._classify()
-        self.in_loop, self.moved_out = in_loop, moved_out
-        batch_dim = net.get_data_batch_dim()
-        seq_len = time_dim.dyn_size if time_dim.dyn_size is not None else time_dim.complete_dyn_size()
-        if seq_len is None and time_dim.dimension is not None:  # a loop over a static axis (option axis)
-            seq_len = tf.fill([batch_dim], time_dim.dimension)
-        input_full = None
-        if tpl.input_data is not None:
-            input_full = rec.input_data if rec.input_data is not None else None
-
-        # outer layers / data, full sequence, by the names used in the unit
-        extern_cache = {}
-
-        def outer(ref):
-            r = parse_layer_ref(ref)
-            if r.kind == "data" and r.name in (None, "source"):
-                return InternalLayer(name="data:source", network=net, output=input_full)
-            if r.kind == "data":
-                if ref not in extern_cache:
-                    extern_cache[ref] = _extern_data_on_loop_time(net.get_layer(ref), time_dim, net)
-                return extern_cache[ref]
-            return net.get_layer(_in_outer_net(ref))
-
-        # moved out: over the whole sequence
-        outside = _SubNet(net, rec.name, scope, over_rec_time_dim=time_dim)
-        outside.parent_layer = rec
-        self.outside_net = outside
-
-        outside_unit = self._outside_unit(moved_out)
-        prev_full = {}  # "prev:X" -> X (moved out) shifted by one frame
-
-        def get_outside(ref):
-            r = parse_layer_ref(ref)
-            if r.kind == "prev":  # (only of moved-out layers, see _classify)
-                if ref not in prev_full:
-                    prev_full[ref] = self._shifted_prev(r.name, get_outside(r.name), outside, batch_dim)
-                return prev_full[ref]
-            if r.kind == "layer":
-                if r.name in tpl.templates or (r.name in self.unit and r.sub_name is not None):  # (S/X: a flattened
-                    return outside.construct_layer(outside_unit, r.name, get_layer=get_outside)  # subnetwork layer)
-                if r.sub_name is not None and r.base_name in tpl.templates:  # e.g. split/0
-                    return self._get_sub_layer(get_outside, r.name)
-            return outer(ref)
-
-        full = {}  # name -> time-major full Data of moved-out layers (and accumulated in-loop ones)
-        for x in moved_out:
-            layer = get_outside(x)
-            full[x] = layer
-        in_loop_set = set(in_loop)
-        for x in in_loop:  # prev: of moved-out layers used in the loop: their frames of the shifted sequence
-            for r in sorted(tpl.deps.get(x, ())):
-                if r.startswith("prev:") and r[len("prev:"):] not in in_loop_set:
-                    get_outside(r)
-
-        # the loop
-        dynamic = tpl.dynamic_end
-        if dynamic and (self.max_seq_len is not None or seq_len is None):
-            n_time = self._max_seq_len(net)
-        else:
-            n_time = tf.reduce_max(seq_len) if seq_len is not None else None
-        frame_tas = {}
-
-        def frame_source(key, data):
-            if key not in frame_tas:
-                # built in the graph of the full sequence (outside the loop body), once, not in every step
-                with data.placeholder.graph.as_default(), tf.control_dependencies(None):
-                    tm = _time_major(data, time_dim)
-                    frame_tas[key] = (tm.copy_template_excluding_axis(0), tf.TensorArray(
-                        tm.dtype, size=tf.shape(tm.placeholder)[0], element_shape=tm.placeholder.shape[1:],
-                        infer_shape=True).unstack(tm.placeholder))
-            return frame_tas[key]
-
-        prev_names = sorted({r[len("prev:"):] for x in in_loop for r in tpl.deps.get(x, ())
-                             if r.startswith("prev:") and r[len("prev:"):] in in_loop_set}
-                            | {x for x in in_loop if getattr(tpl.templates[x].cls, "needs_prev_output", False)})
-        extra_init = {}
-        for x in in_loop:
-            t = tpl.templates[x]
-            kw = dict(t.kwargs)
-            kw.pop("name", None)
-            kw.pop("rec_layer", None)  # the option of rec_last_output (of a rec layer in this unit), not this rec
-            res = t.cls.get_rec_initial_extra_outputs(batch_dim=batch_dim, rec_layer=rec, name=x, network=t.network,
-                                                      **kw)
-            if res:
-                extra_init[x] = res
-        beam = tpl.beam  # the search beam of the unit (None without search)
-        k_beam = beam.beam_size if beam is not None else 1
-        has_beam = {x for x in tpl.templates if tpl.templates[x].output.beam is not None}
-        prev_init = []
-        for x in prev_names:
-            from_state = getattr(tpl.templates[x].cls, "initial_output_from_state", None)
-            if from_state and x in extra_init and self.unit[x].get("initial_output") is None:
-                prev_init.append(extra_init[x][from_state])  # cells: the output part of the initial state
-            else:
-                prev_init.append(self._initial_output(x, batch_dim))
-        if beam is not None:  # initial hypotheses: the same for every beam entry (the first step searches one)
-            prev_init = [tile_batch(v, k_beam) if x in has_beam else v for x, v in zip(prev_names, prev_init)]
-            extra_init = {x: {k: tile_batch(v, k_beam) if x in has_beam else v for k, v in st.items()}
-                          for x, st in extra_init.items()}
-        acc_names = [x for x in in_loop if x in tpl.needed and not any(  # what is used from outside; same shape
-            d.is_dynamic() and d.dyn_size is None for d in tpl.templates[x].output.dims if not d.is_batch_dim())]
-        extra_keys = [(x, k) for x in sorted(extra_init) for k in sorted(extra_init[x])]
-        loss_layers = [x for x in in_loop if tpl.templates[x].kwargs.get("loss") is not None and net.eval_flag]
-        track_end = dynamic or beam is not None
-        pretiled = {}  # base: layers used only by layers on the beam: repeated per hypothesis once, outside the loop
-        if beam is not None:
-            root_beam = SearchBeam(k_beam, name="%s/repeated" % rec.get_absolute_name(), invariant=True)
-            # repeated axes get the tags the templates got (a loop state over the encoder time, e.g. accumulated
-            # attention weights, must match the repeated encoder in the loop)
-            root_beam._tiled_dims = beam._tiled_dims
-            users = {}
-            for x in in_loop:
-                for ref in tpl.deps.get(x, ()):
-                    if ref.startswith("base:"):
-                        users.setdefault(ref, set()).add(x)
-            for ref, xs in sorted(users.items()):
-                layer = outer(ref)
-                if xs <= has_beam and layer.output.beam is None and layer.output.have_batch_axis():
-                    pretiled[ref] = InternalLayer(name=ref, network=net,
-                                                  output=layer.output.copy_as_batch_major().copy_extend_with_beam(
-                                                      root_beam))
-
-        def body(*state):
-            state = LoopState(*state)
-            i, prevs = state.i, state.prev
-            extras = {}
-            for (x, k), v in state.extra.items():
-                extras.setdefault(x, {})[k] = v
-            ended, lens = state.end.get("ended"), state.end.get("lens")
-            beam_in = None
-            loop = _SubNet(net, rec.name, scope, inside_rec_time_dim=time_dim)
-            loop.parent_layer = rec
-            if beam is not None:
-                beam_in = SearchBeam(k_beam, name="%s/prev:%s" % (rec.get_absolute_name(), tpl.choice_names[0]))
-                beam_in.beam_scores = state.search["scores"]
-                beam_in.active_size = tf.where(i > 0, k_beam, 1)
-            loop.rec_step_info = RecStepInfo(i, seq_len, time_dim, prev_end_flag=ended if beam is not None else None,
-                                             prev_seq_lens=lens)
-            self.loop_net = loop
-            cache = {}
-            prev_layers = {}
-
-            def get_prev(x):
-                if x not in prev_layers:
-                    out = tpl.templates[x].output.copy_template(name="prev:%s" % x)
-                    out.beam = beam_in if x in has_beam else None
-                    out.placeholder = prevs.get(x)
-                    prev_layers[x] = _PrevLayer("prev:" + x, loop, out, extras.get(x, {}))
-                return prev_layers[x]
-
-            unit = {}
-            for x in in_loop:
-                desc = dict(self.unit[x])
-                if x in extras or x in prev_names:
-                    desc["rec_previous_layer"] = get_prev(x)
-                unit[x] = desc
-
-            def get_loop(ref):
-                if ref in cache:
-                    return cache[ref]
-                r = parse_layer_ref(ref)
-                if r.canonical != ref:  # e.g. "layer:x" -> "x"
-                    return get_loop(r.canonical)
-                # a sub-layer "B/S" of a layer B (flattened subnetwork layers "S/X" are unit layers themselves)
-                sub_of = r.base_name if r.kind == "layer" and r.sub_name is not None and ref not in self.unit else None
-                if ref in prev_full:  # prev: of a moved-out layer
-                    res = self._frame_layer(ref, prev_full[ref].output, frame_source, i, loop)
-                elif r.kind == "prev":
-                    return get_prev(r.name)
-                elif r.kind == "step":
-                    res = InternalLayer(name=":i", network=loop, output=Data(name=":i", dims=(), dtype="int32",
-                                                                              placeholder=i))
-                elif r.kind == "layer" and ref in unit:
-                    return loop.construct_layer(unit, ref, get_layer=get_loop)
-                elif sub_of in full:  # sub-layer of a moved-out layer: its frame
-                    sub = self._get_sub_layer(lambda x: full[x], ref)
-                    res = self._frame_layer(ref, sub.output, frame_source, i, loop) if _frame_template(
-                        sub.output, time_dim) is not None else sub
-                elif sub_of in unit:  # e.g. split/0
-                    res = self._get_sub_layer(get_loop, ref)
-                elif r.kind == "layer" and ref in full:  # moved out: its frame (or itself, without the loop's time)
-                    res = self._frame_layer(ref, full[ref].output, frame_source, i, loop) if _frame_template(
-                        full[ref].output, time_dim) is not None else full[ref]
-                elif ref in pretiled:
-                    res = pretiled[ref]
-                else:
-                    layer = outer(ref)
-                    res = self._frame_layer(ref, layer.output, frame_source, i, loop) if _frame_template(
-                        layer.output, time_dim) is not None and r.kind != "base" else layer
-                cache[ref] = res
-                return res
-
-            for x in in_loop:
-                get_loop(x)
-            beam_out = None
-            if beam is not None:  # everything that goes to the next step is brought to the beam of this step's choice
-                beam_out = loop.layers[tpl.choice_names[0]].output.beam
-
-                def on_beam(x, data):
-                    if x not in has_beam:
-                        return data
-                    return data.copy_select_beam(beam_out)
-
-                def state_on_beam(x, value):
-                    if x not in has_beam:
-                        return value
-                    return select_beam_tensor(value, loop.layers[x].output.beam, beam_out)
-
-                def old_on_beam(x, value):
-                    return select_beam_tensor(value, beam_in, beam_out) if x in has_beam else value
-            else:
-                on_beam = lambda x, data: data  # noqa: E731
-                state_on_beam = old_on_beam = lambda x, value: value  # noqa: E731
-            new_prev = {x: self._gate(loop, x, self._as_template_layout(on_beam(x, loop.layers[x].output),
-                                                                        tpl.templates[x].output),
-                                      old_on_beam(x, prevs[x])) for x in prev_names}
-            new_extra = {(x, k): self._gate(loop, x, state_on_beam(x, loop.layers[x].rec_vars_outputs[k]),
-                                            old_on_beam(x, extras[x][k])) for x, k in extra_keys}
-            new_acc = {x: ta.write(i, self._as_template_layout(on_beam(x, loop.layers[x].output),
-                                                               tpl.templates[x].output))
-                       for x, ta in state.acc.items()}
-            new_logits = {x: ta.write(i, _logits_or_none(loop.layers[x], no_logits)) for x, ta in state.logits.items()}
-            new_end, new_search = {}, {}
-            if track_end:  # a sequence ends with the first frame where 'end' is True
-                if beam is not None:
-                    ended, lens = (select_beam_tensor(v, beam_in, beam_out) for v in (ended, lens))
-                if "end" in loop.layers and dynamic:  # (a loop over known lengths ignores it, as the original)
-                    end = loop.layers["end"].output
-                    if beam is not None and (end.beam is not None or end.have_batch_axis()):
-                        end = end.copy_select_beam(beam_out)
-                    end = end.copy_as_batch_major().placeholder if end.have_batch_axis() else end.placeholder
-                    end = tf.reshape(end, [-1]) if end.shape.rank != 1 else end
-                else:
-                    end = tf.zeros_like(ended)
-                if beam is not None:
-                    end = tf.broadcast_to(end, tf.shape(ended))
-                    if not dynamic:  # a loop over known lengths: the frame at the length ends the hypothesis
-                        end = tf.logical_or(end, i >= tile_batch(seq_len, k_beam))
-                # (without search the end frame is part of the sequence; under search only with include_eos)
-                last = i + 1 if beam is None or tpl.include_eos else i
-                new_end = {"ended": tf.logical_or(ended, end),
-                           "lens": tf.where(ended, lens, tf.where(end, tf.fill(tf.shape(lens), last),
-                                                                  tf.fill(tf.shape(lens), i + 1)))}
-            if beam is not None:
-                new_search = {"scores": beam_out.beam_scores,
-                              "src_beams": state.search["src_beams"].write(i, beam_out.src_beams)}
-            return LoopState(i + 1, new_prev, new_extra, new_acc, new_logits, new_end, new_search)
-
-        ta_size = 0 if dynamic else n_time
-        no_logits = set()  # loss layers without logits (e.g. eval): their loss takes the output
-        self._loss_logits = [x for x in loss_layers if x in acc_names]
-        loss_layers[:] = self._loss_logits
-        int_shape = tf.TensorShape([None])
-        init = LoopState(
-            i=tf.constant(0),
-            prev=dict(zip(prev_names, prev_init)),
-            extra={(x, k): extra_init[x][k] for x, k in extra_keys},
-            acc={x: tf.TensorArray(tf.as_dtype(tpl.templates[x].output.dtype), size=ta_size, dynamic_size=dynamic,
-                                   element_shape=tf.TensorShape(tpl.templates[x].output.batch_shape))
-                 for x in acc_names},
-            logits={x: tf.TensorArray(tf.float32, size=ta_size, dynamic_size=dynamic, infer_shape=False)
-                    for x in loss_layers},
-            end={"ended": tf.zeros([batch_dim * k_beam], tf.bool), "lens": tf.zeros([batch_dim * k_beam], tf.int32)}
-            if track_end else {},
-            search={"scores": tf.zeros([batch_dim, k_beam]), "src_beams": tf.TensorArray(
-                tf.int32, size=ta_size, dynamic_size=dynamic, element_shape=tf.TensorShape([None, k_beam]))}
-            if beam is not None else {})
-        invariants = LoopState(
-            i=tf.TensorShape([]),
-            prev={x: tf.TensorShape(tpl.templates[x].output.batch_shape) for x in prev_names},
-            extra={key: tf.TensorShape([None] * v.shape.rank) for key, v in init.extra.items()},
-            acc={x: tf.TensorShape(None) for x in init.acc}, logits={x: tf.TensorShape(None) for x in init.logits},
-            end={k: int_shape for k in init.end},
-            search={"scores": tf.TensorShape([None, k_beam]), "src_beams": tf.TensorShape(None)}
-            if beam is not None else {})
-
-        def cond(*state):
-            state = LoopState(*state)
-            if dynamic:
-                return tf.logical_and(state.i < n_time, tf.logical_not(tf.reduce_all(state.end["ended"])))
-            return state.i < n_time
-
-        res = LoopState(*_while_loop_all_intermediates(cond, body, init, invariants)) if in_loop else None
-        backtrack = None
-        if res is not None:
-            n_steps = res.i
-            if beam is not None:
-                src_beams = res.search["src_beams"].stack()  # [T, B, K]
-                beam.beam_scores = self._final_beam_scores(res.search["scores"], n_steps,
-                                                           res.end["ended"] if dynamic else None)
-                beam.src_beams = src_beams[-1]
-                backtrack = _backtrack_indices(src_beams)
-            if track_end:
-                ended, lens = res.end["ended"], res.end["lens"]
-                if dynamic:
-                    tpl.out_time_dim.dyn_size = tf.where(ended, lens, tf.fill(tf.shape(lens), n_steps))
-                    if beam is not None:  # per sequence: its best hypothesis did not end (cut at max_seq_len)
-                        rec.search_unfinished = tf.logical_not(tf.reshape(ended, [-1, k_beam])[:, 0])
-            if beam is not None and not dynamic:
-                tpl.out_time_dim.dyn_size = tile_batch(seq_len, k_beam)
-            for x, ta in sorted(res.acc.items()):
-                step_tpl = tpl.templates[x].output
-                out = step_tpl.copy_template_adding_time_dim(
-                    0, tpl.out_time_dim if x in has_beam or dynamic else time_dim, name="%s/%s" % (rec.name, x))
-                out.placeholder = ta.stack()
-                if x in has_beam:
-                    out.placeholder = _apply_backtrack(out.placeholder, backtrack, k_beam)
-                self.accumulated[x] = _AccumulatedLayer(x, self.loop_net, out, self.loop_net.layers[x])
-            for x, ta in sorted(res.logits.items()):
-                if x in no_logits:
-                    continue
-                logits = ta.stack()
-                layer = self.accumulated[x]
-                layer.set_logits(logits)
-        for x in moved_out:
-            layer = full[x]
-            if _frame_template(layer.output, time_dim) is None:  # the same in every frame
-                if x != "output":
-                    continue
-                out = layer.output.copy_add_dim_by_tag(time_dim, unbroadcast=True, axis=0)
-            else:
-                out = _time_major(layer.output, time_dim)
-            self.accumulated[x] = _AccumulatedLayer(x, outside, out, layer)
-        out = self.accumulated["output"].output
-        rec.output.placeholder = out.copy_compatible_to(rec.output).placeholder if out.dims != rec.output.dims \
-            else out.placeholder
-        if net.eval_flag:
-            for x in sorted(self.accumulated):
-                layer = self.accumulated[x]
-                if layer.loss is not None:
-                    if layer.output.beam is not None and layer.loss.need_target:
-                        raise NotImplementedError(
-                            "rec layer %r: sub-layer %r has a loss, which is not computed on the search beam (the "
-                            "hypotheses do not follow the target); set loss_only_on_non_search=True on it, or build "
-                            "the search network without eval_flag" % (rec.name, x))
-                    key = net.get_absolute_name_prefix() + rec.name + "/" + x
-                    _check_loss_dims(layer, key)
-                    net.get_root_network().losses_dict[key] = LossHolder(
-                        name=key, loss=layer.loss, layer_output=layer.output, layer=layer, network=net)
-
-    def _final_beam_scores(self, scores, n_steps, ended):
-        """
-        As the original: a length-normalized search that ran to its maximal length (max_seq_len, or the known
-        length of the loop) reports its final scores times T**exponent / (T + 1) (T: the number of steps).
-        """
-        kwargs = self.tpl.templates[self.tpl.choice_names[0]].kwargs
-        if not kwargs.get("length_normalization", True) or self.tpl.include_eos:
-            return scores
-        exponent = kwargs.get("length_normalization_exponent", 1.0)
-        t = tf.cast(n_steps, tf.float32)
-        factor = t ** exponent / (t + 1.)
-        if ended is not None:
-            factor = tf.where(tf.reduce_all(ended), 1., factor)
-        return scores * factor
-
-    def _get_sub_layer(self, get_layer, ref):
-        base_name, sub_name = ref.split("/", 1)
-        sub = get_layer(base_name).get_sub_layer(sub_name)
-        if sub is None:
-            raise LayerNotFound("rec layer %r: layer %r has no sub-layer %r" % (
-                self.rec_layer.name, base_name, sub_name), ref, self.rec_layer.network)
-        return sub
-
-    def _max_seq_len(self, net):
-        """max_seq_len option: an int or an expression such as "max_len_from('base:encoder')"."""
-        v = self.max_seq_len
-        if isinstance(v, str):
-            def max_len_from(src):
-                layer = net.get_layer(_in_outer_net(src))
-                return tf.reduce_max(layer.output.get_time_dim_tag().dyn_size)
-
-            v = eval(v, {"max_len_from": max_len_from, "tf": tf})  # noqa: S307 (config expression)
-        return tf.convert_to_tensor(v, tf.int32)
-
-    def _gate(self, loop, x, new, old):
-        """Layers of a masked_computation unit keep their state and output where the mask is False."""
-        mask_name = next((m for prefix, m in self.tpl.gates.items() if x == prefix or x.startswith(prefix + "/")), None)
-        if mask_name is None:
-            return new
-        mask = loop.layers[mask_name].output if mask_name in loop.layers else None
-        if mask is None:
-            return new
-        if not mask.have_batch_axis():
-            raise ValueError("masked_computation %r: option 'mask' %r is %s, without a batch axis" % (
-                x.split("/")[0], mask_name, mask.short_repr()))
-        m = mask.copy_as_batch_major().placeholder
-        m = tf.reshape(m, tf.concat([tf.shape(m), tf.ones([new.shape.rank - m.shape.rank], tf.int32)], 0))
-        res = tf.where(tf.broadcast_to(m, tf.shape(new)), new, old)
-        res.set_shape(new.shape)
-        return res
-
-    def _initial_output(self, x, batch_dim, out=None):
-        """x's output before the first frame, in the layout of out (default: x's per-step template)."""
-        if out is None:
-            out = self.tpl.templates[x].output
-        init = self.unit[x].get("initial_output", 0)
-        if isinstance(init, LayerBase):
-            init = init.name
-        if isinstance(init, str) and init == "var":  # trainable, zero-initialized [dim] (as the original)
-            if out.sparse or out.batch_ndim != 2 or out.dim is None:
-                raise ValueError("rec layer %r: initial_output='var' of %r needs a dense [B, dim] output, got %s" % (
-                    self.rec_layer.name, x, out))
-            rec = self.rec_layer
-            with rec.var_creation_scope():
-                var = tf1.get_variable("init_%s" % x, shape=(out.dim,), dtype=out.dtype,
-                                       initializer=tf1.zeros_initializer())
-            rec.add_extra_param(var)
-            return self._as_template_layout(Data(name="init_%s" % x, dims=(out.dims[out.batch_dim_axis],
-                                                                                out.dims[out.feature_dim_axis]),
-                                                 dtype=out.dtype, placeholder=tf.tile(var[None], [batch_dim, 1])), out)
-        if isinstance(init, str) and init not in ("zeros", "ones"):
-            if init in ("apply(0)", "keep_over_epoch", "keep_over_epoch_no_init"):
-                raise NotImplementedError("rec layer %r: option initial_output=%r of %r is not supported" % (
-                    self.rec_layer.name, init, x))
-            layer = self.rec_layer.network.get_layer(_in_outer_net(init))
-            return self._as_template_layout(layer.output, out)
-        value = {"zeros": 0, "ones": 1, None: 0}.get(init, init)
-        shape = [batch_dim if d.is_batch_dim() else (d.dimension if d.dimension is not None or d.dyn_size is None
-                                                      else tf.reduce_max(d.dyn_size)) for d in out.dims]
-        if any(s is None for s in shape):
-            raise ValueError("rec layer %r: cannot create the initial output of %r with shape %s" % (
-                self.rec_layer.name, x, out))
-        return tf.fill(shape, tf.constant(value, dtype=out.dtype))
-
-    @staticmethod
-    def _as_template_layout(data, template):
-        x = data.placeholder
-        if data.dims != template.dims and data.batch_ndim == template.batch_ndim:
-            try:
-                x = data.copy_compatible_to(template).placeholder
-            except Exception:
-                pass
-        if (x.shape.rank == template.batch_ndim and x.shape.is_compatible_with(template.batch_shape)
-                and x.shape.merge_with(template.batch_shape) != x.shape):
-            x = tf.identity(x)
-            x.set_shape(template.batch_shape)  # static dims the template knows
-        return x
-
-    def _frame_layer(self, ref, data, frame_source, i, loop):
-        template, ta = frame_source(ref, data)
-        out = template.copy_template(name=ref)
-        out.placeholder = ta.read(i)
-        return InternalLayer(name=ref, network=loop, output=out)
+        self.in_loop, self.moved_out = self._classify()
+        self.construction = RecLoopConstruction(
+            self.rec_layer, self.tpl, self.unit, outside_unit=self._outside_unit(self.moved_out),
+            in_loop=self.in_loop, moved_out=self.moved_out, max_seq_len=self.max_seq_len)
+        self.construction.run()
 
     # ---- access from outside ----
     def get_accumulated_layer(self, name):
@@ -1200,47 +671,6 @@ class RecSubnetLoop:
             self.get_step_template(name).dims else res.placeholder
 
 
-def _check_loss_dims(layer, key):
-    """The same dim checks of output vs target as for losses outside a rec unit."""
-    target = layer._get_target_value() if layer.loss.need_target and layer.target else None
-    try:
-        layer.loss.check_dims(layer, target)
-    except ValueError as exc:
-        raise ValueError("rec unit layer %r: %s" % (key, exc)) from None
-
-
-def _backtrack_indices(src_beams):
-    """
-    src_beams [T, B, K] (per step, the hypothesis of the previous step each one extends) -> [T, B, K]: for each
-    final hypothesis k, the index of its ancestor at step t (the last step: k itself).
-    """
-    k = tf.shape(src_beams)[2]
-    last = tf.tile(tf.range(k)[None, :], [tf.shape(src_beams)[1], 1])
-
-    def step(idx_t, src_t):  # idx of step t -> idx of step t-1
-        return tf.gather(src_t, idx_t, batch_dims=1)
-
-    earlier = tf.scan(step, src_beams[1:][::-1], initializer=last)  # steps T-2 ... 0
-    return tf.concat([earlier[::-1], last[None]], axis=0)
-
-
-def _logits_or_none(layer, no_logits):
-    """The logits of a loss layer in the loop for its TensorArray; a layer without them: recorded in no_logits."""
-    oba = getattr(layer, "output_before_activation", None)
-    if oba is None:
-        no_logits.add(layer.name)
-        return tf.zeros([0])
-    return oba.data.placeholder
-
-
-def _apply_backtrack(x, idx, k):
-    """x [T, B*K, ...] as accumulated per step -> the full hypotheses [T, B*K, ...] of the final beam."""
-    shape = tf.shape(x)
-    x = tf.reshape(x, tf.concat([[shape[0], shape[1] // k, k], shape[2:]], 0))
-    x = tf.gather(x, idx, axis=2, batch_dims=2)
-    return tf.reshape(x, shape)
-
-
 def _same_template(a, b):
     return (a.batch_shape == b.batch_shape and a.dim == b.dim and a.sparse == b.sparse and a.dtype == b.dtype
             and (a.beam is None) == (b.beam is None))
@@ -1256,25 +686,3 @@ def _searching_choices(unit, network):
 
 _BASE_EXTRA_OUTPUTS = LayerBase.get_rec_initial_extra_outputs.__func__
 
-
-class _AccumulatedLayer(InternalLayer):
-    """A sub-layer's output over all frames (time-major), as seen from outside the rec layer."""
-
-    def __init__(self, name, network, output, step_layer):
-        super().__init__(name=name, network=network, output=output, loss=step_layer.loss,
-                         target=step_layer.target)
-        self.step_layer = step_layer
-        self.layer_class = step_layer.layer_class
-        self.output_before_activation = None
-        oba = getattr(step_layer, "output_before_activation", None)
-        if oba is not None and oba.data.dims == step_layer.output.dims and step_layer.output.have_time_axis():
-            self.output_before_activation = oba  # moved-out layer: same layout as the output
-
-    def set_logits(self, logits):
-        from ..basic import OutputWithActivation
-
-        oba = self.step_layer.output_before_activation
-        self.output_before_activation = OutputWithActivation(self.output.copy(placeholder=logits), oba.act_name)
-
-    def get_last_hidden_state(self, key):
-        return self.step_layer.get_last_hidden_state(key)
