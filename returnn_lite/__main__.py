@@ -62,7 +62,11 @@ def main(argv=None):
     from .tf_startup import configure_cli_log_level, import_tensorflow
 
     configure_cli_log_level()
-    import_tensorflow()  # first, so that its import-time log lines are filtered
+    if not _torch_backend_requested(overrides):
+        try:
+            import_tensorflow()  # first (a config may import it too), so that its import-time log lines are filtered
+        except ImportError:
+            pass  # a PyTorch-only install: the torch backend needs no TF, the TF backend says what is missing
     from .config import Config, ConfigError, global_config_ctx
 
     try:
@@ -83,6 +87,16 @@ def main(argv=None):
             traceback.print_exc()
         print("rnn.py: error: %s" % _one_line(exc), file=sys.stderr)
         return 1
+
+
+def _torch_backend_requested(overrides):
+    """``++backend torch`` on the command line (then TF is not imported up front)."""
+    for i, arg in enumerate(overrides):
+        if arg in ("++backend", "--backend") and i + 1 < len(overrides):
+            return overrides[i + 1].strip("'\"") == "torch"
+        if arg.startswith(("++backend=", "--backend=")):
+            return arg.split("=", 1)[1].strip("'\"") == "torch"
+    return False
 
 
 def _one_line(exc):

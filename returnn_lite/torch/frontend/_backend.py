@@ -1003,14 +1003,15 @@ class TorchBackend(Backend):
             lens_cpu = lens.to("cpu", torch.int64).clamp(min=1)
             packed = torch.nn.utils.rnn.pack_padded_sequence(x, lens_cpu, enforce_sorted=False)
             hx = (hx[0].index_select(1, packed.sorted_indices), hx[1].index_select(1, packed.sorted_indices))
-            y, h, c = torch._VF.lstm(packed.data, packed.batch_sizes, hx, params, True, 1, 0.0, False, False)
+            train = torch.is_grad_enabled()  # (cuDNN's inference mode has no backward)
+            y, h, c = torch._VF.lstm(packed.data, packed.batch_sizes, hx, params, True, 1, 0.0, train, False)
             y, _ = torch.nn.utils.rnn.pad_packed_sequence(
                 torch.nn.utils.rnn.PackedSequence(y, packed.batch_sizes, packed.sorted_indices,
                                                   packed.unsorted_indices), total_length=n_time)
             h = h.index_select(1, packed.unsorted_indices)
             c = c.index_select(1, packed.unsorted_indices)
         else:
-            y, h, c = torch._VF.lstm(x, hx, params, True, 1, 0.0, False, False, False)
+            y, h, c = torch._VF.lstm(x, hx, params, True, 1, 0.0, torch.is_grad_enabled(), False, False)
         y = y.reshape([n_time] + shape_b + [out_dim.dimension])
         out_dims = [spatial_dim] + state_dims
         res_dims = [out_dim if d == in_dim else d for d in source.dims]
