@@ -28,6 +28,7 @@ import math
 import numpy
 import tensorflow as tf
 
+from ..fast_grads import matmul_same_batch
 from ..data import Data, Dim, single_step_dim
 from ..util import NotSpecified
 from .base import ConcatInputLayer, concat_sources_template
@@ -149,7 +150,7 @@ class SelfAttentionLayer(ConcatInputLayer):
             # restrict_state_to_last_seq only affects the final state after the loop, not the steps
             self.rec_vars_outputs["k_left"] = k
             self.rec_vars_outputs["v_left"] = v
-        energy = tf.matmul(q, k, transpose_b=True)  # (B,H,T|1,T)
+        energy = matmul_same_batch(q, k, transpose_b=True)  # (B,H,T|1,T)
         if key_shift is not None:
             ks = key_shift.output
             if ks.have_batch_axis() or ks.dim != key_dim:
@@ -177,7 +178,7 @@ class SelfAttentionLayer(ConcatInputLayer):
         if attention_dropout:
             seed = self.network.random_seed_for(self, "attention_dropout")
             weights = self.network.dropout_on_train(weights, attention_dropout, seed=seed)
-        out = tf.matmul(weights, v)  # (B,H,T|1,value_dim)
+        out = matmul_same_batch(weights, v)  # (B,H,T|1,value_dim)
         out = tf.transpose(out, [0, 2, 1, 3])  # (B,T|1,H,value_dim)
         if in_loop:
             out = tf.reshape(out, [-1, n_out])

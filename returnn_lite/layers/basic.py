@@ -10,6 +10,7 @@ import tensorflow as tf
 
 from ..activations import get_activation_function
 from ..data import Data, Dim
+from ..fast_grads import matmul_by_weights
 from ..util import NotSpecified, as_list
 from .base import ConcatInputLayer, CopyLayer, LayerBase, concat_sources_template, register_layer_class
 
@@ -102,17 +103,20 @@ class LinearLayer(ConcatInputLayer):
             x = inp.placeholder
             # one MatMul (batch dims broadcast) instead of tensordot's ~20 shape ops
             if f == inp.batch_ndim - 1:
-                x = tf.matmul(x, weights)
+                x = matmul_by_weights(x, weights)
             else:
-                x = tf.matmul(inp.copy_with_feature_last().placeholder, weights)
+                x = matmul_by_weights(inp.copy_with_feature_last().placeholder, weights)
                 perm = list(range(inp.batch_ndim - 1))
                 perm.insert(f, inp.batch_ndim - 1)
                 x = tf.transpose(x, perm)
         if with_bias:
             b = self.create_param("b", (n_out,), bias_init)
             if f != self.output.batch_ndim - 1:
-                b = tf.reshape(b, [n_out] + [1] * (self.output.batch_ndim - 1 - f))
-            x = x + b
+                x = x + tf.reshape(b, [n_out] + [1] * (self.output.batch_ndim - 1 - f))
+            elif x.shape.rank is not None and x.shape.rank >= 2:
+                x = tf.nn.bias_add(x, b)  # its gradient is one BiasAddGrad (x + b: a broadcast reduction)
+            else:
+                x = x + b
         if grad_filter:
             x = _filter_grad(x, grad_filter, [i for i in range(self.output.batch_ndim) if i != self.output.batch_dim_axis])
         self.output_before_activation = OutputWithActivation(self.output.copy(placeholder=x), activation)
