@@ -24,6 +24,21 @@ INTERNAL_DICT_KEYS = ("rec_previous_layer",)
 # options with a number as default that also take a str (initializers, constants of any dtype)
 NUMBER_OR_STR_OPTIONS = ("bias_init", "value", "constant", "pad_value", "mask_value", "initial_output", "fill_value")
 
+# accepted types of options every layer class has whose default (None) does not tell the type; a class's own
+# ``option_types`` wins
+COMMON_OPTION_TYPES = {
+    "collocate_with": (str, list, tuple), "L2": (int, float), "darc1": (int, float), "loss_scale": (int, float),
+    "param_variational_noise": (int, float), "param_dropout": (int, float), "param_dropout_min_ndim": (int,),
+    "loss_only_on_non_search": (bool,), "is_output_layer": (bool,), "trainable": (bool,), "encapsulate": (bool,),
+    "register_as_extern_data": (str,), "updater_opts": (dict,), "name_scope": (str,), "param_device": (str,),
+    "size_target": (str,), "copy_output_loss_from_source_idx": (int,), "debug_print_layer_output": (bool, dict),
+    "out_shape": (set, tuple, list, dict), "control_dependencies_on_output": (str, list, tuple),
+}
+# options given as Dim objects (the tag, not a size)
+DIM_OPTIONS = ("out_dim", "in_dim")
+# initializer options take a name, a number or a dict (as the original's get_initializer)
+_INITIALIZER_SUFFIXES = ("_init", "initializer")
+
 _cache = {}
 
 
@@ -78,6 +93,33 @@ def _is_positive_int(v):
     return isinstance(v, int) and not isinstance(v, bool) and v > 0
 
 
+def accepted_option_types(info, key):
+    """The types option ``key`` accepts, as far as its declaration tells (a tuple of types), else None."""
+    types = info.option_types.get(key)
+    if types is not None:
+        return types
+    if key in DIM_OPTIONS:
+        from .data import Dim  # (not at import: data imports much)
+
+        return (Dim,)
+    if key in COMMON_OPTION_TYPES:
+        return COMMON_OPTION_TYPES[key]
+    if key not in info.defaults:
+        return None
+    default = info.defaults[key]
+    if _is_bool(default):
+        return (bool,)
+    if key.endswith(_INITIALIZER_SUFFIXES):
+        return None
+    if isinstance(default, (int, float)):
+        # (a list: an int size per axis, e.g. strides; a str: a number-or-str option)
+        return (int, float, list, tuple) + ((str,) if key in NUMBER_OR_STR_OPTIONS or key in getattr(
+            info.layer_class, "layer_options", ()) else ())
+    if isinstance(default, str):
+        return (str, int, list, tuple, dict)  # (axes: a name, a number or several; a rec unit: a dict)
+    return None
+
+
 def validate_layer_desc(layer_class, desc):
     """
     Checks the options of one layer dict (without "class") before transform_config_dict and the template.
@@ -107,19 +149,18 @@ def validate_layer_desc(layer_class, desc):
     for key, value in desc.items():
         if value is None or value is NotSpecified:
             continue
-        types = info.option_types.get(key)
-        if types is not None:
-            if not isinstance(value, types):
-                raise LayerOptionError("option %r must be %s, got %r" % (
-                    key, " or ".join(t.__name__ for t in types), value), key)
+        if callable(value) and not isinstance(value, type):  # (a function computing the value: the layer calls it)
             continue
-        default = info.defaults.get(key)
-        if _is_bool(default) and isinstance(value, (str, int, float)) and not _is_bool(value):
+        types = accepted_option_types(info, key)
+        if types is None or isinstance(value, types) or _is_bool(value) and bool in types:
+            continue
+        if types == (bool,):
             raise LayerOptionError("option %r must be a bool (True/False), got %r (%s)" % (
                 key, value, type(value).__name__), key)
-        if (isinstance(value, str) and isinstance(default, (int, float)) and not _is_bool(default)
-                and key not in NUMBER_OR_STR_OPTIONS and key not in getattr(layer_class, "layer_options", ())):
+        if isinstance(value, str) and int in types and str not in types:
             raise LayerOptionError("option %r must be a number, got the string %r" % (key, value), key)
+        raise LayerOptionError("option %r must be %s, got %r (%s)" % (
+            key, " or ".join(t.__name__ for t in types), value, type(value).__name__), key)
     n_out = desc.get("n_out", None)
     if n_out is not None and n_out is not NotSpecified and not _is_positive_int(n_out):
         raise LayerOptionError("option 'n_out' must be a positive int, got %r" % (n_out,), "n_out")
