@@ -178,6 +178,8 @@ def check_explicit_output(layer, desc):
         raise LayerOptionError("option n_out=%r contradicts the output %s (%s)" % (
             n_out, out.short_repr(), "it has no feature dim" if out.dim is None else "its dim is %r" % out.dim),
             "n_out")
+    if _is_positive_int(n_out):
+        _check_n_out_against_loss_target(layer, n_out, desc)
     out_type = desc.get("out_type")
     if isinstance(out_type, dict):
         dim = out_type.get("dim", NotSpecified)
@@ -193,6 +195,46 @@ def check_explicit_output(layer, desc):
             if key in out_type and out_type[key] != getattr(out, key):
                 raise LayerOptionError("option out_type %s=%r contradicts the output %s" % (
                     key, out_type[key], out.short_repr()), "out_type")
+
+
+def _loss_of_desc(layer, desc):
+    """The loss object of a layer dict whose loss is not computed (no train/eval flag: the layer has none)."""
+    from .losses import get_loss_class
+
+    try:
+        loss_class = get_loss_class(desc["loss"])
+        return loss_class(base_network=layer.network, **dict(desc.get("loss_opts") or {}))
+    except Exception:  # noqa: (a bad loss / loss_opts is reported where the loss is built)
+        return None
+
+
+def _check_n_out_against_loss_target(layer, n_out, desc):
+    """An explicit n_out on a layer with a loss must fit the loss's target, also where the loss is never computed
+    (no train/eval flag; a rec unit's output under search): the same check as when the loss is registered."""
+    kwargs = getattr(layer, "kwargs", None)  # (a rec unit's template layer keeps its options)
+    loss = getattr(layer, "loss", None) if kwargs is None else kwargs.get("loss")
+    target_name = getattr(layer, "target", None) if kwargs is None else kwargs.get("target")
+    if isinstance(target_name, (list, tuple)):
+        target_name = target_name[0] if len(target_name) == 1 else None
+    if loss is None and isinstance(desc.get("loss"), str):
+        loss = _loss_of_desc(layer, desc)
+        target_name = target_name or desc.get("target")
+    if loss is None or not getattr(loss, "need_target", False) or not isinstance(target_name, str):
+        return
+    try:
+        if kwargs is None:
+            target = layer._get_target_value()
+        else:  # (a data key; other targets are checked when the loss is registered)
+            target = layer.network.get_root_network().extern_data.data.get(target_name)
+    except Exception:  # noqa: (a target not available here, e.g. not in extern_data under search: checked later)
+        return
+    if target is None:
+        return
+    try:
+        loss.check_dims(layer, target)
+    except ValueError as exc:
+        raise LayerOptionError("option n_out=%r contradicts the target %r of loss %r: %s" % (
+            n_out, target_name, loss.class_name, exc), "n_out") from None
 
 
 def iter_nested_layer_descs(desc, prefix):

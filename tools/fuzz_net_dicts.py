@@ -441,7 +441,9 @@ def _mutate_extern_sparse(case, res, rng):
     """A dense data key turned sparse (as if the dataset gave class indices): the layers using it must say so at
     construction, or a run-time check must name the layer, never TF's index error."""
     ext = ast.literal_eval(repr(case["extern_data"]))
-    dense = sorted(k for k, v in ext.items() if isinstance(v, dict) and not v.get("sparse"))
+    # (int data only: the case's inputs still feed; a float input made sparse fails at feeding, not in the net)
+    dense = sorted(k for k, v in ext.items() if isinstance(v, dict) and not v.get("sparse")
+                   and str(v.get("dtype", "float32")).startswith("int"))
     if not dense:
         return False
     key = rng.choice(dense)
