@@ -208,6 +208,14 @@ def _loss_of_desc(layer, desc):
         return None
 
 
+def _target_data(layer, target_name):
+    """The extern data of a target name (None for a layer target or one not available here)."""
+    try:
+        return layer.network.get_root_network().extern_data.data.get(target_name)
+    except Exception:  # noqa: (no extern data here)
+        return None
+
+
 def _check_n_out_against_loss_target(layer, n_out, desc):
     """An explicit n_out on a layer with a loss must fit the loss's target, also where the loss is never computed
     (no train/eval flag; a rec unit's output under search): the same check as when the loss is registered."""
@@ -219,7 +227,14 @@ def _check_n_out_against_loss_target(layer, n_out, desc):
     if loss is None and isinstance(desc.get("loss"), str):
         loss = _loss_of_desc(layer, desc)
         target_name = target_name or desc.get("target")
-    if loss is None or not getattr(loss, "need_target", False) or not isinstance(target_name, str):
+    if loss is None and isinstance(target_name, str):  # no loss: the target gives the output dim (as without n_out)
+        target = _target_data(layer, target_name)
+        if target is not None and target.dim is not None and target.dim != n_out:
+            raise LayerOptionError("option n_out=%r contradicts the target %r %s (its %s is %i)" % (
+                n_out, target_name, target.short_repr(), "number of classes" if target.sparse else "dim",
+                target.dim), "n_out")
+        return
+    if not getattr(loss, "need_target", False) or not isinstance(target_name, str):
         return
     try:
         if kwargs is None:
