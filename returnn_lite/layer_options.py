@@ -10,6 +10,7 @@ Every error is a :class:`LayerOptionError` naming the option (the network adds t
 from __future__ import annotations
 
 import inspect
+import re
 
 from .errors import LayerOptionError
 from .util import NotSpecified, close_matches
@@ -32,8 +33,10 @@ COMMON_OPTION_TYPES = {
     "loss_only_on_non_search": (bool,), "is_output_layer": (bool,), "trainable": (bool,), "encapsulate": (bool,),
     "register_as_extern_data": (str,), "updater_opts": (dict,), "name_scope": (str,), "param_device": (str,),
     "size_target": (str,), "copy_output_loss_from_source_idx": (int,), "debug_print_layer_output": (bool, dict),
-    "out_shape": (set, tuple, list, dict), "control_dependencies_on_output": (str, list, tuple),
+    "out_shape": (set, tuple, list), "control_dependencies_on_output": (str, list, tuple), "loss_opts": (dict,),
 }
+# a TF device: "CPU", "gpu:1", "/device:CPU:0", "/job:x/device:GPU:0"
+_DEVICE_RE = r"^(/job:\w+(/replica:\d+)?(/task:\d+)?)?/?(device:)?(cpu|gpu)(:\d+)?$"
 # options given as Dim objects (the tag, not a size)
 DIM_OPTIONS = ("out_dim", "in_dim")
 # initializer options take a name, a number or a dict (as the original's get_initializer)
@@ -161,6 +164,10 @@ def validate_layer_desc(layer_class, desc):
             raise LayerOptionError("option %r must be a number, got the string %r" % (key, value), key)
         raise LayerOptionError("option %r must be %s, got %r (%s)" % (
             key, " or ".join(t.__name__ for t in types), value, type(value).__name__), key)
+    device = desc.get("param_device")
+    if isinstance(device, str) and not re.match(_DEVICE_RE, device, re.IGNORECASE):
+        raise LayerOptionError("option 'param_device' %r is not a device (e.g. 'CPU', 'GPU', '/device:CPU:0')" % (
+            device,), "param_device")
     n_out = desc.get("n_out", None)
     if n_out is not None and n_out is not NotSpecified and not _is_positive_int(n_out):
         raise LayerOptionError("option 'n_out' must be a positive int, got %r" % (n_out,), "n_out")

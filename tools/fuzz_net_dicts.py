@@ -447,7 +447,10 @@ def _mutate_extern_sparse(case, res, rng):
     if not dense:
         return False
     key = rng.choice(dense)
-    ext[key]["sparse"] = True
+    opts = ext[key]
+    # the same axes (the case's inputs still feed): a dense feature axis becomes a spatial one of the sparse data
+    opts["shape"] = tuple(opts.get("shape") or ((None, opts["dim"]) if opts.get("dim") else (None,)))
+    opts["sparse"] = True
     if rng.random() < 0.5:
         ext[key].pop("dim", None)
     res.update(layer=key, option="sparse", desc="extern_data %r made sparse (%r)" % (key, ext[key]),
