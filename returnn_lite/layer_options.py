@@ -33,7 +33,8 @@ COMMON_OPTION_TYPES = {
     "loss_only_on_non_search": (bool,), "is_output_layer": (bool,), "trainable": (bool,), "encapsulate": (bool,),
     "register_as_extern_data": (str,), "updater_opts": (dict,), "name_scope": (str,), "param_device": (str,),
     "size_target": (str,), "copy_output_loss_from_source_idx": (int,), "debug_print_layer_output": (bool, dict),
-    "out_shape": (set, tuple, list), "control_dependencies_on_output": (str, list, tuple), "loss_opts": (dict,),
+    "out_shape": (set, frozenset, tuple, list), "control_dependencies_on_output": (str, list, tuple),
+    "loss_opts": (dict,), "param_name": (str,),
 }
 # a TF device: "CPU", "gpu:1", "/device:CPU:0", "/job:x/device:GPU:0"
 _DEVICE_RE = r"^(/job:\w+(/replica:\d+)?(/task:\d+)?)?/?(device:)?(cpu|gpu)(:\d+)?$"
@@ -164,6 +165,14 @@ def validate_layer_desc(layer_class, desc):
             raise LayerOptionError("option %r must be a number, got the string %r" % (key, value), key)
         raise LayerOptionError("option %r must be %s, got %r (%s)" % (
             key, " or ".join(t.__name__ for t in types), value, type(value).__name__), key)
+    out_shape = desc.get("out_shape")
+    if isinstance(out_shape, (set, frozenset, tuple, list)):
+        from .data import Dim
+
+        bad = [d for d in out_shape if not isinstance(d, Dim)]
+        if bad:
+            raise LayerOptionError("option 'out_shape' must be a set of Dims, got the item %r" % (bad[0],),
+                                   "out_shape")
     device = desc.get("param_device")
     if isinstance(device, str) and not re.match(_DEVICE_RE, device, re.IGNORECASE):
         raise LayerOptionError("option 'param_device' %r is not a device (e.g. 'CPU', 'GPU', '/device:CPU:0')" % (

@@ -337,6 +337,8 @@ def _mutate_wider(kind, case, net, path, desc, res, rng):
         if not isinstance(desc.get("n_out"), int) or not (desc.get("target") or desc.get("loss")):
             return False
         value = rng.choice([desc["n_out"] + 1, 12345, 2 * desc["n_out"] + 3])
+        if desc.get("loss") == "triplet_loss":  # (its n_out is an embedding dim x3, not the target's: break that)
+            value = desc["n_out"] + 1
         res.update(option="n_out", desc="n_out %r -> %r (target %r)" % (desc["n_out"], value, desc.get("target")))
         desc["n_out"] = value
     elif kind == "bad_loss":
@@ -449,7 +451,7 @@ def _mutate_extern_sparse(case, res, rng):
     key = rng.choice(dense)
     opts = ext[key]
     # the same axes (the case's inputs still feed): a dense feature axis becomes a spatial one of the sparse data
-    opts["shape"] = tuple(opts.get("shape") or ((None, opts["dim"]) if opts.get("dim") else (None,)))
+    opts["shape"] = tuple(opts["shape"] if opts.get("shape") is not None else (None, opts["dim"]) if opts.get("dim") else (None,))
     opts["sparse"] = True
     if rng.random() < 0.5:
         ext[key].pop("dim", None)
