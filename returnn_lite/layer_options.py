@@ -10,6 +10,7 @@ Every error is a :class:`LayerOptionError` naming the option (the network adds t
 from __future__ import annotations
 
 import inspect
+import numbers
 import re
 
 from .errors import LayerOptionError
@@ -115,12 +116,15 @@ def accepted_option_types(info, key):
         return (bool,)
     if key.endswith(_INITIALIZER_SUFFIXES):
         return None
+    from .data import Dim
+
     if isinstance(default, (int, float)):
-        # (a list: an int size per axis, e.g. strides; a str: a number-or-str option)
-        return (int, float, list, tuple) + ((str,) if key in NUMBER_OR_STR_OPTIONS or key in getattr(
+        # (a list: an int size per axis, e.g. strides; a Dim: a size given by its tag; a str: a number-or-str option)
+        return (numbers.Number, list, tuple, Dim) + ((str,) if key in NUMBER_OR_STR_OPTIONS or key in getattr(
             info.layer_class, "layer_options", ()) else ())
     if isinstance(default, str):
-        return (str, int, list, tuple, dict)  # (axes: a name, a number or several; a rec unit: a dict)
+        # (axes: a name, a number, a Dim or several; a rec unit: a dict)
+        return (str, numbers.Integral, list, tuple, set, dict, Dim)
     return None
 
 
