@@ -106,7 +106,7 @@ def accepted_option_types(info, key):
     if key in DIM_OPTIONS:
         from .data import Dim  # (not at import: data imports much)
 
-        return (Dim,)
+        return (Dim, str) if key == "in_dim" else (Dim,)  # (in_dim "T": an axis, refused by the layer by name)
     if key in COMMON_OPTION_TYPES:
         return COMMON_OPTION_TYPES[key]
     if key not in info.defaults:
@@ -162,6 +162,8 @@ def validate_layer_desc(layer_class, desc):
         types = accepted_option_types(info, key)
         if types is None or isinstance(value, types) or _is_bool(value) and bool in types:
             continue
+        if types[0].__name__ == "Dim":
+            raise LayerOptionError("option %s must be a Dim, got %r" % (key, value), key)
         if types == (bool,):
             raise LayerOptionError("option %r must be a bool (True/False), got %r (%s)" % (
                 key, value, type(value).__name__), key)
