@@ -13,7 +13,7 @@ import fuzz_net_dicts  # noqa: E402
 
 # (none pending: an n_out that contradicts a target is an error also where the loss is never computed)
 PENDING_ACCEPTED_KINDS = set()
-COUNT = 150
+COUNT = 250
 
 
 @pytest.mark.skipif(not os.path.isdir(fuzz_net_dicts.DEFAULT_CASES), reason="no conformance cases")
