@@ -10,6 +10,8 @@ Every error is a :class:`LayerOptionError` naming the option (the network adds t
 from __future__ import annotations
 
 import inspect
+import numbers
+import re
 
 from .errors import LayerOptionError
 from .util import NotSpecified, close_matches
@@ -23,6 +25,24 @@ INTERNAL_DICT_KEYS = ("rec_previous_layer",)
 
 # options with a number as default that also take a str (initializers, constants of any dtype)
 NUMBER_OR_STR_OPTIONS = ("bias_init", "value", "constant", "pad_value", "mask_value", "initial_output", "fill_value")
+
+# accepted types of options every layer class has whose default (None) does not tell the type; a class's own
+# ``option_types`` wins
+COMMON_OPTION_TYPES = {
+    "collocate_with": (str, list, tuple), "L2": (int, float), "darc1": (int, float), "loss_scale": (int, float),
+    "param_variational_noise": (int, float), "param_dropout": (int, float), "param_dropout_min_ndim": (int,),
+    "loss_only_on_non_search": (bool,), "is_output_layer": (bool,), "trainable": (bool,), "encapsulate": (bool,),
+    "register_as_extern_data": (str,), "updater_opts": (dict,), "name_scope": (str,), "param_device": (str,),
+    "size_target": (str,), "copy_output_loss_from_source_idx": (int,), "debug_print_layer_output": (bool, dict),
+    "out_shape": (set, frozenset, tuple, list), "control_dependencies_on_output": (str, list, tuple),
+    "loss_opts": (dict,), "param_name": (str,),
+}
+# a TF device: "CPU", "gpu:1", "/device:CPU:0", "/job:x/device:GPU:0"
+_DEVICE_RE = r"^(/job:\w+(/replica:\d+)?(/task:\d+)?)?/?(device:)?(cpu|gpu)(:\d+)?$"
+# options given as Dim objects (the tag, not a size)
+DIM_OPTIONS = ("out_dim", "in_dim")
+# initializer options take a name, a number or a dict (as the original's get_initializer)
+_INITIALIZER_SUFFIXES = ("_init", "initializer")
 
 _cache = {}
 
@@ -78,6 +98,36 @@ def _is_positive_int(v):
     return isinstance(v, int) and not isinstance(v, bool) and v > 0
 
 
+def accepted_option_types(info, key):
+    """The types option ``key`` accepts, as far as its declaration tells (a tuple of types), else None."""
+    types = info.option_types.get(key)
+    if types is not None:
+        return types
+    if key in DIM_OPTIONS:
+        from .data import Dim  # (not at import: data imports much)
+
+        return (Dim, str) if key == "in_dim" else (Dim,)  # (in_dim "T": an axis, refused by the layer by name)
+    if key in COMMON_OPTION_TYPES:
+        return COMMON_OPTION_TYPES[key]
+    if key not in info.defaults:
+        return None
+    default = info.defaults[key]
+    if _is_bool(default):
+        return (bool,)
+    if key.endswith(_INITIALIZER_SUFFIXES):
+        return None
+    from .data import Dim
+
+    if isinstance(default, (int, float)):
+        # (a list: an int size per axis, e.g. strides; a Dim: a size given by its tag; a str: a number-or-str option)
+        return (numbers.Number, list, tuple, Dim) + ((str,) if key in NUMBER_OR_STR_OPTIONS or key in getattr(
+            info.layer_class, "layer_options", ()) else ())
+    if isinstance(default, str):
+        # (axes: a name, a number, a Dim or several; a rec unit: a dict)
+        return (str, numbers.Integral, list, tuple, set, dict, Dim)
+    return None
+
+
 def validate_layer_desc(layer_class, desc):
     """
     Checks the options of one layer dict (without "class") before transform_config_dict and the template.
@@ -107,19 +157,32 @@ def validate_layer_desc(layer_class, desc):
     for key, value in desc.items():
         if value is None or value is NotSpecified:
             continue
-        types = info.option_types.get(key)
-        if types is not None:
-            if not isinstance(value, types):
-                raise LayerOptionError("option %r must be %s, got %r" % (
-                    key, " or ".join(t.__name__ for t in types), value), key)
+        if callable(value) and not isinstance(value, type):  # (a function computing the value: the layer calls it)
             continue
-        default = info.defaults.get(key)
-        if _is_bool(default) and isinstance(value, (str, int, float)) and not _is_bool(value):
+        types = accepted_option_types(info, key)
+        if types is None or isinstance(value, types) or _is_bool(value) and bool in types:
+            continue
+        if types[0].__name__ == "Dim":
+            raise LayerOptionError("option %s must be a Dim, got %r" % (key, value), key)
+        if types == (bool,):
             raise LayerOptionError("option %r must be a bool (True/False), got %r (%s)" % (
                 key, value, type(value).__name__), key)
-        if (isinstance(value, str) and isinstance(default, (int, float)) and not _is_bool(default)
-                and key not in NUMBER_OR_STR_OPTIONS and key not in getattr(layer_class, "layer_options", ())):
+        if isinstance(value, str) and int in types and str not in types:
             raise LayerOptionError("option %r must be a number, got the string %r" % (key, value), key)
+        raise LayerOptionError("option %r must be %s, got %r (%s)" % (
+            key, " or ".join(t.__name__ for t in types), value, type(value).__name__), key)
+    out_shape = desc.get("out_shape")
+    if isinstance(out_shape, (set, frozenset, tuple, list)):
+        from .data import Dim
+
+        bad = [d for d in out_shape if not isinstance(d, Dim)]
+        if bad:
+            raise LayerOptionError("option 'out_shape' must be a set of Dims, got the item %r" % (bad[0],),
+                                   "out_shape")
+    device = desc.get("param_device")
+    if isinstance(device, str) and not re.match(_DEVICE_RE, device, re.IGNORECASE):
+        raise LayerOptionError("option 'param_device' %r is not a device (e.g. 'CPU', 'GPU', '/device:CPU:0')" % (
+            device,), "param_device")
     n_out = desc.get("n_out", None)
     if n_out is not None and n_out is not NotSpecified and not _is_positive_int(n_out):
         raise LayerOptionError("option 'n_out' must be a positive int, got %r" % (n_out,), "n_out")
@@ -137,6 +200,8 @@ def check_explicit_output(layer, desc):
         raise LayerOptionError("option n_out=%r contradicts the output %s (%s)" % (
             n_out, out.short_repr(), "it has no feature dim" if out.dim is None else "its dim is %r" % out.dim),
             "n_out")
+    if _is_positive_int(n_out):
+        _check_n_out_against_loss_target(layer, n_out, desc)
     out_type = desc.get("out_type")
     if isinstance(out_type, dict):
         dim = out_type.get("dim", NotSpecified)
@@ -152,6 +217,61 @@ def check_explicit_output(layer, desc):
             if key in out_type and out_type[key] != getattr(out, key):
                 raise LayerOptionError("option out_type %s=%r contradicts the output %s" % (
                     key, out_type[key], out.short_repr()), "out_type")
+
+
+def _loss_of_desc(layer, desc):
+    """The loss object of a layer dict whose loss is not computed (no train/eval flag: the layer has none)."""
+    from .losses import get_loss_class
+
+    try:
+        loss_class = get_loss_class(desc["loss"])
+        return loss_class(base_network=layer.network, **dict(desc.get("loss_opts") or {}))
+    except Exception:  # noqa: (a bad loss / loss_opts is reported where the loss is built)
+        return None
+
+
+def _target_data(layer, target_name):
+    """The extern data of a target name (None for a layer target or one not available here)."""
+    try:
+        return layer.network.get_root_network().extern_data.data.get(target_name)
+    except Exception:  # noqa: (no extern data here)
+        return None
+
+
+def _check_n_out_against_loss_target(layer, n_out, desc):
+    """An explicit n_out on a layer with a loss must fit the loss's target, also where the loss is never computed
+    (no train/eval flag; a rec unit's output under search): the same check as when the loss is registered."""
+    kwargs = getattr(layer, "kwargs", None)  # (a rec unit's template layer keeps its options)
+    loss = getattr(layer, "loss", None) if kwargs is None else kwargs.get("loss")
+    target_name = getattr(layer, "target", None) if kwargs is None else kwargs.get("target")
+    if isinstance(target_name, (list, tuple)):
+        target_name = target_name[0] if len(target_name) == 1 else None
+    if loss is None and isinstance(desc.get("loss"), str):
+        loss = _loss_of_desc(layer, desc)
+        target_name = target_name or desc.get("target")
+    if loss is None and isinstance(target_name, str):  # no loss: the target gives the output dim (as without n_out)
+        target = _target_data(layer, target_name)
+        if target is not None and target.dim is not None and target.dim != n_out:
+            raise LayerOptionError("option n_out=%r contradicts the target %r %s (its %s is %i)" % (
+                n_out, target_name, target.short_repr(), "number of classes" if target.sparse else "dim",
+                target.dim), "n_out")
+        return
+    if not getattr(loss, "need_target", False) or not isinstance(target_name, str):
+        return
+    try:
+        if kwargs is None:
+            target = layer._get_target_value()
+        else:  # (a data key; other targets are checked when the loss is registered)
+            target = layer.network.get_root_network().extern_data.data.get(target_name)
+    except Exception:  # noqa: (a target not available here, e.g. not in extern_data under search: checked later)
+        return
+    if target is None:
+        return
+    try:
+        loss.check_dims(layer, target)
+    except ValueError as exc:
+        raise LayerOptionError("option n_out=%r contradicts the target %r of loss %r: %s" % (
+            n_out, target_name, loss.class_name, exc), "n_out") from None
 
 
 def iter_nested_layer_descs(desc, prefix):

@@ -382,7 +382,15 @@ class TFNetwork(NetworkAPIMixin):
     def _register_loss(self, name, layer):
         loss = layer.loss
         target = layer._get_target_value() if loss.need_target and layer.target else None
-        loss.check_dims(layer, target)
+        try:
+            loss.check_dims(layer, target)
+        except ValueError as exc:
+            n_out = (self._net_dict.get(name) or {}).get("n_out") if isinstance(self._net_dict, dict) else None
+            if not isinstance(n_out, int):
+                raise
+            # (an explicit n_out is the option at fault: named as where the loss is not computed)
+            raise LayerOptionError("option n_out=%r contradicts the target %r of loss %r: %s" % (
+                n_out, layer.target, loss.class_name, exc), "n_out") from None
         key = self.get_absolute_name_prefix() + name
         self.get_root_network().losses_dict[key] = LossHolder(
             name=key, loss=loss, layer_output=layer.output, layer=layer, network=self)

@@ -11,10 +11,9 @@ sys.path.insert(0, os.path.join(REPO, "tools"))
 
 import fuzz_net_dicts  # noqa: E402
 
-# n_out that contradicts the real output of a layer whose loss is never computed (no train/eval flag: the loss
-# would find it) is accepted
-PENDING_ACCEPTED_KINDS = {"n_out_contradicts"}
-COUNT = 200
+# (none pending: an n_out that contradicts a target is an error also where the loss is never computed)
+PENDING_ACCEPTED_KINDS = set()
+COUNT = 250
 
 
 @pytest.mark.skipif(not os.path.isdir(fuzz_net_dicts.DEFAULT_CASES), reason="no conformance cases")
@@ -90,3 +89,105 @@ def test_wider_mutation_kinds():
     assert "prev:no_such_layer" in repr(found["bad_prev_ref"]["net"])
     assert "base:no_such_layer" in repr(found["base_missing"]["net"])
     assert found["extern_bad"]["extern_data"] and found["extern_bad"]["desc"].startswith("extern_data")
+
+
+# ---- the classes of bad input the fuzzer found, one unit test each (small nets, built directly)
+
+def _build(net_dict, extern_data, train_flag=False, search_flag=False):
+    import tensorflow as tf
+
+    from returnn_lite.extern_data import ExternData
+    from returnn_lite.network import TFNetwork
+
+    graph = tf.Graph()
+    with graph.as_default():
+        net = TFNetwork(extern_data=ExternData(extern_data), train_flag=train_flag,
+                        **({"search_flag": True} if search_flag else {}))
+        net.construct_from_dict(net_dict)
+    return net, graph
+
+
+_EXT = {"data": {"dim": 3}, "classes": {"dim": 5, "sparse": True}}
+
+
+def _decoder(n_out):
+    unit = {"embed": {"class": "linear", "activation": None, "n_out": 4, "from": "prev:output"},
+            "output": {"class": "softmax", "target": "classes", "from": "embed", "n_out": n_out}}
+    return {"output": {"class": "rec", "from": [], "target": "classes", "loss": "ce", "unit": unit}}
+
+
+@pytest.mark.parametrize("train_flag", [False, True])
+def test_rec_unit_output_n_out_contradicts_target(train_flag):
+    from returnn_lite.errors import NetworkLayerException
+
+    _build(_decoder(5), _EXT, train_flag=train_flag)  # (the right dim: fine)
+    with pytest.raises(NetworkLayerException, match=r"'output/output'.*n_out=12345 contradicts the target 'classes'"):
+        _build(_decoder(12345), _EXT, train_flag=train_flag)
+
+
+def test_n_out_contradicts_target_without_loss_top_level():
+    from returnn_lite.errors import NetworkLayerException
+
+    with pytest.raises(NetworkLayerException, match=r"layer 'output'.*n_out=7 contradicts the target 'classes'"):
+        _build({"output": {"class": "softmax", "from": "data", "target": "classes", "n_out": 7}}, _EXT)
+
+
+@pytest.mark.parametrize("train_flag", [False, True])
+def test_triplet_loss_n_out_contradicts_target(train_flag):
+    from returnn_lite.errors import NetworkLayerException
+
+    ext = {"data": {"shape": (5,)}, "tri": {"shape": (3,), "dim": 4, "sparse": True, "dtype": "int32",
+                                             "time_dim_axis": None}}
+    net = {"output": {"class": "linear", "activation": None, "n_out": 6, "from": "data", "loss": "triplet_loss",
+                      "loss_opts": {"margin": 0.5}, "target": "tri"}}
+    _build(net, ext, train_flag=train_flag)
+    net["output"]["n_out"] = 7
+    with pytest.raises(NetworkLayerException, match=r"layer 'output'.*n_out.*multiple of 3"):
+        _build(net, ext, train_flag=train_flag)
+
+
+def test_gather_position_sparse_dim_larger_than_axis():
+    from returnn_lite.errors import NetworkLayerException
+
+    ext = {"data": {"dim": 5}, "pos": {"dim": 7, "sparse": True}}
+    with pytest.raises(NetworkLayerException, match=r"layer 'output'.*option 'position'.*sparse with dim 7"):
+        _build({"output": {"class": "gather", "from": "data", "axis": "F", "position": "data:pos"}}, ext)
+
+
+def test_gather_position_out_of_range_at_run_time():
+    import numpy
+    import tensorflow as tf
+
+    from returnn_lite.engine.checks import tf_error_text
+
+    ext = {"data": {"dim": 5}, "pos": {"dim": 5, "sparse": True}}
+    net, graph = _build({"output": {"class": "gather", "from": "data", "axis": "F", "position": "data:pos"}}, ext)
+    with graph.as_default(), tf.compat.v1.Session() as session:
+        data, pos = net.extern_data.data["data"], net.extern_data.data["pos"]
+        feed = {data.placeholder: numpy.zeros((2, 3, 5), "float32"), data.size_placeholder[0]: [3, 2],
+                pos.placeholder: numpy.array([[0, -1, 2], [1, 1, 0]], "int32"), pos.size_placeholder[0]: [3, 2]}
+        with pytest.raises(tf.errors.InvalidArgumentError) as info:
+            session.run(net.layers["output"].output.placeholder, feed)
+    text = tf_error_text(str(info.value))
+    assert "layer 'output' (class 'gather'): option 'position'" in text and "indices[" not in text
+
+
+def test_prev_ref_to_layer_not_in_unit():
+    from returnn_lite.errors import NetworkLayerException
+
+    net = _decoder(5)
+    net["output"]["unit"]["embed"]["from"] = ["prev:output", "prev:no_such_layer"]
+    with pytest.raises(NetworkLayerException, match=r"'output/embed'.*'prev:no_such_layer'.*no layer 'no_such_layer'"):
+        _build(net, _EXT)
+
+
+@pytest.mark.parametrize("option, value", [
+    ("with_bias", [True]), ("collocate_with", -7), ("out_dim", "no_such_value"), ("param_device", "no_such_value"),
+    ("loss_opts", "no_such_value"), ("L2", "0.1"), ("activation", 3.5)])
+def test_option_of_wrong_type(option, value):
+    """The declared type of every option (the default's type, or a common declaration) is checked by name."""
+    from returnn_lite.errors import NetworkLayerException
+
+    layer = {"class": "linear", "from": "data", "n_out": 4, option: value}
+    with pytest.raises(NetworkLayerException, match=r"layer 'output'.*option '?%s" % option):
+        _build({"output": layer}, _EXT)

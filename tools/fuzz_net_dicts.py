@@ -37,13 +37,19 @@ import sys
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DEFAULT_CASES = os.path.join(os.path.dirname(REPO), "shared", "conformance", "cases")
+# (a worktree of the repo lies one level deeper than the main checkout: look up the tree for shared/)
+DEFAULT_CASES = next((os.path.join(d, "shared", "conformance", "cases") for d in (
+    os.path.dirname(REPO), os.path.dirname(os.path.dirname(REPO)))
+    if os.path.isdir(os.path.join(d, "shared", "conformance", "cases"))),
+    os.path.join(os.path.dirname(REPO), "shared", "conformance", "cases"))
 
 SIZE_KEYS = {"n_out", "num_heads", "total_key_dim", "repetitions", "window_size", "filter_size", "strides",
              "frame_size", "frame_shift", "pool_size", "fft_size", "num_pieces", "nr_of_channels", "nr_of_filters",
              "num_splits", "factor", "dilation_rate", "size", "dim", "beam_size", "window_right", "window_left"}
 NEVER_MUTATE = {"class"}
 SUBNET_KEYS = ("unit", "subnetwork")
+# options whose value is one layer dict (masked_computation's unit, cond's branches and condition)
+LAYER_DICT_KEYS = ("unit", "true_layer", "false_layer", "condition")
 # texts that are Python's / TF's, not ours: an error whose message is (after the layer prefix) just one of these
 RAW_MARKERS = (
     "Dimension ", "Dimensions must be", "Shape must be", "Shapes must be", "unhashable type", "required positional "
@@ -86,6 +92,10 @@ def iter_layers(net_dict, prefix=()):
             sub = desc.get(key)
             if isinstance(sub, dict) and sub and all(isinstance(v, dict) for v in sub.values()):
                 yield from iter_layers(sub, prefix + (name, key))
+        for key in LAYER_DICT_KEYS:  # one layer dict: mutated as deeply as the others
+            sub = desc.get(key)
+            if isinstance(sub, dict) and isinstance(sub.get("class"), str):
+                yield from iter_layers({key: sub}, prefix + (name,))
 
 
 def _get(net_dict, path):
@@ -142,7 +152,9 @@ MUTATIONS = ("typo_key", "typo_output_key", "wrong_type", "bad_size", "remove_op
              # wider: rec units / subnetworks, axes, losses, extern_data, classes, cycles
              "bad_prev_ref", "unit_missing_ref", "unit_no_output", "no_end", "base_missing", "dense_target",
              "bad_rate", "zero_n_out", "bad_axis", "extern_bad", "bad_loss", "bad_loss_opts", "loss_on_layer",
-             "cycle", "unknown_class", "none_value")
+             "cycle", "unknown_class", "none_value",
+             # the declared options of every layer class (layer_options.py), set to values of the wrong type
+             "option_value", "option_value", "option_value", "n_out_changed", "extern_sparse")
 AXIS_KEYS = ("axis", "axes", "red1", "red2", "var1", "var2", "in_spatial_dims", "axis1", "axis2", "time_axis")
 BAD_AXES = ("X", "stag:no_such_tag", 9, -9, "spatial:5", "dim:12345", "Q")
 LOSS_KINDS = ("dense_target", "bad_loss_opts", "loss_on_layer", "wrong_target", "typo_output_key")
@@ -317,6 +329,18 @@ def _mutate_wider(kind, case, net, path, desc, res, rng):
         desc[key] = value
     elif kind == "extern_bad":
         return _mutate_extern(case, res, rng)
+    elif kind == "extern_sparse":
+        return _mutate_extern_sparse(case, res, rng)
+    elif kind == "option_value":
+        return _mutate_option_value(desc, res, rng)
+    elif kind == "n_out_changed":  # an n_out that contradicts the target of the layer (or of its rec unit)
+        if not isinstance(desc.get("n_out"), int) or not (desc.get("target") or desc.get("loss")):
+            return False
+        value = rng.choice([desc["n_out"] + 1, 12345, 2 * desc["n_out"] + 3])
+        if desc.get("loss") == "triplet_loss":  # (its n_out is an embedding dim x3, not the target's: break that)
+            value = desc["n_out"] + 1
+        res.update(option="n_out", desc="n_out %r -> %r (target %r)" % (desc["n_out"], value, desc.get("target")))
+        desc["n_out"] = value
     elif kind == "bad_loss":
         desc["loss"] = rng.choice(["no_such_loss", "cee", "CTC"])
         res.update(option=("loss", desc["loss"]), desc="loss -> %r" % desc["loss"])
@@ -357,6 +381,83 @@ def _mutate_wider(kind, case, net, path, desc, res, rng):
         desc[key] = None
     else:
         raise ValueError(kind)
+    return True
+
+
+def _option_infos():
+    """{layer class name: LayerOptionsInfo} of every registered layer class (the option declarations)."""
+    global _OPTION_INFOS
+    if _OPTION_INFOS is None:
+        if REPO not in sys.path:
+            sys.path.insert(0, REPO)
+        from returnn_lite.layer_options import get_layer_options_info
+        from returnn_lite.layers.base import get_layer_class, get_layer_class_names
+
+        _OPTION_INFOS = {}
+        for name in get_layer_class_names():
+            try:
+                _OPTION_INFOS[name] = get_layer_options_info(get_layer_class(name))
+            except Exception:  # noqa: (a class that cannot be looked up is not fuzzed by option)
+                continue
+    return _OPTION_INFOS
+
+
+_OPTION_INFOS = None
+# options that are wiring (other mutation kinds) or that take anything
+OPTION_VALUE_SKIP = ("class", "from", "rec_previous_layer", "name_scope", "reuse_params", "eval_locals")
+BAD_FOR_ANY = ({"no_such_key": 1}, "no_such_value", -7, 2.5, [1, "x"])
+
+
+def _mutate_option_value(desc, res, rng):
+    """One declared option of the layer's class (present or not) set to a value of the wrong type for its default:
+    a user error where the default tells the type (bool, int, float, str), else a value that may be legal."""
+    from returnn_lite.layer_options import accepted_option_types
+
+    info = _option_infos().get(desc.get("class"))
+    if info is None:
+        return False
+    names = sorted(k for k in set(info.params) | set(info.names) if k not in OPTION_VALUE_SKIP)
+    if not names:
+        return False
+    key = rng.choice(names)
+    default = info.defaults.get(key)
+    accepted = accepted_option_types(info, key)
+    if isinstance(default, bool):
+        value = rng.choice(["yes", 2, 0.5, [True]])
+    elif isinstance(default, (int, float)):
+        value = rng.choice(["3", {"x": 1}])
+    elif isinstance(default, str):
+        value = rng.choice([3.5, {"x": 1}])
+    else:
+        value = rng.choice(BAD_FOR_ANY)
+    # a user error where the declaration tells the accepted types (the default's type, or declared types)
+    must_fail = accepted is not None and not isinstance(value, accepted) and not (
+        isinstance(value, bool) and bool in accepted)
+    res.update(option=key, desc="%s: %r -> %r" % (key, desc.get(key, "<default %r>" % (default,)), value),
+               must_fail=must_fail)
+    desc[key] = value
+    return True
+
+
+def _mutate_extern_sparse(case, res, rng):
+    """A dense data key turned sparse (as if the dataset gave class indices): the layers using it must say so at
+    construction, or a run-time check must name the layer, never TF's index error."""
+    ext = ast.literal_eval(repr(case["extern_data"]))
+    # (int data only: the case's inputs still feed; a float input made sparse fails at feeding, not in the net)
+    dense = sorted(k for k, v in ext.items() if isinstance(v, dict) and not v.get("sparse")
+                   and str(v.get("dtype", "float32")).startswith("int"))
+    if not dense:
+        return False
+    key = rng.choice(dense)
+    opts = ext[key]
+    # the same axes (the case's inputs still feed): a dense feature axis becomes a spatial one of the sparse data
+    opts["shape"] = tuple(opts["shape"] if opts.get("shape") is not None else (None, opts["dim"]) if opts.get("dim") else (None,))
+    opts["sparse"] = True
+    if rng.random() < 0.5:
+        ext[key].pop("dim", None)
+    res.update(layer=key, option="sparse", desc="extern_data %r made sparse (%r)" % (key, ext[key]),
+               must_fail=False)
+    res["extern_data"] = ext
     return True
 
 

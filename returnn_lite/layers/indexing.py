@@ -71,7 +71,20 @@ class GatherLayer(LayerBase):
         n = len(common_in)
         if clip_to_valid:
             p = self._clip_positions(input_data, a, p, common_in, pos_data.batch_ndim)
+        else:
+            p = self._check_positions_in_range(x, p, n + len(before), position.name)
         self.output.placeholder = tf.gather(x, p, axis=n + len(before), batch_dims=n)
+
+    def _check_positions_in_range(self, x, p, axis, position_name):
+        """A run-time check naming the layer and the option (instead of TF's ``indices[1] = -1 is not in [0, 5)``,
+        e.g. for a position from data whose values are not indices of this axis)."""
+        size = tf.cast(tf.shape(x)[axis], p.dtype)
+        valid = tf.reduce_all(tf.logical_and(p >= 0, p < size))
+        check = tf.debugging.Assert(valid, [
+            "layer %r (class 'gather'): option 'position' (%r) has values outside [0, size) of the gathered axis; "
+            "size, min, max:" % (self.name, position_name), size, tf.reduce_min(p), tf.reduce_max(p)], summarize=3)
+        with tf.control_dependencies([check]):
+            return tf.identity(p)
 
     @staticmethod
     def _split_input_axes(in_rest, gather_axis, n_common):
@@ -134,6 +147,10 @@ class GatherLayer(LayerBase):
         pos_data = _position_data(name, position)
         _check_int_positions(name, pos_data)
         a = input_data.get_axis_from_description(axis)
+        size = input_data.dims[a].dimension
+        if pos_data.sparse and pos_data.dim is not None and size is not None and pos_data.dim > size:
+            raise ValueError("layer %r: option 'position' %s: sparse with dim %i, but the gathered axis %s has %i "
+                             "entries" % (name, pos_data.short_repr(), pos_data.dim, input_data.dims[a], size))
         common_in, common_pos, in_rest, pos_rest = cls._get_common_axes(input_data, pos_data, a)
         before, in_after = cls._split_input_axes(in_rest, a, len(common_in))
         in_order = common_in + before

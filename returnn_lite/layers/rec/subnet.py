@@ -277,6 +277,11 @@ class RecTemplateBuilder:
             if not missing:
                 break
             for x in missing:
+                if x not in self.unit:  # (a typo in a prev: reference; not a layer outside: prev: is the unit's)
+                    users = sorted(k for k, refs in tpl.deps.items() if "prev:" + x in refs)
+                    raise ValueError("layer %r: source 'prev:%s': there is no layer %r in the rec unit of %r "
+                                     "(its layers: %s)" % ("%s/%s" % (self.name, users[0]) if users else self.name,
+                                                           x, x, self.name, ", ".join(sorted(self.unit))))
                 self.build(x)
 
     # ---- pass 3 ----
