@@ -136,6 +136,8 @@ class Dim(DimFrontendMixin):
         if like is not None:
             return tensor_dim(like, axis)
         size = self.dyn_size
+        if size is not None and not tf.is_tensor(size):  # eager lengths (torch backend): the raw max, as a scalar
+            return size.max()
         if size is not None:
             return graph_cached(("max", size.ref()), lambda: tf.reduce_max(size))
         raise ValueError("%r: no static size and no sequence lengths" % self)

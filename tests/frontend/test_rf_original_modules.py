@@ -1,0 +1,247 @@
+"""Runs the ORIGINAL RETURNN's published rf encoder/decoder module files as user code on returnn_lite's rf
+(``returnn.`` mapped to ``returnn_lite.``), next to our own modules of the same name: same param names and shapes,
+same outputs for the same params (rtol 1e-4), on the torch backend, and on the layers backend where it runs.
+
+The original's files are not part of this project (we never copy its code). Point RETURNN_LITE_ORIG_RF_DIR at a
+directory holding them as ``encoder/{base,conformer,conformer_v2,e_branchformer,transformer}.py`` and
+``decoder/transformer.py`` (as in the original's returnn/frontend/); otherwise these tests skip."""
+
+import importlib
+import os
+import re
+import shutil
+import sys
+import tempfile
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import returnn_lite.frontend as rf  # noqa: E402
+from returnn_lite.tensor import Dim, batch_dim, single_step_dim  # noqa: E402
+
+from rf_harness import in_order, run_layers, run_torch  # noqa: E402
+
+ORIG_DIR = os.environ.get("RETURNN_LITE_ORIG_RF_DIR")
+pytestmark = pytest.mark.skipif(not ORIG_DIR or not os.path.isdir(ORIG_DIR or ""),
+                                reason="set RETURNN_LITE_ORIG_RF_DIR to the original's returnn/frontend files")
+PKG = "orig_rf_user_code"
+RTOL = ATOL = 1e-4
+
+
+@pytest.fixture(scope="module")
+def orig():
+    """The original's modules, imports rewritten to returnn_lite, importable as PKG.encoder.* / PKG.decoder.*."""
+    root = tempfile.mkdtemp()
+    for sub in ("encoder", "decoder"):
+        os.makedirs(os.path.join(root, PKG, sub))
+        open(os.path.join(root, PKG, sub, "__init__.py"), "w").close()
+        for fn in os.listdir(os.path.join(ORIG_DIR, sub)):
+            if fn.endswith(".py") and fn != "__init__.py":
+                with open(os.path.join(ORIG_DIR, sub, fn)) as f:
+                    src = re.sub(r"\breturnn\.(tensor|frontend|util)\b", r"returnn_lite.\1", f.read())
+                with open(os.path.join(root, PKG, sub, fn), "w") as f:
+                    f.write(src)
+    open(os.path.join(root, PKG, "__init__.py"), "w").close()
+    sys.path.insert(0, root)
+    try:
+        yield lambda name: importlib.import_module(PKG + "." + name)
+    finally:
+        sys.path.remove(root)
+        for name in [m for m in sys.modules if m.startswith(PKG)]:
+            del sys.modules[name]
+        shutil.rmtree(root)
+
+
+def ours(name):
+    return importlib.import_module("returnn_lite.frontend." + name)
+
+
+time_dim = Dim(None, name="time")
+feat_dim = Dim(10, name="feat")
+model_dim = Dim(8, name="model")
+vocab_dim = Dim(11, name="vocab")
+LENS = np.array([7, 5, 4], dtype="int32")
+
+
+def _params(model, seed=3, scale=0.5):
+    rng = np.random.RandomState(seed)
+    res = {}
+    for name, p in model.named_parameters():
+        value = rng.uniform(-scale, scale, tuple(d.dimension for d in p.dims))
+        if name.endswith("running_variance"):
+            value = np.abs(value) + 0.5
+        res[name] = value.astype("float32")
+    return res
+
+
+def _shapes(model):
+    return {name: tuple(d.dimension for d in p.dims) for name, p in model.named_parameters()}
+
+
+def _compare(get_orig, get_ours, step, extern_data, inputs, outputs, *, layers=True, dyn_dims=(time_dim,)):
+    """Same param names/shapes; same outputs on torch for both; the original's also on the layers backend."""
+    rf.select_backend_torch()
+    orig_model, our_model = get_orig(), get_ours()
+    assert _shapes(orig_model) == _shapes(our_model)
+    params = _params(orig_model)
+    res_orig, _ = run_torch(extern_data, get_orig, step, inputs, params, list(dyn_dims))
+    res_ours, _ = run_torch(extern_data, get_ours, step, inputs, params, list(dyn_dims))
+    runs = [("ours/torch", res_ours)]
+    if layers:
+        res_layers, _ = run_layers(extern_data, get_orig, step, inputs, params, list(dyn_dims))
+        runs.append(("orig/layers", res_layers))
+    diffs = {}
+    for name, mask_of in outputs.items():
+        want = res_orig[name]
+        mask = mask_of(res_orig)
+        for what, res in runs:
+            got = res[name]
+            if name + ":dims" in res and name + ":dims" in res_orig and what == "orig/layers":
+                got = in_order(res, name, res_orig[name + ":dims"])
+            assert got.shape == want.shape, (what, name)
+            np.testing.assert_allclose(got[mask], want[mask], rtol=RTOL, atol=ATOL, err_msg=f"{what} {name}")
+            diffs[(what, name)] = float(np.abs(got[mask] - want[mask]).max())
+    print("max abs diffs:", diffs)
+    return res_orig
+
+
+def _valid_by(len_name):
+    def mask(res):
+        lens = res[len_name]
+        return np.arange(res["y"].shape[1])[None, :] < lens[:, None]
+    return mask
+
+
+feat_data = {"data": {"dims": (batch_dim, time_dim, feat_dim), "dtype": "float32"}}
+model_data = {"data": {"dims": (batch_dim, time_dim, model_dim), "dtype": "float32"}}
+label_data = {"data": {"dims": (batch_dim, time_dim), "dtype": "int32", "sparse_dim": vocab_dim}}
+
+
+def _feat_inputs(n_feat, seed=1):
+    return {"data": np.random.RandomState(seed).randn(3, 7, n_feat).astype("float32"), "size:time": LENS}
+
+
+def _seq_step(*, model, extern_data, **_):
+    y, out_spatial = model(extern_data["data"], in_spatial_dim=time_dim)
+    y.mark_as_output("y", shape=[batch_dim, out_spatial, model.out_dim])
+    out_spatial.get_size_tensor().mark_as_output("len", shape=[batch_dim])
+
+
+def _framewise_step(*, model, extern_data, **_):
+    y = model(extern_data["data"], spatial_dim=time_dim)
+    y.mark_as_output("y", shape=[batch_dim, time_dim, model_dim])
+    time_dim.get_size_tensor().mark_as_output("len", shape=[batch_dim])
+
+
+def _conformer(mod, **opts):
+    sub = mod.ConformerConvSubsample(feat_dim, out_dims=[Dim(3, name="c0"), Dim(4, name="c1")],
+                                     filter_sizes=[(3, 3), (3, 3)], pool_sizes=[(1, 2)], strides=[1, (2, 1)])
+    if "encoder_layer" not in opts:  # options that only the Conformer layer takes
+        opts.update(ff_dim=Dim(12, name="ff"), conv_kernel_size=3)
+    return mod.ConformerEncoder(feat_dim, model_dim, num_layers=2, input_layer=sub, num_heads=2, dropout=0.0,
+                                att_dropout=0.0, input_dropout=0.0, **opts)
+
+
+def test_conformer_encoder(orig):
+    _compare(lambda: _conformer(orig("encoder.conformer")), lambda: _conformer(ours("encoder.conformer")),
+             _seq_step, feat_data, _feat_inputs(10), {"y": _valid_by("len")})
+
+
+def test_conformer_encoder_with_e_branchformer_layers(orig):
+    def make(prefix):
+        get = orig if prefix == "orig" else ours
+        layer = rf.build_dict(get("encoder.e_branchformer").EBranchformerLayer, ff_dim=Dim(12, name="ff"),
+                              cgmlp_ff_dim=Dim(6, name="cgmlp"), cgmlp_conv_kernel=3, merge_conv_kernel=3)
+        return _conformer(get("encoder.conformer"), encoder_layer=layer)
+
+    _compare(lambda: make("orig"), lambda: make("ours"), _seq_step, feat_data, _feat_inputs(10),
+             {"y": _valid_by("len")})
+
+
+def _conformer_v2(mod):
+    return mod.ConformerEncoderV2(model_dim, num_layers=2, ff_dim=Dim(12, name="ff"), conv_kernel_size=3,
+                                  num_heads=2, dropout=0.0, att_dropout=0.0)
+
+
+def test_conformer_v2_encoder(orig):
+    _compare(lambda: _conformer_v2(orig("encoder.conformer_v2")), lambda: _conformer_v2(ours("encoder.conformer_v2")),
+             _framewise_step, model_data, _feat_inputs(8), {"y": _valid_by("len")})
+
+
+def _conformer_frontend(mod, conf_mod):
+    sub = conf_mod.ConformerConvSubsample(feat_dim, out_dims=[Dim(3, name="c0")], filter_sizes=[(3, 3)],
+                                          pool_sizes=[(2, 2)])
+    return mod.ConformerFrontend(feat_dim, model_dim, input_layer=sub, input_embedding_scale=2.0, input_dropout=0.0)
+
+
+def test_conformer_v2_frontend(orig):
+    _compare(lambda: _conformer_frontend(orig("encoder.conformer_v2"), orig("encoder.conformer")),
+             lambda: _conformer_frontend(ours("encoder.conformer_v2"), ours("encoder.conformer")),
+             _seq_step, feat_data, _feat_inputs(10), {"y": _valid_by("len")})
+
+
+def _transformer_encoder(mod):
+    return mod.TransformerEncoder(vocab_dim, model_dim, num_layers=2, num_heads=2, dropout=0.0, att_dropout=0.0)
+
+
+def _label_inputs(seed=1):
+    return {"data": np.random.RandomState(seed).randint(0, vocab_dim.dimension, (3, 7)).astype("int32"),
+            "size:time": LENS}
+
+
+def test_transformer_encoder(orig):
+    def step(*, model, extern_data, **_):
+        model(extern_data["data"], spatial_dim=time_dim).mark_as_output("y", shape=[batch_dim, time_dim, model_dim])
+        time_dim.get_size_tensor().mark_as_output("len", shape=[batch_dim])
+
+    _compare(lambda: _transformer_encoder(orig("encoder.transformer")),
+             lambda: _transformer_encoder(ours("encoder.transformer")),
+             step, label_data, _label_inputs(), {"y": _valid_by("len")})
+
+
+enc_time_dim = Dim(None, name="enc_time")
+
+
+def _decoder(mod):
+    return mod.TransformerDecoder(model_dim, vocab_dim, Dim(8, name="dec-model"), num_layers=2, num_heads=2,
+                                  dropout=0.0, att_dropout=0.0, share_embedding=False,
+                                  input_embedding_scale=8 ** 0.5, input_dropout=0.0)
+
+
+def _decoder_step(mode):
+    def step(*, model, extern_data, **_):
+        labels, enc = extern_data["data"], extern_data["enc"]
+        enc_state = model.transform_encoder(enc, axis=enc_time_dim)
+        state = model.default_initial_state(batch_dims=[batch_dim])
+        if mode == "full":
+            logits, _ = model(labels, spatial_dim=time_dim, state=state, encoder=enc_state)
+            out_spatial = time_dim
+        else:  # one label per call, state carried over (as in beam search)
+            outs = []
+            for t in range(int(time_dim.get_dim_value())):
+                label_t = rf.gather(labels, axis=time_dim, indices=t)
+                logits_t, state = model(label_t, spatial_dim=single_step_dim, state=state, encoder=enc_state)
+                outs.append(logits_t)
+            logits, out_spatial = rf.stack(outs)
+        logits.mark_as_output("y", shape=[batch_dim, out_spatial, vocab_dim])
+        time_dim.get_size_tensor().mark_as_output("len", shape=[batch_dim])
+    return step
+
+
+def test_transformer_decoder(orig):
+    """Full sequence and step-wise (default_initial_state), with cross attention on a random 'encoder'."""
+    extern_data = dict(label_data)
+    extern_data["enc"] = {"dims": (batch_dim, enc_time_dim, model_dim), "dtype": "float32"}
+    inputs = _label_inputs()
+    inputs["enc"] = np.random.RandomState(5).randn(3, 6, 8).astype("float32")
+    inputs["size:enc_time"] = np.array([6, 3, 5], dtype="int32")
+    dyn_dims = (time_dim, enc_time_dim)
+    get_orig, get_ours = lambda: _decoder(orig("decoder.transformer")), lambda: _decoder(ours("decoder.transformer"))
+    full = _compare(get_orig, get_ours, _decoder_step("full"), extern_data, inputs, {"y": _valid_by("len")},
+                    dyn_dims=dyn_dims)
+    steps = _compare(get_orig, get_ours, _decoder_step("steps"), extern_data, inputs, {"y": _valid_by("len")},
+                     layers=False, dyn_dims=dyn_dims)
+    mask = _valid_by("len")(full)
+    np.testing.assert_allclose(steps["y"][mask], full["y"][mask], rtol=RTOL, atol=ATOL)
