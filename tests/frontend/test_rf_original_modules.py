@@ -3,8 +3,9 @@
 same outputs for the same params (rtol 1e-4), on the torch backend, and on the layers backend where it runs.
 
 The original's files are not part of this project (we never copy its code). Point RETURNN_LITE_ORIG_RF_DIR at a
-directory holding them as ``encoder/{base,conformer,conformer_v2,e_branchformer,transformer}.py`` and
-``decoder/transformer.py`` (as in the original's returnn/frontend/); otherwise these tests skip."""
+directory holding them as ``encoder/{base,conformer,conformer_v2,e_branchformer,transformer}.py``,
+``decoder/transformer.py`` and ``attention.py`` (as in the original's returnn/frontend/); otherwise these tests skip.
+The original's attention classes then run next to ours (rf.SelfAttention, rf.RelPosSelfAttention, ...)."""
 
 import importlib
 import os
@@ -30,6 +31,10 @@ PKG = "orig_rf_user_code"
 RTOL = ATOL = 1e-4
 
 
+def _as_user_code(src):
+    return re.sub(r"\breturnn\.(tensor|frontend|util|config)\b", r"returnn_lite.\1", src)
+
+
 @pytest.fixture(scope="module")
 def orig():
     """The original's modules, imports rewritten to returnn_lite, importable as PKG.encoder.* / PKG.decoder.*."""
@@ -40,10 +45,15 @@ def orig():
         for fn in os.listdir(os.path.join(ORIG_DIR, sub)):
             if fn.endswith(".py") and fn != "__init__.py":
                 with open(os.path.join(ORIG_DIR, sub, fn)) as f:
-                    src = re.sub(r"\breturnn\.(tensor|frontend|util)\b", r"returnn_lite.\1", f.read())
+                    src = _as_user_code(f.read())
                 with open(os.path.join(root, PKG, sub, fn), "w") as f:
                     f.write(src)
     open(os.path.join(root, PKG, "__init__.py"), "w").close()
+    if os.path.exists(os.path.join(ORIG_DIR, "attention.py")):
+        with open(os.path.join(ORIG_DIR, "attention.py")) as f:
+            src = _as_user_code(f.read())
+        with open(os.path.join(root, PKG, "attention.py"), "w") as f:
+            f.write(src)
     sys.path.insert(0, root)
     try:
         yield lambda name: importlib.import_module(PKG + "." + name)
@@ -245,3 +255,70 @@ def test_transformer_decoder(orig):
                      layers=False, dyn_dims=dyn_dims)
     mask = _valid_by("len")(full)
     np.testing.assert_allclose(steps["y"][mask], full["y"][mask], rtol=RTOL, atol=ATOL)
+
+
+def _orig_attention(orig):
+    try:
+        return orig("attention")
+    except ImportError:
+        pytest.skip("no attention.py in RETURNN_LITE_ORIG_RF_DIR")
+
+
+def _att_step(*, model, extern_data, **_):
+    model(extern_data["data"], axis=time_dim).mark_as_output("y", shape=[batch_dim, time_dim, model_dim])
+    time_dim.get_size_tensor().mark_as_output("len", shape=[batch_dim])
+
+
+def test_linear_and_self_attention_with_the_same_dim_in_and_out(orig):
+    att = _orig_attention(orig)
+
+    def make(cls):
+        return cls(model_dim, model_dim, key_dim_total=model_dim, value_dim_total=model_dim, num_heads=2,
+                   att_dropout=0.0)
+
+    _compare(lambda: make(att.SelfAttention), lambda: make(rf.SelfAttention), _att_step, model_data,
+             _feat_inputs(8), {"y": _valid_by("len")})
+
+
+REL_POS_VARIANTS = {
+    "transformer_xl": {},
+    "learned_pos_emb_expanded": dict(learnable_pos_emb=True, learnable_pos_emb_clipping=3),
+    "learned_pos_emb_cut": dict(learnable_pos_emb=True, learnable_pos_emb_clipping=16),
+    "shaw": dict(with_bias=False, with_linear_pos=False, with_pos_bias=False, learnable_pos_emb=True,
+                 learnable_pos_emb_clipping=2, separate_pos_emb_per_head=False),
+    "no_linear_pos_per_head": dict(with_linear_pos=False),
+}
+
+
+@pytest.mark.parametrize("variant", sorted(REL_POS_VARIANTS))
+def test_rel_pos_self_attention(orig, variant):
+    att = _orig_attention(orig)
+
+    def make(cls):
+        return cls(model_dim, model_dim, key_dim_total=model_dim, value_dim_total=model_dim, num_heads=2,
+                   att_dropout=0.0, **REL_POS_VARIANTS[variant])
+
+    _compare(lambda: make(att.RelPosSelfAttention), lambda: make(rf.RelPosSelfAttention), _att_step, model_data,
+             _feat_inputs(8), {"y": _valid_by("len")})
+
+
+def test_causal_self_attention_steps(orig):
+    att = _orig_attention(orig)
+
+    def make(cls):
+        return cls(model_dim, model_dim, key_dim_total=model_dim, value_dim_total=model_dim, num_heads=2,
+                   att_dropout=0.0)
+
+    def step(*, model, extern_data, **_):
+        x = extern_data["data"]
+        state = model.default_initial_state(batch_dims=[batch_dim])
+        outs = []
+        for t in range(int(time_dim.get_dim_value())):
+            y_t, state = model(rf.gather(x, axis=time_dim, indices=t), axis=single_step_dim, state=state)
+            outs.append(y_t)
+        y, steps_dim = rf.stack(outs)
+        y.mark_as_output("y", shape=[batch_dim, steps_dim, model_dim])
+        time_dim.get_size_tensor().mark_as_output("len", shape=[batch_dim])
+
+    _compare(lambda: make(att.CausalSelfAttention), lambda: make(rf.CausalSelfAttention), step, model_data,
+             _feat_inputs(8), {"y": _valid_by("len")}, layers=False)
