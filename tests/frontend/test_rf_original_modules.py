@@ -170,6 +170,23 @@ def test_conformer_encoder_with_e_branchformer_layers(orig):
              {"y": _valid_by("len")})
 
 
+def _conformer_without_input_layer(mod):
+    return mod.ConformerEncoder(model_dim, model_dim, num_layers=1, input_layer=None, input_embedding_scale=2.0,
+                                ff_dim=Dim(12, name="ff"), conv_kernel_size=3, num_heads=2, dropout=0.0,
+                                att_dropout=0.0, input_dropout=0.0)
+
+
+def test_conformer_encoder_without_input_layer_and_with_embedding_scale(orig):
+    """(options of newer versions of the original; older ones lack input_embedding_scale)"""
+    import inspect
+
+    if "input_embedding_scale" not in inspect.signature(orig("encoder.conformer").ConformerEncoder).parameters:
+        pytest.skip("this version of the original's ConformerEncoder has no input_embedding_scale")
+    _compare(lambda: _conformer_without_input_layer(orig("encoder.conformer")),
+             lambda: _conformer_without_input_layer(ours("encoder.conformer")),
+             _seq_step, model_data, _feat_inputs(8), {"y": _valid_by("len")})
+
+
 def _conformer_v2(mod):
     return mod.ConformerEncoderV2(model_dim, num_layers=2, ff_dim=Dim(12, name="ff"), conv_kernel_size=3,
                                   num_heads=2, dropout=0.0, att_dropout=0.0)
@@ -322,3 +339,26 @@ def test_causal_self_attention_steps(orig):
 
     _compare(lambda: make(att.CausalSelfAttention), lambda: make(rf.CausalSelfAttention), step, model_data,
              _feat_inputs(8), {"y": _valid_by("len")}, layers=False)
+
+
+def test_transformer_decoder_newer_options(orig):
+    """layer_opts with a rel-pos causal self-att, and output_only_last_frame (options of newer versions)."""
+    import inspect
+
+    mod = orig("decoder.transformer")
+    params = inspect.signature(mod.TransformerDecoder.__call__).parameters
+    if "output_only_last_frame" not in params:
+        pytest.skip("this version of the original's TransformerDecoder lacks output_only_last_frame")
+
+    def make(m):
+        return m.TransformerDecoder(None, vocab_dim, Dim(8, name="dec-model"), num_layers=2, num_heads=2,
+                                    dropout=0.0, att_dropout=0.0, share_embedding=True, input_embedding_scale=1.5,
+                                    input_dropout=0.0, layer_opts={"self_att": rf.RelPosCausalSelfAttention})
+
+    def step(*, model, extern_data, **_):
+        state = model.default_initial_state(batch_dims=[batch_dim])
+        logits, _ = model(extern_data["data"], spatial_dim=time_dim, state=state, output_only_last_frame=True)
+        logits.mark_as_output("y", shape=[batch_dim, vocab_dim])
+
+    _compare(lambda: make(mod), lambda: make(ours("decoder.transformer")), step, label_data, _label_inputs(),
+             {"y": lambda res: np.ones(res["y"].shape, bool)})
