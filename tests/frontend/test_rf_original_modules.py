@@ -362,3 +362,19 @@ def test_transformer_decoder_newer_options(orig):
 
     _compare(lambda: make(mod), lambda: make(ours("decoder.transformer")), step, label_data, _label_inputs(),
              {"y": lambda res: np.ones(res["y"].shape, bool)})
+
+
+def test_transformer_encoder_on_features_with_layer_opts(orig):
+    """input_embedding=None (features of model_dim in), layer_opts (options of newer versions)."""
+    import inspect
+
+    mod = orig("encoder.transformer")
+    if "input_embedding" not in inspect.signature(mod.TransformerEncoder).parameters:
+        pytest.skip("this version of the original's TransformerEncoder lacks input_embedding")
+
+    def make(m):
+        return m.TransformerEncoder(vocab_dim, model_dim, num_layers=2, num_heads=2, dropout=0.0, att_dropout=0.0,
+                                    input_embedding=None, layer_opts={"self_att": rf.RelPosSelfAttention})
+
+    _compare(lambda: make(mod), lambda: make(ours("encoder.transformer")), _framewise_step, model_data,
+             _feat_inputs(8), {"y": _valid_by("len")})
