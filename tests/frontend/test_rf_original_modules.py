@@ -95,6 +95,11 @@ def _compare(get_orig, get_ours, step, extern_data, inputs, outputs, *, layers=T
     rf.select_backend_torch()
     orig_model, our_model = get_orig(), get_ours()
     assert _shapes(orig_model) == _shapes(our_model)
+    # a torch state dict of the original's module loads into ours by name (strict)
+    from returnn_lite.torch.frontend.bridge import rf_module_to_pt_module
+
+    orig_state = rf_module_to_pt_module(orig_model).state_dict()
+    rf_module_to_pt_module(our_model).load_state_dict(orig_state, strict=True)
     params = _params(orig_model)
     res_orig, _ = run_torch(extern_data, get_orig, step, inputs, params, list(dyn_dims))
     res_ours, _ = run_torch(extern_data, get_ours, step, inputs, params, list(dyn_dims))
