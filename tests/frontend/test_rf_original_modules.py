@@ -451,3 +451,29 @@ def test_cross_attention(orig):
     inputs["size:enc_time"] = np.array([6, 3, 5], dtype="int32")
     _compare(lambda: make(cls), lambda: make(rf.CrossAttention), step, extern_data, inputs, {"y": _valid_by("len")},
              dyn_dims=(time_dim, enc_time_dim))
+
+
+@pytest.mark.parametrize("behavior_version", [0, 21])
+def test_transformer_decoder_defaults_by_behavior_version(orig, behavior_version):
+    """share_embedding / input_embedding_scale left to their defaults, which follow the behavior version."""
+    from returnn_lite.util.basic import BehaviorVersion
+
+    def make(m):
+        return m.TransformerDecoder(None, vocab_dim, Dim(8, name="dec-model"), num_layers=1, num_heads=2,
+                                    dropout=0.0, att_dropout=0.0)
+
+    def step(*, model, extern_data, **_):
+        state = model.default_initial_state(batch_dims=[batch_dim])
+        logits, _ = model(extern_data["data"], spatial_dim=time_dim, state=state)
+        logits.mark_as_output("y", shape=[batch_dim, time_dim, vocab_dim])
+        time_dim.get_size_tensor().mark_as_output("len", shape=[batch_dim])
+
+    old = BehaviorVersion._version
+    BehaviorVersion.set(behavior_version)
+    try:
+        orig_model = make(orig("decoder.transformer"))
+        assert (orig_model.logits.weight is orig_model.input_embedding.weight) == (behavior_version >= 20)
+        _compare(lambda: make(orig("decoder.transformer")), lambda: make(ours("decoder.transformer")), step,
+                 label_data, _label_inputs(), {"y": _valid_by("len")}, layers=False)
+    finally:
+        BehaviorVersion._version = old
