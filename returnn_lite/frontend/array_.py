@@ -176,9 +176,18 @@ def slice(source, *, axis, start=None, end=None, step=None, size=None, out_dim=N
     from ..tensor import Dim
 
     check_dims_in("slice", source, [axis])
+    if is_tensor(start):  # e.g. a learned rel-pos table cut around its center: [start:start + size]
+        if start.dims or not start.dtype.startswith(("int", "uint")) or not isinstance(size, Dim) or \
+                end is not None or step not in (None, 1):
+            raise error("slice", "a Tensor start must be a scalar int Tensor with size given as a Dim (no end/step), "
+                        "got start=%r size=%r end=%r step=%r" % (start, size, end, step))
+        out = get_backend_for_tensor(source).slice(source, axis=axis, start=start, end=None, step=None, size=size,
+                                                   out_dim=size)
+        return out, size
     for v in (start, end, step):
         if v is not None and not isinstance(v, int):
-            raise error("slice", "only int start/end/step are supported, got %r" % (v,))
+            raise error("slice", "only int start/end/step (or a scalar Tensor start with a Dim size) are supported, "
+                        "got %r" % (v,))
     if isinstance(size, Dim):
         out_dim = size
         end = (start or 0) + size.dimension if size.dimension is not None else end

@@ -208,8 +208,11 @@ class ReturnnLayersBackend(Backend):
         t = a if is_tensor(a) else b
         sparse = t.sparse_dim if dtype.startswith("int") else None
         if kind in _COMBINE_LAYER_KINDS:
-            if sparse is not None and (not is_tensor(a) or not is_tensor(b) or a.sparse_dim != b.sparse_dim):
-                # the combine layer keeps a sparse dim only where both operands have it
+            other_sparse = any(is_tensor(x) and x.sparse_dim is not None for x in (a, b))
+            if (sparse is not None or (other_sparse and dtype.startswith("int"))) and (
+                    not is_tensor(a) or not is_tensor(b) or a.sparse_dim != b.sparse_dim):
+                # the combine layer keeps a sparse dim only where both operands have it; rf keeps the first
+                # tensor operand's (also None, e.g. ``scalar + range_over_dim(T)``), as on the torch backend
                 return _combine_op(a, kind, b, dims, dtype, sparse)
             return _emit("combine", _sources([a, b], dtype), dims, dtype, sparse_dim=sparse, kind=kind, name=kind,
                          **_broadcast_all_opts(a, b))
@@ -361,8 +364,11 @@ class ReturnnLayersBackend(Backend):
             opts = {"handle_dynamic_dims": True} if dynamic else {}  # rf concatenates per sequence
             return _emit("concat", None, dims, x0.dtype, sparse_dim=x0.sparse_dim,
                          out_dim=out_dim, name="concat", **{"from": [(_raw_name(x), a) for x, a in sources]}, **opts)
+        # without the batch dim (e.g. a rel-pos table [T - k + 33 + T - k, F]) the sources are concatenated as
+        # padded (each at its max length), as on the torch backend: there are no per-sequence lengths to pack by
+        padded = dynamic and batch_dim not in dims
         return _make("concat", [x for x, _ in sources], dims, sources[0][0].dtype,
-                     opts={"axes": [a for _, a in sources], "out_dim": out_dim})
+                     opts={"axes": [a for _, a in sources], "out_dim": out_dim, "padded": padded})
 
     @staticmethod
     def pad(source, *, axes, padding, out_dims, handle_dynamic_dims, mode="constant", value=None):
@@ -406,6 +412,10 @@ class ReturnnLayersBackend(Backend):
     @staticmethod
     def slice(source, *, axis, start=None, end=None, step=None, size=None, out_dim):
         dims = [out_dim if d == axis else d for d in source.dims]
+        if isinstance(size, Dim) and isinstance(start, Data):  # a scalar Tensor start: the 2nd source
+            return _make("slice", [source, start] + _dim_sources_of([size], source), dims, source.dtype,
+                         sparse_dim=source.sparse_dim, opts={"axis": axis, "start": None, "end": None, "step": None,
+                                                             "size": size, "start_from_input": True})
         if isinstance(size, Dim):  # [start:start + size] with a (maybe dynamic) size Dim
             return _make("slice", [source] + _dim_sources_of([size], source), dims, source.dtype,
                          sparse_dim=source.sparse_dim,

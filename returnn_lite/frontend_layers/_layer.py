@@ -352,8 +352,8 @@ def _transpose(layer, inputs, out):
 
 
 @op("concat")
-def _concat(layer, inputs, out, axes, out_dim):
-    if any(a.dimension is None for a in axes):
+def _concat(layer, inputs, out, axes, out_dim, padded=False):
+    if any(a.dimension is None for a in axes) and not padded:
         return _concat_dynamic(layer, inputs, out, axes, out_dim)
     parts = []
     oidx = list(out.dims).index(out_dim)
@@ -470,10 +470,12 @@ def align_exact(data, dims):
 
 
 @op("slice")
-def _slice(layer, inputs, out, axis, start, end, step, size=None):
+def _slice(layer, inputs, out, axis, start, end, step, size=None, start_from_input=False):
     src = inputs[0]
+    if start_from_input:  # a scalar start computed in the graph
+        start = inputs[1].placeholder
     if size is not None:  # a size Dim: [start:start + size]
-        end = (start or 0) + dim_value(layer, size)
+        end = (0 if start is None else start) + dim_value(layer, size)
     dims = list(src.dims)
     i = dims.index(axis)
     sl = [slice(None)] * len(dims)

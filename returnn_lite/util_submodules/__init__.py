@@ -1,1 +1,1 @@
-"""Submodules of returnn_lite.util (basic, math), importable as ``returnn_lite.util.<name>``."""
+"""Submodules of returnn_lite.util (basic, math, py_compat), importable as ``returnn_lite.util.<name>``."""

@@ -204,3 +204,16 @@ def test_subnetwork_importable_from_network():
     from returnn_lite.subnetwork import Subnetwork as own
 
     assert Subnetwork is own
+
+
+def test_get_dim_value_of_eager_lengths_is_their_max():
+    """On the torch backend a dynamic dim's padded length comes from its eager lengths (a Python loop over steps)."""
+    rf.select_backend_torch()
+    dim = Dim(None, name="steps")
+    dim.dyn_size_ext = Tensor("steps_size", dims=[batch_dim], dtype="int32",
+                              raw_tensor=torch.tensor([4, 6, 2], dtype=torch.int32))
+    try:
+        assert int(dim.get_dim_value()) == 6
+        assert Dim(3, name="static").get_dim_value() == 3
+    finally:
+        dim.reset_eager()

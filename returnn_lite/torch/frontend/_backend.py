@@ -697,6 +697,8 @@ class TorchBackend(Backend):
     @staticmethod
     def slice(source, *, axis, start=None, end=None, step=None, size=None, out_dim):
         dims = list(source.dims)
+        if is_tensor(start):  # a scalar Tensor start (eager): its value
+            start = int(start.placeholder)
         if isinstance(size, Dim):  # [start:start + size] with a (maybe dynamic) size Dim
             end = (start or 0) + _dim_len(size)
         sl = [slice(None)] * len(dims)
@@ -793,6 +795,13 @@ class TorchBackend(Backend):
         dims = list(prev_accum.dims)
         i = dims.index(axis)
         y = torch.cat([prev_accum.placeholder, x.unsqueeze(i)], dim=i)
+        if out_spatial_dim.dimension is None and out_spatial_dim.dyn_size_ext is None:
+            # a fresh out dim given by the caller (e.g. Dim(None, name="kv-history")): its lengths are axis + 1
+            if axis.dimension is not None:
+                _set_sizes(out_spatial_dim, torch.tensor(axis.dimension + 1, dtype=torch.int32))
+            else:
+                raw, size_dims = _sizes(axis)
+                _set_sizes(out_spatial_dim, raw + 1, size_dims)
         return _new("cum_concat", [out_spatial_dim if d == axis else d for d in dims], y)
 
     # ---- losses ----
