@@ -31,6 +31,11 @@ SKIPPED = {  # a substring of the block -> why it does not run here
         "pip install, and the main command has its own subprocess test (written with the native-op work)",
     'pip install -e ".[test]" && python -m pytest tests': "pip install and the whole test suite",
     "TF_CONFIG=": "two machines (host0, host1) and a placeholder CONFIG",
+    "pip install --no-deps -e .": "pip install (tests/frontend/test_readme_torch.py checks its pins)",
+    "++device gpu": "needs a GPU (tests/frontend/test_readme_torch.py runs it; test_torch_engine_gpu.py on CUDA)",
+    "torchrun --standalone": "two processes; tests/frontend/test_torch_engine_distributed.py runs it",
+    "python rnn.py configs/conformer_ctc.config": "4 epochs; tests/frontend/test_conformer_ctc_recipe.py trains one "
+                                                  "short epoch of it",
 }
 _FEW_12AX = "++train \"{'class': 'Task12AXDataset', 'num_seqs': 60}\" ++dev \"{'class': 'Task12AXDataset', " \
     "'num_seqs': 10, 'fixed_random_seed': 1}\""
