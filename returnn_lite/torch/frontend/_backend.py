@@ -138,7 +138,12 @@ def _no_empty_seq(d):
     """Whether all sequence lengths of dynamic dim d are > 0 (then a softmax over d, masked with -inf, gives the
     padded frames exactly 0 and needs no mask on its output)."""
     raw = d.dyn_size_ext.placeholder if d.dyn_size_ext is not None else None
-    return isinstance(raw, torch.Tensor) and _len_stats(raw)[1] > 0
+    if not isinstance(raw, torch.Tensor):
+        return False
+    if raw.device.type != "cpu":  # no host sync for this: only if the lengths were read already (padded length)
+        entry = _LEN_STATS_CACHE.get(id(raw))
+        return entry is not None and entry[0]() is raw and entry[1] == raw._version and entry[2][1] > 0
+    return _len_stats(raw)[1] > 0
 
 
 def _device(device=None):
