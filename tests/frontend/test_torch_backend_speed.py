@@ -77,3 +77,42 @@ def test_cached_sequence_mask_follows_in_place_changes_of_the_lengths():
     assert rf.reduce_sum(x, axis=time).raw_tensor.tolist() == [4.0, 2.0]
     time.dyn_size_ext.raw_tensor[1] = 3  # (the cache keys on the tensor's version)
     assert rf.reduce_sum(x, axis=time).raw_tensor.tolist() == [4.0, 3.0]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (cuDNN)")
+def test_cuda_lstm_weights_are_one_cudnn_buffer_and_train_as_on_the_cpu():
+    import warnings
+
+    from returnn_lite.torch.frontend import rf_module_to_pt_module
+
+    time = _time_dim([5, 3])
+    in_dim, out_dim = Dim(4, name="in"), Dim(6, name="out")
+    lstm = rf.LSTM(in_dim, out_dim)
+    pt = rf_module_to_pt_module(lstm)
+    x_cpu = torch.randn(2, 5, 4)
+
+    def step(device):
+        x = rf.convert_to_tensor(x_cpu.to(device), dims=[batch_dim, time, in_dim], dtype="float32")
+        with rf.set_default_device_ctx(str(device)):
+            state = lstm.default_initial_state(batch_dims=[batch_dim])
+        y, _ = lstm(x, state=state, spatial_dim=time)
+        pt.zero_grad(set_to_none=True)
+        y.raw_tensor.square().sum().backward()
+        return y.raw_tensor.detach().cpu(), [p.grad.detach().cpu() for p in pt.parameters()]
+
+    y_ref, g_ref = step(torch.device("cpu"))
+    pt.cuda()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # "RNN module weights are not part of single contiguous chunk"
+        for _ in range(2):
+            y, g = step(torch.device("cuda"))
+    assert lstm.ff_weight.raw_tensor._rf_cudnn_flat  # flattened (not the copying fallback)
+    torch.testing.assert_close(y, y_ref, atol=1e-4, rtol=1e-4)
+    for a, b in zip(g, g_ref):
+        torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
+    with torch.no_grad():  # an in-place update (as Adam's) reaches the buffer cuDNN reads
+        lstm.ff_weight.raw_tensor.zero_()
+        lstm.rec_weight.raw_tensor.zero_()
+        lstm.bias.raw_tensor.zero_()
+    y0, _ = step(torch.device("cuda"))
+    assert torch.count_nonzero(y0) == 0

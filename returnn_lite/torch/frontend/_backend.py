@@ -1050,7 +1050,7 @@ class TorchBackend(Backend):
         x = _transposed(source, [spatial_dim] + batch_like + [in_dim])
         n_time = x.shape[0]
         x = x.reshape(n_time, -1, in_dim.dimension)
-        params = [w_ih, w_hh, b, b_hh]
+        params = _cudnn_flat_lstm_params(x, w_ih, w_hh, b, out_dim.dimension) or [w_ih, w_hh, b, b_hh]
         hx = (h0.unsqueeze(0), c0.unsqueeze(0))
         if _is_dyn(spatial_dim):
             sizes, sdims = _sizes(spatial_dim)
@@ -1180,6 +1180,41 @@ def _matmul_repeated_dims(ad, bd, xa, xb, reduce):
             out_letters.append(lb[j])
     eq = "%s,%s->%s" % ("".join(la), "".join(lb), "".join(out_letters))
     return _new("dot", out, torch.einsum(eq, xa, xb))
+
+
+def _cudnn_flat_lstm_params(x, w_ih, w_hh, b, hidden):
+    """[w_ih, w_hh, b_ih, b_hh (zeros)] as views of one buffer, as torch.nn.LSTM.flatten_parameters() makes them
+    (the params' storage moves into it once): else cuDNN copies the weights into a buffer at every call. None where
+    cuDNN is not used, under autocast (it casts the weights: copies anyway) or where the params are not plain
+    leaves."""
+    if not (x.is_cuda and w_ih.is_cuda) or torch.is_autocast_enabled("cuda"):
+        return None
+    if not all(p.is_leaf and p.dtype == x.dtype and p.is_contiguous() for p in (w_ih, w_hh, b)):
+        return None
+    key = (w_ih.data_ptr(), w_hh.data_ptr(), b.data_ptr())
+    if len(set(key)) != 3:  # (shared params: the copying path, as torch.nn.LSTM)
+        return None
+    state = getattr(w_ih, "_rf_cudnn_flat", None)  # (data ptrs after flattening, b_hh) or False (could not)
+    if state is False:
+        return None
+    if state is not None and state[0] == key and state[1].device == b.device:
+        return [w_ih, w_hh, b, state[1]]
+    if not (torch.backends.cudnn.is_acceptable(x) and torch._use_cudnn_rnn_flatten_weight()):
+        return None
+    # flattened copies, then swapped in by ``.data`` (no in-place op on the params: tensors of this step's graph that
+    # saved them stay valid, with the same values)
+    flat = [w_ih.detach().clone(), w_hh.detach().clone(), b.detach().clone(), torch.zeros_like(b.detach())]
+    try:
+        from torch.backends.cudnn.rnn import get_cudnn_mode
+
+        with torch.no_grad(), torch.cuda.device_of(w_ih):
+            torch._cudnn_rnn_flatten_weight(flat, 4, w_ih.shape[1], get_cudnn_mode("LSTM"), hidden, 0, 1, False, False)
+        w_ih.data, w_hh.data, b.data = flat[0], flat[1], flat[2]
+    except (RuntimeError, AttributeError):  # (then the copying path, as before)
+        w_ih._rf_cudnn_flat = False
+        return None
+    w_ih._rf_cudnn_flat = ((w_ih.data_ptr(), w_hh.data_ptr(), b.data_ptr()), flat[3])
+    return [w_ih, w_hh, b, flat[3]]
 
 
 def _scan_cond(*, spatial_dim, initial, ys, body, cond, cond_dims, cond_before_body, max_seq_len):
