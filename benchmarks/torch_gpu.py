@@ -18,6 +18,7 @@ Needs PyTorch, not TensorFlow (rf's torch backend; the tensor-home branch makes 
 
     python benchmarks/torch_gpu.py              # on a GPU; a compact table comes last
     python benchmarks/torch_gpu.py --cpu-smoke  # tiny sizes on the CPU (checks that everything runs)
+    python benchmarks/torch_gpu.py --op-census  # ops and bytes of one step, rf vs plain (the GPU work, on the CPU)
 """
 
 from __future__ import annotations
@@ -34,6 +35,11 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
+
+try:
+    from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+except ImportError:  # (only --op-census needs it)
+    TorchDispatchMode = None
 
 FULL = dict(batch=32, time=400, feat=80, dim=512, heads=8, ff=2048, classes=1000, blocks=6, lstm_layers=2,
             steps=20, warmup=5, e2e_steps=30)
@@ -217,7 +223,7 @@ def _peak_gib(device):
     return torch.cuda.max_memory_allocated() / 2 ** 30 if device.type == "cuda" else float("nan")
 
 
-def bench_plain(model_cls, sizes, device, batches, amp):
+def bench_plain(model_cls, sizes, device, batches, amp, census=None):
     torch.manual_seed(1)
     model = model_cls(sizes).to(device)
     opt = torch.optim.Adam(model.parameters(), lr=1e-4)
@@ -225,18 +231,89 @@ def bench_plain(model_cls, sizes, device, batches, amp):
     _peak_reset(device)
     for i, (x, y, lens) in enumerate(batches):
         start = timer.start()
-        mask = torch.arange(x.shape[1], device=device)[None, :] < lens.to(device)[:, None]
-        with _autocast(device, amp):
-            logits = model(x, lens, mask)
-            ce = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), y.long().reshape(-1),
-                                 reduction="none").view(mask.shape)
-            loss = (ce * mask).sum()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
+        with _census_ctx(census, i, batches):
+            mask = torch.arange(x.shape[1], device=device)[None, :] < lens.to(device)[:, None]
+            with _autocast(device, amp):
+                logits = model(x, lens, mask)
+                ce = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), y.long().reshape(-1),
+                                     reduction="none").view(mask.shape)
+                loss = (ce * mask).sum()
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
         opt.step()
         if i >= sizes["warmup"]:
             timer.stop(start)
     return timer.median_ms(), _peak_gib(device), sum(p.numel() for p in model.parameters())
+
+
+class OpCensus(TorchDispatchMode if TorchDispatchMode is not None else object):
+    """Counts the aten ops of a step (forward + loss + backward), the bytes of the new tensors they allocate, and
+    the bytes saved for backward (activations; params not counted): the GPU work and memory, judged on the CPU."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops = 0
+        self.alloc_bytes = 0
+        self.saved = {}
+        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t)
+
+    def __enter__(self):
+        self._hooks.__enter__()
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        res = super().__exit__(*exc)
+        self._hooks.__exit__(*exc)
+        return res
+
+    def _pack(self, t):
+        base = t if t._base is None else t._base
+        if not (base.is_leaf and base.requires_grad):  # (a param or a view of one)
+            self.saved[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        inputs = {a.untyped_storage().data_ptr() for a in _flat(list(args) + list((kwargs or {}).values()))}
+        self.ops += 1
+        self.alloc_bytes += sum(o.untyped_storage().nbytes() for o in _flat([out])
+                                if o.untyped_storage().data_ptr() not in inputs)
+        return out
+
+    def summary(self):
+        return self.ops, self.alloc_bytes, sum(self.saved.values())
+
+
+def _flat(values):
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            yield v
+        elif isinstance(v, (list, tuple)):
+            yield from _flat(v)
+
+
+def _census_ctx(census, i, batches):
+    """The census (if any) over the last step."""
+    return census if census is not None and i == len(batches) - 1 else contextlib.nullcontext()
+
+
+def op_census(sizes):
+    """Per model and precision: aten ops, allocated MiB and saved-for-backward MiB of one train step, rf vs plain
+    (CPU; under bf16 autocast on the CPU, layer norm and softmax stay bf16, on CUDA they run in float32)."""
+    device = torch.device("cpu")
+    batches = make_batches(sizes, device, 2)
+    print("%-12s %-5s %9s %9s %11s %11s %11s %11s" % ("model", "prec", "rf ops", "pl ops", "rf alloc", "pl alloc",
+                                                      "rf saved", "pl saved"))
+    for name, plain_cls in (("transformer", PlainTransformer), ("lstm", PlainLstm)):
+        for amp in (False, True):
+            rows = []
+            for bench, arg in ((bench_rf, name), (bench_plain, plain_cls)):
+                census = OpCensus()
+                bench(arg, dict(sizes, warmup=0), device, batches, amp, census=census)
+                rows.append(census)
+            (ro, ra, rs), (po, pa, ps) = rows[0].summary(), rows[1].summary()
+            print("%-12s %-5s %9i %9i %10.2fM %10.2fM %10.2fM %10.2fM" % (
+                name, "bf16" if amp else "fp32", ro, po, ra / 2 ** 20, pa / 2 ** 20, rs / 2 ** 20, ps / 2 ** 20))
 
 
 def _rf_device_ctx(device):
@@ -260,7 +337,7 @@ def bench_rf_any_lens(model_name, sizes, device, batches, amp):
     return res[:3] + ("*",)
 
 
-def bench_rf(model_name, sizes, device, batches, amp):
+def bench_rf(model_name, sizes, device, batches, amp, census=None):
     import returnn_lite.frontend as rf
     from returnn_lite.tensor import TensorDict, batch_dim
     from returnn_lite.torch.frontend import rf_module_to_pt_module
@@ -287,11 +364,12 @@ def bench_rf(model_name, sizes, device, batches, amp):
         extern_data.data["data"].raw_tensor = x
         extern_data.data["classes"].raw_tensor = y
         rf.init_train_step_run_ctx(train_flag=True, step=i, epoch=1)
-        with _rf_device_ctx(device), _autocast(device, amp):
-            train_step(model=model, extern_data=extern_data)
-            total = rf.get_run_ctx().total_loss()
-        opt.zero_grad(set_to_none=True)
-        total.raw_tensor.float().backward()
+        with _census_ctx(census, i, batches):
+            with _rf_device_ctx(device), _autocast(device, amp):
+                train_step(model=model, extern_data=extern_data)
+                total = rf.get_run_ctx().total_loss()
+            opt.zero_grad(set_to_none=True)
+            total.raw_tensor.float().backward()
         opt.step()
         if i >= sizes["warmup"]:
             timer.stop(start)
@@ -353,7 +431,15 @@ def main():
     parser.add_argument("--steps", type=int, default=None, help="measured steps per row")
     parser.add_argument("--workers", type=int, default=2, help="DataLoader workers of the end-to-end run")
     parser.add_argument("--skip-e2e", action="store_true")
+    parser.add_argument("--op-census", action="store_true",
+                        help="aten ops / allocated / saved-for-backward MiB of one step, rf vs plain, on the CPU "
+                             "(--cpu-smoke sizes with 50 frames: attention [B,H,T,T] large against [B,T,D] as at "
+                             "full size)")
     args = parser.parse_args()
+    if args.op_census:
+        torch.set_num_threads(1)
+        op_census(dict(SMOKE, time=50))
+        return
     sizes = dict(SMOKE if args.cpu_smoke else FULL)
     if args.steps:
         sizes["steps"] = args.steps

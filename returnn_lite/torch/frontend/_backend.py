@@ -97,7 +97,26 @@ def _union_dims(values):
     return out
 
 
-_MAX_LEN_CACHE = {}  # id(lengths tensor) -> (weakref to it, its max): one host read per lengths tensor
+_LEN_STATS_CACHE = {}  # id(lengths tensor) -> (weakref to it, its version, (max, min)): one host read per lengths
+
+
+def _len_stats(raw):
+    """(max, min) of a lengths tensor, read to the host once per tensor (and in-place version): on a GPU each read
+    is a device sync."""
+    entry = _LEN_STATS_CACHE.get(id(raw))
+    if entry is not None and entry[0]() is raw and entry[1] == raw._version:
+        return entry[2]
+    if raw.dim() == 0:
+        stats = (int(raw),) * 2
+    elif raw.numel():
+        stats = tuple(torch.stack([raw.max(), raw.min()]).tolist())
+    else:
+        stats = (0, 0)
+    if len(_LEN_STATS_CACHE) > 256:  # (drop the entries of freed tensors)
+        for key in [k for k, (ref, _, _) in _LEN_STATS_CACHE.items() if ref() is None]:
+            del _LEN_STATS_CACHE[key]
+    _LEN_STATS_CACHE[id(raw)] = (weakref.ref(raw), raw._version, stats)
+    return stats
 
 
 def _dim_len(d):
@@ -112,15 +131,19 @@ def _dim_len(d):
     raw = ext.placeholder
     if not isinstance(raw, torch.Tensor):
         return int(raw) if not hasattr(raw, "max") else int(raw.max())
-    entry = _MAX_LEN_CACHE.get(id(raw))
-    if entry is not None and entry[0]() is raw:
-        return entry[1]
-    n = int(raw) if raw.dim() == 0 else (int(raw.max()) if raw.numel() else 0)
-    if len(_MAX_LEN_CACHE) > 256:  # (drop the entries of freed tensors)
-        for key in [k for k, (ref, _) in _MAX_LEN_CACHE.items() if ref() is None]:
-            del _MAX_LEN_CACHE[key]
-    _MAX_LEN_CACHE[id(raw)] = (weakref.ref(raw), n)
-    return n
+    return _len_stats(raw)[0]
+
+
+def _no_empty_seq(d):
+    """Whether all sequence lengths of dynamic dim d are > 0 (then a softmax over d, masked with -inf, gives the
+    padded frames exactly 0 and needs no mask on its output)."""
+    raw = d.dyn_size_ext.placeholder if d.dyn_size_ext is not None else None
+    if not isinstance(raw, torch.Tensor):
+        return False
+    if raw.device.type != "cpu":  # no host sync for this: only if the lengths were read already (padded length)
+        entry = _LEN_STATS_CACHE.get(id(raw))
+        return entry is not None and entry[0]() is raw and entry[1] == raw._version and entry[2][1] > 0
+    return _len_stats(raw)[1] > 0
 
 
 def _device(device=None):
@@ -154,11 +177,24 @@ def _set_sizes(d, raw, dims=None):
     d.dyn_size_ext = _new("%s:size" % d.description, dims, raw.to(torch.int32))
 
 
+_MASK_CACHE = {}  # (id(lengths), version, padded length, device) -> (weakref to lengths, bool mask)
+
+
 def _seq_mask(d, dims, x):
-    """Bool mask (True within the lengths) of dynamic dim d, aligned to broadcast against x with ``dims``."""
+    """Bool mask (True within the lengths) of dynamic dim d, aligned to broadcast against x with ``dims``; built
+    once per lengths tensor, padded length and device (the layers of a model share it)."""
     sizes, sdims = _sizes(d)
     n = x.shape[list(dims).index(d)]
-    mask = torch.arange(n, device=x.device) < _on(sizes, x.device).unsqueeze(-1)  # sdims + [d] (on x's device)
+    key = (id(sizes), sizes._version, n, x.device, torch.is_inference_mode_enabled())
+    entry = _MASK_CACHE.get(key)
+    if entry is not None and entry[0]() is sizes:
+        mask = entry[1]
+    else:
+        mask = torch.arange(n, device=x.device) < _on(sizes, x.device).unsqueeze(-1)  # sdims + [d] (on x's device)
+        if len(_MASK_CACHE) > 64:  # (drop the entries of freed lengths)
+            for k in [k for k, (ref, _) in _MASK_CACHE.items() if ref() is None]:
+                del _MASK_CACHE[k]
+        _MASK_CACHE[key] = (weakref.ref(sizes), mask)
     m = _new("mask", [s for s in sdims] + [d], mask)
     if any(s not in dims for s in sdims):
         raise FrontendError("rf at %s: the lengths of %s depend on %s, which %s does not have" % (
@@ -560,7 +596,7 @@ class TorchBackend(Backend):
         if masked:
             x = _masked(x, dims, [axis], float("-inf"))
         y = torch.softmax(x, dim=list(dims).index(axis))
-        if masked:
+        if masked and not _no_empty_seq(axis):  # (only an empty sequence gives 0/0 there)
             y = _masked(y, dims, [axis], 0.0)
         return _new("softmax", dims, y)
 
@@ -586,7 +622,11 @@ class TorchBackend(Backend):
             return _new("dot", ad[:-1] + (bd[1],), torch.matmul(xa, xb))
         if has_repeated_dim(ad) or has_repeated_dim(bd):
             return _matmul_repeated_dims(ad, bd, xa, xb, reduce)
-        out = [d for d in ad if d not in reduce] + [d for d in bd if d not in reduce and d not in ad]
+        # common dims first, then a's, then b's (as the original): the order of the batched matmul's result, so
+        # that it is no strided view (a softmax over it would copy it, a matmul with it would copy it again)
+        common = [d for d in ad if d not in reduce and d in bd]
+        out = common + [d for d in ad if d not in reduce and d not in common] + [
+            d for d in bd if d not in reduce and d not in ad]
         letters = {}
         for d in list(ad) + list(bd):
             if d not in letters:
@@ -594,6 +634,21 @@ class TorchBackend(Backend):
         eq = "%s,%s->%s" % ("".join(letters[d] for d in ad), "".join(letters[d] for d in bd),
                             "".join(letters[d] for d in out))
         return _new("dot", out, torch.einsum(eq, xa, xb))
+
+    @classmethod
+    def linear(cls, source, *, weight, bias, in_dim):
+        """rf.Linear as one F.linear (addmm: the bias add is fused, and under autocast the output stays in the autocast
+        dtype, as torch.nn.Linear's; a separate float32 bias add would promote it back to float32)."""
+        dims = source.dims
+        if has_repeated_dim(dims) or has_repeated_dim(weight.dims) or _is_dyn(in_dim) or source.sparse_dim is not None:
+            y = cls.matmul(source, weight, reduce=in_dim)
+            return y if bias is None else cls.combine(y, "add", bias)
+        out_dim = weight.dims[1] if weight.dims[0] == in_dim else weight.dims[0]
+        w = _transposed(weight, [out_dim, in_dim])  # F.linear's [out, in] layout (a view of the [in, out] param)
+        rest = [d for d in dims if d != in_dim]
+        x = _transposed(source, rest + [in_dim])
+        b = None if bias is None else bias.placeholder
+        return _new("linear", rest + [out_dim], F.linear(x, w, b))
 
     # ---- shapes ----
     @staticmethod
@@ -1004,7 +1059,7 @@ class TorchBackend(Backend):
         x = _transposed(source, [spatial_dim] + batch_like + [in_dim])
         n_time = x.shape[0]
         x = x.reshape(n_time, -1, in_dim.dimension)
-        params = [w_ih, w_hh, b, b_hh]
+        params = _cudnn_flat_lstm_params(x, w_ih, w_hh, b, out_dim.dimension) or [w_ih, w_hh, b, b_hh]
         hx = (h0.unsqueeze(0), c0.unsqueeze(0))
         if _is_dyn(spatial_dim):
             sizes, sdims = _sizes(spatial_dim)
@@ -1134,6 +1189,41 @@ def _matmul_repeated_dims(ad, bd, xa, xb, reduce):
             out_letters.append(lb[j])
     eq = "%s,%s->%s" % ("".join(la), "".join(lb), "".join(out_letters))
     return _new("dot", out, torch.einsum(eq, xa, xb))
+
+
+def _cudnn_flat_lstm_params(x, w_ih, w_hh, b, hidden):
+    """[w_ih, w_hh, b_ih, b_hh (zeros)] as views of one buffer, as torch.nn.LSTM.flatten_parameters() makes them
+    (the params' storage moves into it once): else cuDNN copies the weights into a buffer at every call. None where
+    cuDNN is not used, under autocast (it casts the weights: copies anyway) or where the params are not plain
+    leaves."""
+    if not (x.is_cuda and w_ih.is_cuda) or torch.is_autocast_enabled("cuda"):
+        return None
+    if not all(p.is_leaf and p.dtype == x.dtype and p.is_contiguous() for p in (w_ih, w_hh, b)):
+        return None
+    key = (w_ih.data_ptr(), w_hh.data_ptr(), b.data_ptr())
+    if len(set(key)) != 3:  # (shared params: the copying path, as torch.nn.LSTM)
+        return None
+    state = getattr(w_ih, "_rf_cudnn_flat", None)  # (data ptrs after flattening, b_hh) or False (could not)
+    if state is False:
+        return None
+    if state is not None and state[0] == key and state[1].device == b.device:
+        return [w_ih, w_hh, b, state[1]]
+    if not (torch.backends.cudnn.is_acceptable(x) and torch._use_cudnn_rnn_flatten_weight()):
+        return None
+    # flattened copies, then swapped in by ``.data`` (no in-place op on the params: tensors of this step's graph that
+    # saved them stay valid, with the same values)
+    flat = [w_ih.detach().clone(), w_hh.detach().clone(), b.detach().clone(), torch.zeros_like(b.detach())]
+    try:
+        from torch.backends.cudnn.rnn import get_cudnn_mode
+
+        with torch.no_grad(), torch.cuda.device_of(w_ih):
+            torch._cudnn_rnn_flatten_weight(flat, 4, w_ih.shape[1], get_cudnn_mode("LSTM"), hidden, 0, 1, False, False)
+        w_ih.data, w_hh.data, b.data = flat[0], flat[1], flat[2]
+    except (RuntimeError, AttributeError):  # (then the copying path, as before)
+        w_ih._rf_cudnn_flat = False
+        return None
+    w_ih._rf_cudnn_flat = ((w_ih.data_ptr(), w_hh.data_ptr(), b.data_ptr()), flat[3])
+    return [w_ih, w_hh, b, flat[3]]
 
 
 def _scan_cond(*, spatial_dim, initial, ys, body, cond, cond_dims, cond_before_body, max_seq_len):
