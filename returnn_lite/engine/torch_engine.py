@@ -32,15 +32,18 @@ import contextlib
 import inspect
 import json
 import os
+import tempfile
+import zipfile
+import zlib
 
 import numpy
 import torch
 
-from ..util import atomic_write
 from .backend import EngineBackend, EngineError, ForwardOutput
+from .checks import check_dataset_matches_extern_data, check_feed_value, first_line
 from .checkpoints import checkpoint_exists, get_existing_models, remove_stale_temp_files
 
-__all__ = ["TorchBackend", "select_device", "parse_torch_amp"]
+__all__ = ["TorchBackend", "select_device", "parse_torch_amp", "save_pt_atomically", "load_pt"]
 
 _SUFFIX = ".pt"
 _AMP_DTYPES = {"bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
@@ -156,6 +159,88 @@ def _register_config_module(config):
     module.__dict__.update({k: v for k, v in config.typed_dict.items() if k != "__builtins__"})
     module._returnn_lite_config_standin = True
     sys.modules[name] = module
+
+
+def save_pt_atomically(state, path):
+    """``torch.save`` all or nothing: a temp file in the same directory, flushed and fsynced, renamed onto ``path``,
+    then the directory fsynced (the rename survives a crash). A failed or killed save leaves the previous file
+    and at most a temp file ``.<name>.*.tmp`` (removed on error, and by the next run's stale-file cleanup)."""
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".%s." % os.path.basename(path), suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(state, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+    _fsync_dir(directory)
+
+
+def _fsync_dir(directory):
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:  # e.g. a platform without directory fds
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _corrupt_zip_member(path):
+    """The first member of the ``.pt`` zip whose data does not match its CRC (torch.load does not check them),
+    or None. Files that are no zip (torch's legacy format) or were written without CRCs are not checked."""
+    try:
+        with zipfile.ZipFile(path) as zf:
+            infos = zf.infolist()
+            if not any(i.CRC for i in infos if i.file_size):
+                return None
+            return zf.testzip()
+    except zipfile.BadZipFile as exc:
+        return "(%s)" % exc
+    except (OSError, EOFError, ValueError, zlib.error) as exc:
+        return "(%s: %s)" % (type(exc).__name__, exc)
+
+
+def load_pt(path, device, what):
+    """``torch.load`` of a ``.pt`` onto ``device`` (tensors saved on another device are mapped there); a truncated
+    or corrupt file is one EngineError starting with ``what``."""
+    if not os.path.exists(path):
+        raise EngineError("%s: file not found" % what)
+    try:
+        is_zip = zipfile.is_zipfile(path)
+    except OSError:
+        is_zip = False
+    bad = _corrupt_zip_member(path) if is_zip else None
+    if bad is not None:
+        raise EngineError("%s: checkpoint file truncated or corrupt (member %s fails its CRC check)" % (what, bad))
+    try:
+        return torch.load(path, map_location=device, weights_only=False)
+    except Exception as exc:  # e.g. a truncated file, an unknown device type
+        raise EngineError("%s: checkpoint file truncated or corrupt (%s: %s)" % (
+            what, type(exc).__name__, first_line(exc))) from None
+
+
+def check_state_dict_tensors(values, what):
+    """Params without data (saved from the 'meta' device, e.g. a model built with ``torch.device("meta")``)."""
+    if not isinstance(values, dict):
+        return
+    empty = sorted(k for k, v in values.items() if isinstance(v, torch.Tensor) and v.is_meta)
+    if empty:
+        raise EngineError("%s: params %s are on the 'meta' device (saved without data); save the checkpoint from "
+                          "a model with real params" % (what, empty[:4] + (["..."] if len(empty) > 4 else [])))
+
+
+def _state_dict_error_text(exc):
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return lines[1] if len(lines) > 1 and lines[0].startswith("Error(s) in loading state_dict") else first_line(exc)
 
 
 class _StepModule(torch.nn.Module):
@@ -323,20 +408,29 @@ class TorchBackend(EngineBackend):
         return True  # train_step marks them; a step without one is an error
 
     def check_dataset(self, dataset):
+        """Before the first step: keys, sparse vs dense, dims and label range (the TF engine's check)."""
         super().check_dataset(dataset)
+        check_dataset_matches_extern_data(dataset, self._extern_data_view(), self.data_keys, EngineError)
+
+    def _extern_data_view(self):
+        """The extern data as the TF checks (engine/checks.py) read them: a "network" without layers."""
+        from types import SimpleNamespace
+
+        data = self.extern_data.data
+        view = SimpleNamespace(has_data=lambda key: key in data, get_data=lambda key: data[key],
+                               default_input="data")
+        return SimpleNamespace(extern_data=view, layers={})
+
+    def _check_batch(self, arrays, dataset_name):
+        """Per batch (numpy, cheap): shape, label range of sparse data, finite dense values; names the seq."""
+        network = self._extern_data_view()
         for key in self.data_keys:
             t = self.extern_data.data[key]
-            sparse = dataset.is_data_sparse(key)
-            if sparse != (t.sparse_dim is not None):
-                raise EngineError("dataset %r key %r is %s, extern_data %r is %s" % (
-                    dataset.name, key, "sparse" if sparse else "dense", key,
-                    "sparse" if t.sparse_dim is not None else "dense"))
-            want = t.sparse_dim.dimension if t.sparse_dim is not None else (
-                t.dims[-1].dimension if t.dims and t.dims[-1].dimension is not None and len(t.dims) > 2 else None)
-            have = dataset.get_data_dim(key)
-            if want is not None and have is not None and want != have:
-                raise EngineError("dataset %r key %r has dim %s, extern_data %r has dim %s" % (
-                    dataset.name, key, have, key, want))
+            value = arrays.data[key]
+            if value.ndim == len(t.dims) + 1 and value.shape[1] == 1:
+                value = value[:, 0]
+            check_feed_value(t, value, arrays.seq_lens.get(key), key, dataset_name, network, arrays.seq_tags,
+                             EngineError)
 
     # ---- data
 
@@ -438,6 +532,7 @@ class TorchBackend(EngineBackend):
         return _results_dict(keys, stacked.cpu().tolist())
 
     def train_step(self, arrays, *, dataset_name, step, epoch, epoch_step, learning_rate, have_next=None):
+        self._check_batch(arrays, dataset_name)
         try:
             return self._train_step(arrays, epoch, learning_rate, have_next)
         except torch.OutOfMemoryError:
@@ -511,6 +606,7 @@ class TorchBackend(EngineBackend):
         self.optimizer.zero_grad(set_to_none=True)
 
     def eval_step(self, arrays, *, dataset_name, step, epoch):
+        self._check_batch(arrays, dataset_name)
         try:
             return self._eval_step(arrays, epoch)
         except torch.OutOfMemoryError:
@@ -594,30 +690,31 @@ class TorchBackend(EngineBackend):
         state = {"model": self.pt_module.state_dict(), "global_step": self.global_step,
                  "optimizer": self.optimizer.state_dict() if self.optimizer is not None else None,
                  "grad_scaler": self.grad_scaler.state_dict() if self.grad_scaler is not None else None}
-        atomic_write(filename + _SUFFIX, lambda f: torch.save(state, f), binary=True)
+        save_pt_atomically(state, filename + _SUFFIX)
 
     def load_checkpoint(self, filename, load_extra):
         path = filename + _SUFFIX
-        try:
-            state = torch.load(path, map_location=self.device, weights_only=False)
-        except Exception as exc:  # e.g. a truncated file
-            raise EngineError("cannot load model %r: checkpoint file truncated or corrupt (%s: %s)" % (
-                path, type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")) from None
+        state = load_pt(path, self.device, "cannot load model %r" % path)
         if not isinstance(state, dict) or "model" not in state:
             raise EngineError("cannot load model %r: not a returnn_lite torch checkpoint (no 'model' entry)" % path)
+        check_state_dict_tensors(state["model"], "cannot load model %r" % path)
         try:
             missing, unexpected = self.pt_module.load_state_dict(state["model"], strict=False)
         except RuntimeError as exc:  # shape mismatch
-            raise EngineError("cannot load model %r: %s" % (path, str(exc).splitlines()[0])) from None
+            raise EngineError("cannot load model %r: %s" % (path, _state_dict_error_text(exc))) from None
         if missing or unexpected:
             raise EngineError("cannot load model %r: checkpoint does not match the model: missing params %s, "
                               "unknown params %s" % (path, sorted(missing), sorted(unexpected)))
         if load_extra:
             self.global_step = int(state.get("global_step", 0))
-            if self.optimizer is not None and state.get("optimizer"):
-                self.optimizer.load_state_dict(state["optimizer"])
-            if self.grad_scaler is not None and state.get("grad_scaler"):
-                self.grad_scaler.load_state_dict(state["grad_scaler"])
+            try:
+                if self.optimizer is not None and state.get("optimizer"):
+                    self.optimizer.load_state_dict(state["optimizer"])
+                if self.grad_scaler is not None and state.get("grad_scaler"):
+                    self.grad_scaler.load_state_dict(state["grad_scaler"])
+            except (ValueError, KeyError, RuntimeError, TypeError) as exc:
+                raise EngineError("cannot load model %r: its optimizer state does not fit the optimizer (%s: %s)" % (
+                    path, type(exc).__name__, first_line(exc))) from None
 
     def preload_from_files(self, training, fresh_train):
         from .torch_optim import preload_from_files

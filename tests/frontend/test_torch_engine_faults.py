@@ -1,0 +1,225 @@
+"""
+The torch engine keeps the TF engine's promises (tests/test_cli_faults.py) on the rf 12AX config with
+``++backend torch``: each injected fault ends with exit status 1, exactly one ``rnn.py: error: ...`` line naming
+the file / step / loss / key, no traceback, and the files saved before are unchanged (checksums). kill -9 at five
+points (a step, the ``.pt`` write, before its rename, between the checkpoint and the learning-rate file, the dev
+eval) resumes to the uninterrupted run's scores and params.
+"""
+
+import errno
+import hashlib
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import zipfile
+
+import numpy
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from returnn_lite.__main__ import main  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_TRAIN = ["++backend", "torch", "++train", "{'class': 'Task12AXDataset', 'num_seqs': 40}",
+          "++dev", "{'class': 'Task12AXDataset', 'num_seqs': 10, 'fixed_random_seed': 1}", "++num_epochs", "1",
+          "++log_verbosity", "4"]
+
+
+def _argv(out, *extra):
+    config = os.path.join(ROOT, "configs", "12ax_rf_lstm.config")
+    return [config, "++model", str(out / "model"), "++learning_rate_file", str(out / "model.learning_rates")] + \
+        _TRAIN + list(extra)
+
+
+def _checksums(directory):
+    if not directory.exists():
+        return {}
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(directory.iterdir()) if p.is_file()}
+
+
+def _fails_cleanly(capsys, argv, *fragments):
+    """Exit status 1, exactly one 'rnn.py: error:' line (containing fragments), no traceback."""
+    status = main(argv)
+    captured = capsys.readouterr()
+    err = captured.err
+    assert status == 1, (status, err)
+    lines = [line for line in err.splitlines() if line.startswith("rnn.py: error:")]
+    assert len(lines) == 1, err
+    assert "Traceback" not in err, err
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+    return lines[0], captured.out
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """One epoch trained (in-process), shared: tests copy its directory."""
+    out = tmp_path_factory.mktemp("trained") / "out"
+    assert main(_argv(out)) == 0
+    return out
+
+
+@pytest.fixture
+def out(trained, tmp_path):
+    copy = tmp_path / "out"
+    shutil.copytree(str(trained), str(copy))
+    return copy
+
+
+def _dev_score(stdout):
+    return re.search(r"dev: score ([\d.e+-]+)", stdout).group(1)
+
+
+def test_corrupt_pt_on_resume_load_and_preload_names_the_file(out, tmp_path, capsys):
+    good = (out / "model.001.pt").read_bytes()
+    pt = out / "model.001.pt"
+    preload = "{'x': {'filename': %r}}" % str(pt)
+    cases = [("truncated", good[:len(good) // 2])]
+    for seed in range(3):  # random bytes inside (the tensor data too: torch.load alone does not notice those)
+        rng = numpy.random.RandomState(seed)
+        data = bytearray(good)
+        for offset in rng.randint(0, len(data) - 16, 2):
+            data[offset:offset + 16] = rng.bytes(16)
+        cases.append(("random bytes %i" % seed, bytes(data)))
+    for what, data in cases:
+        pt.write_bytes(data)
+        before = _checksums(out)
+        for extra in (["++num_epochs", "2"], ["++task", "eval", "++load", str(out / "model.001")]):
+            line, _ = _fails_cleanly(capsys, _argv(out, *extra), "cannot load model %r" % str(pt))
+            assert "truncated or corrupt" in line, (what, line)
+        line, _ = _fails_cleanly(capsys, _argv(tmp_path / "fresh", "++preload_from_files", preload.replace(
+            "'x': {", "'x': {'init_for_train': True, ")), "preload_from_files 'x'", str(pt), "truncated or corrupt")
+        assert _checksums(out) == before, what
+    assert not (tmp_path / "fresh").exists() or not list((tmp_path / "fresh").glob("model.*"))
+
+
+def _resave(src, dst, location=None, to_meta=False):
+    """``src`` saved again as if on another device: the storages tagged ``location``, or the params on 'meta'."""
+    import torch.serialization
+
+    state = torch.load(str(src), weights_only=False)
+    if to_meta:
+        state["model"] = {k: v.to("meta") for k, v in state["model"].items()}
+    real = torch.serialization.location_tag
+    if location:
+        torch.serialization.location_tag = lambda storage: location
+    try:
+        torch.save(state, str(dst))
+    finally:
+        torch.serialization.location_tag = real
+    if location:
+        with zipfile.ZipFile(str(dst)) as zf:
+            assert location.encode() in zf.read(next(n for n in zf.namelist() if n.endswith("data.pkl")))
+
+
+def test_pt_from_another_device_loads_and_a_meta_pt_names_the_file(out, tmp_path, capsys):
+    assert main(_argv(out, "++task", "eval", "++load", str(out / "model.001"))) == 0
+    reference = _dev_score(capsys.readouterr().out)
+    gpu = tmp_path / "gpu.001.pt"  # written on a GPU (storages tagged cuda:5): mapped onto this device
+    _resave(out / "model.001.pt", gpu, location="cuda:5")
+    assert main(_argv(out, "++task", "eval", "++load", str(gpu))) == 0
+    assert _dev_score(capsys.readouterr().out) == reference
+    meta = tmp_path / "meta.001.pt"  # params without data
+    _resave(out / "model.001.pt", meta, to_meta=True)
+    before = _checksums(out)
+    _fails_cleanly(capsys, _argv(out, "++task", "eval", "++load", str(meta)), "cannot load model %r" % str(meta),
+                   "'meta' device", "lstm.")
+    _fails_cleanly(capsys, _argv(tmp_path / "fresh", "++preload_from_files",
+                                 "{'m': {'filename': %r, 'init_for_train': True}}" % str(meta)),
+                   "preload_from_files 'm'", str(meta), "'meta' device")
+    not_ours = tmp_path / "plain.001.pt"  # another program's file: a bare list
+    torch.save([1, 2, 3], str(not_ours))
+    _fails_cleanly(capsys, _argv(out, "++task", "eval", "++load", str(not_ours)), str(not_ours),
+                   "not a returnn_lite torch checkpoint")
+    assert _checksums(out) == before
+
+
+def test_disk_full_while_saving_keeps_previous_files(out, capsys, monkeypatch):
+    before = _checksums(out)
+    real_save = torch.save
+
+    def full_disk_save(obj, f, *args, **kwargs):
+        f.write(b"\0" * 100)  # a partly written file, then ENOSPC
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(torch, "save", full_disk_save)
+    line, stdout = _fails_cleanly(capsys, _argv(out, "++num_epochs", "2"), "epoch 2", "saving checkpoint",
+                                  "model.002", "No space left on device", "model.001", "unchanged")
+    assert "epoch 2 score" in stdout
+    assert _checksums(out) == before  # no model.002.pt, no temp file, learning-rate file unchanged
+
+    monkeypatch.setattr(torch, "save", real_save)  # the learning-rate file cannot be written: no model.002 either
+    from returnn_lite.engine import learning_rate_control
+
+    def full_disk_write(filename, text):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(learning_rate_control, "atomic_write_text", full_disk_write)
+    _fails_cleanly(capsys, _argv(out, "++num_epochs", "2"), "learning-rate file", "No space left on device")
+    assert _checksums(out) == before
+
+
+def test_non_finite_loss_names_the_step_and_the_loss(out, capsys, monkeypatch):
+    from returnn_lite.engine import torch_engine
+
+    real = torch_engine._collect_losses
+    calls = []
+
+    def collect():
+        total, items = real()
+        calls.append(1)
+        if len(calls) == 3:  # epoch 2, step 2 (epoch 1 is done)
+            items = [(key, summed * float("nan") if key == "cost:ce" else summed, inv) for key, summed, inv in items]
+        return total, items
+
+    monkeypatch.setattr(torch_engine, "_collect_losses", collect)
+    before = _checksums(out)
+    line, stdout = _fails_cleanly(capsys, _argv(out, "++num_epochs", "2"), "non-finite training loss",
+                                  "epoch 2, step 2", "cost:ce=nan", "Nothing was saved")
+    assert "Resume training after epoch 1" in stdout
+    assert _checksums(out) == before
+
+
+def _write_hdf(path, dim=9, sparse_data=False, label_offset=0, n=8, nan_seq=None):
+    from returnn_lite.datasets import SimpleHDFWriter, Task12AXDataset
+
+    src = Task12AXDataset(num_seqs=n, fixed_random_seed=5)
+    src.init_seq_order(epoch=1)
+    writer = SimpleHDFWriter(str(path), dim=9 if sparse_data else dim, ndim=1 if sparse_data else 2)
+    for i in range(n):
+        data, classes = src.get_data(i, "data")[:, :dim], src.get_data(i, "classes")
+        if sparse_data:
+            data = data.argmax(-1).astype("int32")
+        elif i == nan_seq:
+            data = data.copy()
+            data[1, 0] = numpy.nan
+        writer.insert_batch(data[None], [len(data)], ["seq-%i" % i], extra={"classes": (classes + label_offset)[None]})
+    writer.close()
+    return str(path)
+
+
+def _hdf_train(path):
+    return ["++train", "{'class': 'HDFDataset', 'files': [%r]}" % path, "++dev", ""]
+
+
+def test_dataset_mismatches_are_found_before_the_first_step(tmp_path, capsys):
+    out = tmp_path / "out"
+    line, stdout = _fails_cleanly(capsys, _argv(out, *_hdf_train(_write_hdf(tmp_path / "dim5.hdf", dim=5))),
+                                  "dataset 'train'", "'data'", "feature dim 5", "dim 9")
+    assert "start epoch" not in stdout
+    _fails_cleanly(capsys, _argv(out, *_hdf_train(_write_hdf(tmp_path / "sparse.hdf", sparse_data=True))),
+                   "dataset 'train'", "'data'", "sparse", "dense")
+    _fails_cleanly(capsys, _argv(out, *_hdf_train(_write_hdf(tmp_path / "labels.hdf", label_offset=3))),
+                   "dataset 'train'", "'classes'", "has only 2 classes")
+    # a dataset that declares 2 classes but has the label 5 in one seq: found in the batch, names the seq
+    train = repr({"class": "StaticDataset", "output_dim": {"data": [9, 2], "classes": [2, 1]}, "data": [
+        {"data": [[0.5] * 9] * 4, "classes": [0, 1, 0, 1]}, {"data": [[0.5] * 9] * 3, "classes": [1, 5, 0]}]})
+    _fails_cleanly(capsys, _argv(out, "++train", train, "++dev", ""),
+                   "dataset 'train' key 'classes'", "label 5 out of range [0, 2)", "seq-1")
+    _fails_cleanly(capsys, _argv(out, *_hdf_train(_write_hdf(tmp_path / "nan.hdf", nan_seq=2))),
+                   "dataset 'train' key 'data'", "non-finite", "seq-2")
+    assert not out.exists() or not list(out.glob("model.*"))
