@@ -223,3 +223,130 @@ def test_dataset_mismatches_are_found_before_the_first_step(tmp_path, capsys):
     _fails_cleanly(capsys, _argv(out, *_hdf_train(_write_hdf(tmp_path / "nan.hdf", nan_seq=2))),
                    "dataset 'train' key 'data'", "non-finite", "seq-2")
     assert not out.exists() or not list(out.glob("model.*"))
+
+
+# Runs rnn.py's main with a kill -9 (SIGKILL to itself) at a named point of a named epoch.
+_KILL_DRIVER = r'''
+import io
+import os
+import signal
+import sys
+
+import torch
+
+from returnn_lite.__main__ import main
+from returnn_lite.engine import engine as engine_module, torch_engine
+
+point, at_epoch = os.environ["KILL_POINT"], int(os.environ.get("KILL_EPOCH", "0"))
+now = {"epoch": 0, "steps": 0}
+
+
+def kill_here(armed=True):
+    if armed and now["epoch"] == at_epoch:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+real_train_epoch = engine_module.Engine.train_epoch
+
+
+def train_epoch(self, epoch, final_epoch):
+    now["epoch"], now["steps"] = epoch, 0
+    return real_train_epoch(self, epoch, final_epoch)
+
+
+engine_module.Engine.train_epoch = train_epoch
+if point == "step":  # in the 3rd train step
+    real_forward = torch_engine._StepModule.forward
+
+    def forward(self, *args):
+        now["steps"] += 1
+        kill_here(now["steps"] == 3)
+        return real_forward(self, *args)
+
+    torch_engine._StepModule.forward = forward
+elif point == "pt_write":  # half of the .pt temp file written
+    real_save = torch.save
+
+    def save(obj, f, *args, **kwargs):
+        buf = io.BytesIO()
+        real_save(obj, buf, *args, **kwargs)
+        f.write(buf.getvalue()[:len(buf.getvalue()) // 2])
+        f.flush()
+        kill_here()
+
+    torch.save = save
+elif point == "before_rename":  # the .pt temp file complete, not yet renamed
+    real_replace = os.replace
+
+    def replace(src, dst):
+        kill_here(dst.endswith(".pt"))
+        return real_replace(src, dst)
+
+    os.replace = replace
+elif point == "before_lr_file":  # the checkpoint in place, the learning-rate file not yet
+    real_commit = engine_module.commit_pending_file
+
+    def commit(pending):
+        kill_here()
+        return real_commit(pending)
+
+    engine_module.commit_pending_file = commit
+elif point == "dev_eval":
+    real_eval = torch_engine.TorchBackend.eval_step
+
+    def eval_step(self, *args, **kwargs):
+        kill_here()
+        return real_eval(self, *args, **kwargs)
+
+    torch_engine.TorchBackend.eval_step = eval_step
+sys.exit(main(sys.argv[1:]))
+'''
+
+
+def _run_killed_at(driver, out, point, epoch, num_epochs):
+    argv = _argv(out, "++num_epochs", str(num_epochs), "++train", "{'class': 'Task12AXDataset', 'num_seqs': 60}")
+    env = dict(os.environ, PYTHONPATH=ROOT, KILL_POINT=point, KILL_EPOCH=str(epoch), TF_CPP_MIN_LOG_LEVEL="2")
+    proc = subprocess.run([sys.executable, str(driver)] + argv, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=300)
+    return proc
+
+
+def _params(path):
+    return torch.load(str(path), weights_only=False)["model"]
+
+
+def test_kill9_at_five_points_resumes_to_identical_scores(tmp_path):
+    driver = tmp_path / "driver.py"
+    driver.write_text(_KILL_DRIVER)
+    ref, out = tmp_path / "ref", tmp_path / "out"
+    proc = _run_killed_at(driver, ref, "none", 0, 3)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    reference_scores = re.findall(r"^epoch \d+ score: .*$", proc.stdout, re.M)
+    assert len(reference_scores) == 3
+    checkpoints = lambda: sorted(p.name for p in out.glob("model.*.pt"))  # noqa: E731
+    for point, epoch, saved_after in [("step", 1, []), ("pt_write", 1, []), ("before_rename", 1, []),
+                                      ("before_lr_file", 1, ["model.001.pt"]), ("dev_eval", 2, ["model.001.pt"])]:
+        before = {k: v for k, v in _checksums(out).items() if re.match(r"^model\.\d{3}\.pt$", k)}
+        proc = _run_killed_at(driver, out, point, epoch, 3)
+        assert proc.returncode == -signal.SIGKILL, (point, proc.returncode, proc.stdout[-3000:])
+        assert checkpoints() == saved_after, (point, checkpoints())
+        after = _checksums(out)
+        assert all(after.get(k) == v for k, v in before.items()), point  # saved files unchanged
+        if point in ("pt_write", "before_rename"):
+            assert [p.name for p in out.iterdir() if p.name.endswith(".tmp")], point  # the killed save's temp file
+        if point == "before_lr_file":
+            assert not (out / "model.learning_rates").exists()  # pending: completed on resume
+        if point == "dev_eval":  # the run after "before_lr_file" completed its learning-rate file
+            assert "completed the learning-rate file" in proc.stdout and "Resume training after epoch 1" in proc.stdout
+    proc = _run_killed_at(driver, out, "none", 0, 3)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert "Resume training after epoch 1" in proc.stdout and "start epoch 1 " not in proc.stdout
+    assert "completed the learning-rate file" not in proc.stdout  # (done by the run killed in its dev eval)
+    resumed_scores = re.findall(r"^epoch \d+ score: .*$", proc.stdout, re.M)
+    strip = lambda lines: [re.sub(r" elapsed: \S+", "", line) for line in lines]  # noqa: E731
+    assert strip(resumed_scores) == strip(reference_scores[1:])
+    assert (out / "model.learning_rates").read_text() == (ref / "model.learning_rates").read_text()
+    for epoch in (1, 2, 3):
+        a, b = _params(out / ("model.%03d.pt" % epoch)), _params(ref / ("model.%03d.pt" % epoch))
+        assert sorted(a) == sorted(b) and all(torch.equal(a[k], b[k]) for k in a), epoch
+    assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in ref.iterdir())  # no temp files left
