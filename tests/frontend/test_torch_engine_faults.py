@@ -350,3 +350,72 @@ def test_kill9_at_five_points_resumes_to_identical_scores(tmp_path):
         a, b = _params(out / ("model.%03d.pt" % epoch)), _params(ref / ("model.%03d.pt" % epoch))
         assert sorted(a) == sorted(b) and all(torch.equal(a[k], b[k]) for k in a), epoch
     assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in ref.iterdir())  # no temp files left
+
+
+def test_torch_oom_retry_splits_an_out_of_memory_batch(tmp_path, capsys, monkeypatch):
+    from returnn_lite.engine import torch_engine
+
+    assert main(_argv(tmp_path / "plain")) == 0
+    plain = capsys.readouterr().out
+    limit = {"seqs": 5}  # "memory" for at most this many seqs: train forward, backward, eval all run out above it
+    real_forward, real_eval, real_backward = (torch_engine._StepModule.forward, torch_engine.TorchBackend._eval_items,
+                                              torch.Tensor.backward)
+    seen = {"backward": 0}
+
+    def forward(self, step_func, extern_data):
+        if extern_data["data"].raw_tensor.shape[0] > limit["seqs"] + 1:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+        return real_forward(self, step_func, extern_data)
+
+    def backward(self, *args, **kwargs):  # batches of limit + 1 seqs pass the forward, not the backward
+        seen["backward"] += 1
+        if self.grad_fn is not None and seen.get("seqs", 0) > limit["seqs"]:
+            raise torch.OutOfMemoryError("CUDA out of memory (backward)")
+        return real_backward(self, *args, **kwargs)
+
+    real_set = torch_engine.TorchBackend._set_extern_data
+
+    def set_extern_data(self, arrays):
+        seen["seqs"] = arrays.num_seqs
+        return real_set(self, arrays)
+
+    def eval_items(self, arrays, epoch, step_func):
+        if arrays.num_seqs > limit["seqs"]:
+            raise torch.OutOfMemoryError("CUDA out of memory (eval)")
+        return real_eval(self, arrays, epoch, step_func)
+
+    monkeypatch.setattr(torch_engine._StepModule, "forward", forward)
+    monkeypatch.setattr(torch.Tensor, "backward", backward)
+    monkeypatch.setattr(torch_engine.TorchBackend, "_set_extern_data", set_extern_data)
+    monkeypatch.setattr(torch_engine.TorchBackend, "_eval_items", eval_items)
+    # without the option: one line naming the step and the batch
+    _fails_cleanly(capsys, _argv(tmp_path / "no_retry"), "train step 0 of dataset 'train': out of memory on cpu "
+                   "with a batch of 10 seqs x")
+    assert main(_argv(tmp_path / "retry", "++torch_oom_retry", "True")) == 0
+    retried = capsys.readouterr().out
+    retries = re.findall(r"^(train|eval) step (\d+) of dataset '(\w+)': out of memory with a batch of (\d+) seqs x "
+                         r"\d+ frames; retrying it as (\d+) \+ (\d+) seqs \(torch_oom_retry\)$", retried, re.M)
+    assert [r[0] for r in retries].count("eval") == 1 and [r[0] for r in retries].count("train") == 4, retries
+    assert ("train", "0", "train", "10", "5", "5") in retries
+    score = lambda text: [float(x) for x in re.search(  # noqa: E731
+        r"epoch 1 score: ([\d.e+-]+) error: ([\d.e+-]+) .*dev: score ([\d.e+-]+) error ([\d.e+-]+)", text).groups()]
+    assert score(retried) == pytest.approx(score(plain), rel=1e-5)  # the same training, in halves
+    a, b = (torch.load(str(tmp_path / d / "model.001.pt"), weights_only=False) for d in ("plain", "retry"))
+    assert a["global_step"] == b["global_step"] == 4  # one update per batch
+    assert all(torch.allclose(a["model"][k], b["model"][k], atol=1e-5) for k in a["model"])
+    limit["seqs"] = 3  # halves that still run out of memory are split again
+    assert main(_argv(tmp_path / "deeper", "++torch_oom_retry", "True")) == 0
+    assert "retrying it as 2 + 3 seqs" in capsys.readouterr().out
+    # a backward out of memory: retried while the params had no gradients (the first half), not after (the
+    # second half's backward already added to the first half's gradients)
+    limit["seqs"] = 4
+    line, stdout = _fails_cleanly(capsys, _argv(tmp_path / "backward", "++torch_oom_retry", "True"),
+                                  "train step 0 of dataset 'train'", "with a batch of 5 seqs",
+                                  "not split: its backward pass ran out of memory after adding to the gradients")
+    assert "retrying it as 2 + 3 seqs" in stdout and seen["backward"] >= 3
+    limit["seqs"] = 0
+    _fails_cleanly(capsys, _argv(tmp_path / "single", "++torch_oom_retry", "True"), "train step 0 of dataset 'train'",
+                   "with a batch of 1 seqs", "(torch_oom_retry: a single seq)")
+    for value, msg in [("'yes'", "torch_oom_retry 'yes': expected True or False"),
+                       ("True ++torch_distributed {}", "torch_oom_retry: not with torch_distributed")]:
+        _fails_cleanly(capsys, _argv(tmp_path / "bad", "++torch_oom_retry", *value.split(" ")), msg)
