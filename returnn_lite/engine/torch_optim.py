@@ -9,6 +9,7 @@ import torch
 
 from .backend import EngineError
 from .checkpoints import normalize_checkpoint_name
+from .torch_checkpoint import check_state_dict_tensors, load_pt
 
 __all__ = ["make_optimizer", "process_gradients", "preload_from_files"]
 
@@ -105,8 +106,6 @@ def preload_from_files(backend, training, fresh_train):
         elif training:
             continue
         path = normalize_checkpoint_name(opts["filename"]) + ".pt"
-        from .torch_engine import check_state_dict_tensors, load_pt
-
         state = load_pt(path, backend.device, "preload_from_files %r: cannot read %r" % (name, path))
         values = state.get("model", state) if isinstance(state, dict) else None
         if not isinstance(values, dict):
