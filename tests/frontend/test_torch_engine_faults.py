@@ -184,6 +184,22 @@ def test_non_finite_loss_names_the_step_and_the_loss(out, capsys, monkeypatch):
     assert _checksums(out) == before
 
 
+def test_model_dir_not_writable_checked_before_training(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("a file where the model directory should be")
+    argv = _argv(blocker / "sub")
+    line, stdout = _fails_cleanly(capsys, argv, "model", str(blocker / "sub"), "not writable", "nothing was trained")
+    assert "start epoch" not in stdout
+
+
+def test_learning_rate_override_on_resume_notice(out, capsys):
+    assert main(_argv(out, "++num_epochs", "2", "++learning_rate", "0.05")) == 0
+    stdout = capsys.readouterr().out
+    notices = [line for line in stdout.splitlines() if line.startswith("notice:")]
+    assert len(notices) == 1 and "++learning_rate 0.05 is not used" in notices[0], stdout
+    assert re.search(r"start epoch 2 with learning rate 0.01\b", stdout)
+
+
 def _write_hdf(path, dim=9, sparse_data=False, label_offset=0, n=8, nan_seq=None):
     from returnn_lite.datasets import SimpleHDFWriter, Task12AXDataset
 
