@@ -572,8 +572,8 @@ class TorchBackend(EngineBackend):
             if arrays.num_seqs < 2 or (self._backward_started and grads_before):
                 raise EngineError(self._out_of_memory_text(arrays, self._oom_where) + (
                     " (torch_oom_retry: a single seq)" if arrays.num_seqs < 2 else
-                    " (torch_oom_retry: not split: its backward pass ran out of memory after adding to the gradients of "
-                    "an earlier half or step)")) from None
+                    " (torch_oom_retry: not split: its backward pass ran out of memory after adding to the gradients "
+                    "of an earlier half or step)")) from None
             if self._backward_started and self.optimizer is not None:
                 self.optimizer.zero_grad(set_to_none=True)  # no gradients before: drop the partial ones
             if self.device.type == "cuda":
