@@ -435,3 +435,25 @@ def test_torch_oom_retry_splits_an_out_of_memory_batch(tmp_path, capsys, monkeyp
     for value, msg in [("'yes'", "torch_oom_retry 'yes': expected True or False"),
                        ("True ++torch_distributed {}", "torch_oom_retry: not with torch_distributed")]:
         _fails_cleanly(capsys, _argv(tmp_path / "bad", "++torch_oom_retry", *value.split(" ")), msg)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_real_cuda_out_of_memory_one_line_and_torch_oom_retry(tmp_path, capsys, monkeypatch):
+    from returnn_lite.engine import torch_engine
+
+    real_forward = torch_engine._StepModule.forward
+    per_seq = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory // 8
+
+    def forward(self, step_func, extern_data):  # 1/8 of the GPU's memory per seq: 10 seqs do not fit, 5 do
+        block = torch.empty(extern_data["data"].raw_tensor.shape[0] * per_seq, dtype=torch.uint8, device="cuda")
+        del block
+        return real_forward(self, step_func, extern_data)
+
+    monkeypatch.setattr(torch_engine._StepModule, "forward", forward)
+    _fails_cleanly(capsys, _argv(tmp_path / "no_retry", "++device", "gpu"), "train step 0 of dataset 'train': out of "
+                   "memory on cuda", "with a batch of 10 seqs x", "peak", "GiB of", "lower batch_size or max_seqs")
+    assert main(_argv(tmp_path / "retry", "++device", "gpu", "++torch_oom_retry", "True")) == 0
+    stdout = capsys.readouterr().out
+    assert len(re.findall(r"^train step \d+ of dataset 'train': out of memory with a batch of 10 seqs x \d+ frames; "
+                          r"retrying it as 5 \+ 5 seqs \(torch_oom_retry\)$", stdout, re.M)) == 4, stdout
+    assert torch.load(str(tmp_path / "retry" / "model.001.pt"), weights_only=False)["global_step"] == 4
