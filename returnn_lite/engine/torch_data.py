@@ -19,7 +19,7 @@ import torch
 from ..datasets import batch_to_arrays
 from ..datasets.prefetch import prefetch
 
-__all__ = ["batch_pairs"]
+__all__ = ["batch_pairs", "split_batch_arrays"]
 
 
 def _tensor_layout(backend):
@@ -85,12 +85,56 @@ def _ordered(loader, dataset):
     from .backend import EngineError
 
     index = -1
+    batches = iter(loader)
     try:
-        for index, batch, arrays, tensors in loader:
+        for index, batch, arrays, tensors in batches:
             arrays.torch_tensors = tensors
             yield batch, arrays
-    except RuntimeError as exc:  # e.g. "DataLoader worker (pid N) is killed by signal: Killed."
-        if "DataLoader worker" not in str(exc):
+    except (RuntimeError, EOFError, ConnectionError) as exc:
+        # "DataLoader worker (pid N) is killed by signal: Killed.", or (a race) the closed pipe of the dead worker
+        text = str(exc).splitlines()[0] if "DataLoader worker" in str(exc) else _dead_worker_text(batches)
+        if text is None:
             raise
         raise EngineError("dataset %r: a torch_dataloader_opts worker died: %s (%i batches of the epoch were done)" % (
-            dataset.name, str(exc).splitlines()[0], index + 1)) from None
+            dataset.name, text, index + 1)) from None
+
+
+def _dead_worker_text(batches):
+    """As torch's message, for a worker process that has exited with an error or a signal; None if none has."""
+    import signal
+    import time
+
+    try:
+        for _ in range(50):  # the pipe may close a moment before the process is reaped
+            for worker in getattr(batches, "_workers", None) or []:
+                code = worker.exitcode
+                if code is not None and code != 0:
+                    how = ("killed by signal: %s" % signal.Signals(-code).name) if code < 0 else \
+                        "exited with code %i" % code
+                    return "DataLoader worker (pid %s) %s" % (worker.pid, how)
+            time.sleep(0.02)
+    except RuntimeError as exc:  # torch's SIGCHLD handler, raised in the main thread wherever it is
+        if "DataLoader worker" in str(exc):
+            return str(exc).splitlines()[0]
+        raise
+    return None
+
+
+def split_batch_arrays(arrays):
+    """Two batches of the first and the second half of the seqs of ``arrays`` (a
+    :class:`returnn_lite.datasets.BatchArrays`), each padded only to its own longest seq (``torch_oom_retry``)."""
+    from ..datasets.batching import BatchArrays
+
+    n = arrays.num_seqs
+    halves = []
+    for part in (slice(0, n // 2), slice(n // 2, n)):
+        data, lens = {}, {}
+        for key, value in arrays.data.items():
+            key_lens = arrays.seq_lens[key][part]
+            value = value[part]
+            if value.ndim >= 2 and len(key_lens) and value.shape[1] > 1:
+                value = value[:, :max(int(key_lens.max()), 1)]
+            data[key], lens[key] = value, key_lens
+        halves.append(BatchArrays(data=data, seq_lens=lens, seq_tags=list(arrays.seq_tags[part]),
+                                  seq_idxs=list(arrays.seq_idxs[part])))
+    return halves

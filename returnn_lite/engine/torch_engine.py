@@ -20,10 +20,16 @@ Options (the original's names):
   worker processes (0: one background thread), pinned and copied to the device ahead of the step.
 * ``forward_step`` + ``forward_callback`` (:class:`returnn_lite.forward_iface.ForwardCallbackIface`) for
   ``task = "forward"``; without a callback the output ``forward_output_layer`` (default ``"output"``) goes to HDF.
+* ``torch_oom_retry = True``: a train/eval batch that runs out of memory is split into halves (recursively) and
+  each half run, the update made once with their summed gradients (not with ``torch_distributed``, nor for losses
+  with ``use_normalized_loss``); without it, out of memory is one error line naming the step and batch shape.
 * ``torch_compile = True`` or a dict of ``torch.compile`` options: the train step's model call is compiled.
 
 Checkpoint ``<model>.NNN.pt``: ``{"model": state_dict (rf param names), "optimizer", "grad_scaler", "global_step",
-"epoch"}``, written to a temp file and renamed into place (a killed save leaves the previous checkpoint).
+"epoch"}``, written to a temp file (fsynced) and renamed into place (a killed save or a full disk leaves the
+previous checkpoint; the loop commits the learning-rate file after it). Loading checks the zip's CRCs (which
+``torch.load`` skips), maps tensors saved on another device onto this one, and refuses 'meta' tensors, naming the
+file.
 """
 
 from __future__ import annotations
@@ -36,9 +42,10 @@ import os
 import numpy
 import torch
 
-from ..util import atomic_write
 from .backend import EngineBackend, EngineError, ForwardOutput
+from .checks import check_dataset_matches_extern_data, check_feed_value, first_line
 from .checkpoints import checkpoint_exists, get_existing_models, remove_stale_temp_files
+from .torch_checkpoint import check_state_dict_tensors, load_pt, save_pt_atomically
 
 __all__ = ["TorchBackend", "select_device", "parse_torch_amp"]
 
@@ -128,6 +135,22 @@ def _results_dict(keys, floats):
     return results
 
 
+def _frames(arrays):
+    return max((int(v.shape[1]) for v in arrays.data.values() if getattr(v, "ndim", 0) >= 2), default=1)
+
+
+def _combined_results(parts):
+    """The results of the pieces of a split batch as of one step: costs and frames (1 / norm factor) summed."""
+    sums = {}
+    for results in parts:
+        for key, value in results.items():
+            if key.startswith("loss_norm_factor:"):
+                value = 1.0 / value if value else 0.0
+            sums[key] = sums.get(key, 0.0) + value
+    return {key: (1.0 / value if value else 0.0) if key.startswith("loss_norm_factor:") else value
+            for key, value in sums.items()}
+
+
 def _dead_worker_error(dataset_name, exc):
     return EngineError("dataset %r: a torch_dataloader_opts worker died: %s" % (
         dataset_name, str(exc).splitlines()[0]))
@@ -156,6 +179,11 @@ def _register_config_module(config):
     module.__dict__.update({k: v for k, v in config.typed_dict.items() if k != "__builtins__"})
     module._returnn_lite_config_standin = True
     sys.modules[name] = module
+
+
+def _state_dict_error_text(exc):
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return lines[1] if len(lines) > 1 and lines[0].startswith("Error(s) in loading state_dict") else first_line(exc)
 
 
 class _StepModule(torch.nn.Module):
@@ -221,6 +249,9 @@ class TorchBackend(EngineBackend):
         self._forward_out = None
         self._loader_opts = self._dataloader_opts()
         self._compile_opts = self._torch_compile_opts()
+        self._oom_retry = self._oom_retry_opt()
+        self._oom_where = "step"
+        self._backward_started = False
 
     # ---- options
 
@@ -234,6 +265,17 @@ class TorchBackend(EngineBackend):
             raise EngineError("torch_dataloader_opts: unknown key(s) %s; supported: %s" % (
                 unknown, ", ".join(sorted(_DATALOADER_KEYS))))
         return dict(opts)
+
+    def _oom_retry_opt(self):
+        value = self.config.typed_value("torch_oom_retry", False)
+        if isinstance(value, str) and value.lower() in ("true", "false"):
+            value = value.lower() == "true"
+        if value not in (True, False, None, 0, 1):
+            raise EngineError("torch_oom_retry %r: expected True or False" % (value,))
+        if value and self.config.typed_value("torch_distributed", None) is not None:
+            raise EngineError("torch_oom_retry: not with torch_distributed (a split batch would run more "
+                              "all-reduces on one rank than on the others)")
+        return bool(value)
 
     def _torch_compile_opts(self):
         opts = self.config.typed_value("torch_compile", None)
@@ -323,20 +365,29 @@ class TorchBackend(EngineBackend):
         return True  # train_step marks them; a step without one is an error
 
     def check_dataset(self, dataset):
+        """Before the first step: keys, sparse vs dense, dims and label range (the TF engine's check)."""
         super().check_dataset(dataset)
+        check_dataset_matches_extern_data(dataset, self._extern_data_view(), self.data_keys, EngineError)
+
+    def _extern_data_view(self):
+        """The extern data as the TF checks (engine/checks.py) read them: a "network" without layers."""
+        from types import SimpleNamespace
+
+        data = self.extern_data.data
+        view = SimpleNamespace(has_data=lambda key: key in data, get_data=lambda key: data[key],
+                               default_input="data")
+        return SimpleNamespace(extern_data=view, layers={})
+
+    def _check_batch(self, arrays, dataset_name):
+        """Per batch (numpy, cheap): shape, label range of sparse data, finite dense values; names the seq."""
+        network = self._extern_data_view()
         for key in self.data_keys:
             t = self.extern_data.data[key]
-            sparse = dataset.is_data_sparse(key)
-            if sparse != (t.sparse_dim is not None):
-                raise EngineError("dataset %r key %r is %s, extern_data %r is %s" % (
-                    dataset.name, key, "sparse" if sparse else "dense", key,
-                    "sparse" if t.sparse_dim is not None else "dense"))
-            want = t.sparse_dim.dimension if t.sparse_dim is not None else (
-                t.dims[-1].dimension if t.dims and t.dims[-1].dimension is not None and len(t.dims) > 2 else None)
-            have = dataset.get_data_dim(key)
-            if want is not None and have is not None and want != have:
-                raise EngineError("dataset %r key %r has dim %s, extern_data %r has dim %s" % (
-                    dataset.name, key, have, key, want))
+            value = arrays.data[key]
+            if value.ndim == len(t.dims) + 1 and value.shape[1] == 1:
+                value = value[:, 0]
+            check_feed_value(t, value, arrays.seq_lens.get(key), key, dataset_name, network, arrays.seq_tags,
+                             EngineError)
 
     # ---- data
 
@@ -438,7 +489,9 @@ class TorchBackend(EngineBackend):
         return _results_dict(keys, stacked.cpu().tolist())
 
     def train_step(self, arrays, *, dataset_name, step, epoch, epoch_step, learning_rate, have_next=None):
+        self._oom_where = "train step %i of dataset %r" % (step, dataset_name)
         try:
+            self._check_batch(arrays, dataset_name)
             return self._train_step(arrays, epoch, learning_rate, have_next)
         except torch.OutOfMemoryError:
             raise self._out_of_memory_error(arrays, "train step %i of dataset %r" % (step, dataset_name)) from None
@@ -454,26 +507,41 @@ class TorchBackend(EngineBackend):
         if self.optimizer is not None:  # the partial gradients of the failed step
             self.optimizer.zero_grad(set_to_none=True)
         self._accum_count = 0
-        frames = max((int(v.shape[1]) for v in arrays.data.values() if getattr(v, "ndim", 0) >= 2), default=1)
+        return EngineError(self._out_of_memory_text(arrays, what))
+
+    def _out_of_memory_text(self, arrays, what):
         peak = ""
         if self.device.type == "cuda":
             peak = ", peak %.2f GiB of %.2f GiB" % (torch.cuda.max_memory_allocated(self.device) / 2 ** 30,
                                                    torch.cuda.get_device_properties(self.device).total_memory / 2 ** 30)
             torch.cuda.empty_cache()
-        return EngineError("%s: out of memory on %s with a batch of %i seqs x %i frames%s; lower batch_size or "
-                           "max_seqs (or use torch_amp)" % (what, self.device, arrays.num_seqs, frames, peak))
+        return "%s: out of memory on %s with a batch of %i seqs x %i frames%s; lower batch_size or max_seqs (or use " \
+               "torch_amp)" % (what, self.device, arrays.num_seqs, _frames(arrays), peak)
 
     def _train_step(self, arrays, epoch, learning_rate, have_next):
-        from .. import frontend as rf
-
-        self._set_extern_data(arrays)
-        rf.init_train_step_run_ctx(train_flag=True, step=self.global_step, epoch=epoch)
-        self.pt_module.train(True)
         accum = max(self.config.int("accum_grad_multiple_step", 1), 1)
         self._accum_count += 1
         apply_update = self._accum_count >= accum or have_next is False
         sync = self.dist.no_sync(self._step_module) if (self.dist is not None and not apply_update) else \
             contextlib.nullcontext()
+        pieces = self._run_pieces(arrays, lambda piece: self._forward_backward(piece, epoch, sync), train=True)
+        if apply_update:
+            self._apply_update(self._learning_rate(learning_rate, epoch))
+            self._accum_count = 0
+        self.global_step += 1
+        results = self._results(pieces[0], defer=True) if len(pieces) == 1 else \
+            _combined_results([self._results(items) for items in pieces])
+        if have_next is not None:
+            results["all_have_next"] = self.dist.all_have_batch(have_next)
+        return results
+
+    def _forward_backward(self, arrays, epoch, sync):
+        """The step's losses on ``arrays``, their gradients added to the params' ``.grad``."""
+        from .. import frontend as rf
+
+        self._set_extern_data(arrays)
+        rf.init_train_step_run_ctx(train_flag=True, step=self.global_step, epoch=epoch)
+        self.pt_module.train(True)
         with self._device_ctx(), sync:
             with self._autocast():
                 total, items = self._step_module(self.config.typed_value("train_step"), self.extern_data)
@@ -482,18 +550,51 @@ class TorchBackend(EngineBackend):
             if not isinstance(total, torch.Tensor) or not total.requires_grad:
                 raise EngineError("train_step: the losses do not depend on any trainable param (nothing to train)")
             total = total.float()  # the gradients of accum_grad_multiple_step steps are summed, as the TF updater
+            self._backward_started = True
             if self.grad_scaler is not None:
                 self.grad_scaler.scale(total).backward()
             else:
                 total.backward()
-        if apply_update:
-            self._apply_update(self._learning_rate(learning_rate, epoch))
-            self._accum_count = 0
-        self.global_step += 1
-        results = self._results(items, defer=True)
-        if have_next is not None:
-            results["all_have_next"] = self.dist.all_have_batch(have_next)
-        return results
+        return items
+
+    def _run_pieces(self, arrays, run, train, _split=False):
+        """``[run(arrays)]`` (the step's loss items). With ``torch_oom_retry``, a batch that runs out of memory is
+        split into halves (again while a half does), each run on its own: the summed losses' gradients add up to
+        the whole batch's. Not retried: a single seq, and an out-of-memory error in a backward pass when the
+        params already had gradients (of an earlier half, or of accum_grad_multiple_step), which it partly changed."""
+        grads_before = train and self._oom_retry and any(p.grad is not None for p in self.pt_module.parameters())
+        self._backward_started = False
+        try:
+            items = run(arrays)
+        except torch.OutOfMemoryError:
+            if not self._oom_retry:
+                raise
+            if arrays.num_seqs < 2 or (self._backward_started and grads_before):
+                raise EngineError(self._out_of_memory_text(arrays, self._oom_where) + (
+                    " (torch_oom_retry: a single seq)" if arrays.num_seqs < 2 else
+                    " (torch_oom_retry: not split: its backward pass ran out of memory after adding to the gradients "
+                    "of an earlier half or step)")) from None
+            if self._backward_started and self.optimizer is not None:
+                self.optimizer.zero_grad(set_to_none=True)  # no gradients before: drop the partial ones
+            if self.device.type == "cuda":
+                torch.cuda.empty_cache()
+            from .torch_data import split_batch_arrays
+
+            halves = split_batch_arrays(arrays)
+            self.log.v3("%s: out of memory with a batch of %i seqs x %i frames; retrying it as %i + %i seqs "
+                        "(torch_oom_retry)" % (self._oom_where, arrays.num_seqs, _frames(arrays),
+                                               halves[0].num_seqs, halves[1].num_seqs))
+            return [items for half in halves for items in self._run_pieces(half, run, train, _split=True)]
+        if _split:
+            from .. import frontend as rf
+
+            normalized = sorted(name for name, loss in rf.get_run_ctx().losses.items()
+                                if loss.use_normalized_loss and not loss.as_error)
+            if normalized:
+                raise EngineError("%s: torch_oom_retry cannot split this batch: loss(es) %s use use_normalized_loss "
+                                  "(their gradient is not the sum over the halves); lower batch_size or max_seqs" % (
+                                      self._oom_where, normalized))
+        return [items]
 
     def _apply_update(self, lr):
         from .torch_optim import process_gradients
@@ -511,7 +612,9 @@ class TorchBackend(EngineBackend):
         self.optimizer.zero_grad(set_to_none=True)
 
     def eval_step(self, arrays, *, dataset_name, step, epoch):
+        self._oom_where = "eval step %i of dataset %r" % (step, dataset_name)
         try:
+            self._check_batch(arrays, dataset_name)
             return self._eval_step(arrays, epoch)
         except torch.OutOfMemoryError:
             raise self._out_of_memory_error(arrays, "eval step %i of dataset %r" % (step, dataset_name)) from None
@@ -521,18 +624,23 @@ class TorchBackend(EngineBackend):
             raise
 
     def _eval_step(self, arrays, epoch):
-        from .. import frontend as rf
-
         step_func = self.config.typed_value("train_step", None)
         if not callable(step_func):
             raise EngineError("eval with backend = \"torch\" needs train_step(*, model, extern_data, **_)")
+        pieces = self._run_pieces(arrays, lambda piece: self._eval_items(piece, epoch, step_func), train=False)
+        return self._results(pieces[0]) if len(pieces) == 1 else \
+            _combined_results([self._results(items) for items in pieces])
+
+    def _eval_items(self, arrays, epoch, step_func):
+        from .. import frontend as rf
+
         self._set_extern_data(arrays)
         rf.init_train_step_run_ctx(train_flag=False, step=self.global_step, epoch=epoch)
         self.pt_module.train(False)
         with torch.no_grad(), self._device_ctx(), self._autocast():
             step_func(model=self.model, extern_data=self.extern_data)
             _, items = _collect_losses()
-        return self._results(items)
+        return items
 
     def set_global_train_step(self, step):
         self.global_step = step
@@ -594,30 +702,31 @@ class TorchBackend(EngineBackend):
         state = {"model": self.pt_module.state_dict(), "global_step": self.global_step,
                  "optimizer": self.optimizer.state_dict() if self.optimizer is not None else None,
                  "grad_scaler": self.grad_scaler.state_dict() if self.grad_scaler is not None else None}
-        atomic_write(filename + _SUFFIX, lambda f: torch.save(state, f), binary=True)
+        save_pt_atomically(state, filename + _SUFFIX)
 
     def load_checkpoint(self, filename, load_extra):
         path = filename + _SUFFIX
-        try:
-            state = torch.load(path, map_location=self.device, weights_only=False)
-        except Exception as exc:  # e.g. a truncated file
-            raise EngineError("cannot load model %r: checkpoint file truncated or corrupt (%s: %s)" % (
-                path, type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")) from None
+        state = load_pt(path, self.device, "cannot load model %r" % path)
         if not isinstance(state, dict) or "model" not in state:
             raise EngineError("cannot load model %r: not a returnn_lite torch checkpoint (no 'model' entry)" % path)
+        check_state_dict_tensors(state["model"], "cannot load model %r" % path)
         try:
             missing, unexpected = self.pt_module.load_state_dict(state["model"], strict=False)
         except RuntimeError as exc:  # shape mismatch
-            raise EngineError("cannot load model %r: %s" % (path, str(exc).splitlines()[0])) from None
+            raise EngineError("cannot load model %r: %s" % (path, _state_dict_error_text(exc))) from None
         if missing or unexpected:
             raise EngineError("cannot load model %r: checkpoint does not match the model: missing params %s, "
                               "unknown params %s" % (path, sorted(missing), sorted(unexpected)))
         if load_extra:
             self.global_step = int(state.get("global_step", 0))
-            if self.optimizer is not None and state.get("optimizer"):
-                self.optimizer.load_state_dict(state["optimizer"])
-            if self.grad_scaler is not None and state.get("grad_scaler"):
-                self.grad_scaler.load_state_dict(state["grad_scaler"])
+            try:
+                if self.optimizer is not None and state.get("optimizer"):
+                    self.optimizer.load_state_dict(state["optimizer"])
+                if self.grad_scaler is not None and state.get("grad_scaler"):
+                    self.grad_scaler.load_state_dict(state["grad_scaler"])
+            except (ValueError, KeyError, RuntimeError, TypeError) as exc:
+                raise EngineError("cannot load model %r: its optimizer state does not fit the optimizer (%s: %s)" % (
+                    path, type(exc).__name__, first_line(exc))) from None
 
     def preload_from_files(self, training, fresh_train):
         from .torch_optim import preload_from_files

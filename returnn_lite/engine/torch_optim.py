@@ -9,6 +9,7 @@ import torch
 
 from .backend import EngineError
 from .checkpoints import normalize_checkpoint_name
+from .torch_checkpoint import check_state_dict_tensors, load_pt
 
 __all__ = ["make_optimizer", "process_gradients", "preload_from_files"]
 
@@ -105,14 +106,11 @@ def preload_from_files(backend, training, fresh_train):
         elif training:
             continue
         path = normalize_checkpoint_name(opts["filename"]) + ".pt"
-        try:
-            state = torch.load(path, map_location=backend.device, weights_only=False)
-        except Exception as exc:
-            raise EngineError("preload_from_files %r: cannot read %r (%s: %s)" % (
-                name, path, type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")) from None
+        state = load_pt(path, backend.device, "preload_from_files %r: cannot read %r" % (name, path))
         values = state.get("model", state) if isinstance(state, dict) else None
         if not isinstance(values, dict):
             raise EngineError("preload_from_files %r: %r is not a torch checkpoint" % (name, path))
+        check_state_dict_tensors(values, "preload_from_files %r: %r" % (name, path))
         prefix = opts.get("prefix", "")
         mapping = opts.get("var_name_mapping") or {}
         ignore = set(opts.get("ignore_params", ()))
