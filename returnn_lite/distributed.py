@@ -172,6 +172,11 @@ def get_distributed_setup(config, log=None):
         timeout=float(get("timeout", "distributed_timeout", 60.0)))
 
 
+def _num_elements(tensor):
+    num = tensor.shape.num_elements()
+    return num if num is not None else tf.size(tensor)
+
+
 class Collectives:
     """
     Collective ops for one graph. Group key 1 (all workers); every op gets the next instance key, so the i-th
@@ -206,26 +211,44 @@ class Collectives:
                 tensor, self.setup.size, self.GROUP_KEY, self._instance_key(), merge_op="Add",
                 final_op="Div" if op == "mean" else "Id", timeout=self.setup.timeout)
 
-    def all_reduce_list(self, tensors, op="sum"):
-        """``all_reduce`` of several tensors as ONE collective per dtype (flattened and concatenated): one
-        round trip per step instead of one per tensor."""
+    def all_reduce_list(self, tensors, op="sum", bucket_bytes=None):
+        """
+        ``all_reduce`` of several tensors, fused: flattened and concatenated into one buffer per dtype, one
+        collective per buffer, then split (one round trip per step instead of one per tensor).
+
+        ``bucket_bytes``: cut the buffers into buckets of at least that many bytes, filled from the END of the
+        list (gradients of the last layers are ready first in the backward pass), so that a bucket's all-reduce
+        runs while the backward pass still computes the earlier gradients. None: one buffer per dtype.
+        """
         tensors = [tf.convert_to_tensor(t) for t in tensors]
         out = [None] * len(tensors)
-        by_dtype = {}
-        for i, t in enumerate(tensors):
-            by_dtype.setdefault(t.dtype.base_dtype, []).append(i)
-        for idxs in by_dtype.values():
+        for idxs in self._buckets(tensors, bucket_bytes):
             if len(idxs) == 1:
                 out[idxs[0]] = self.all_reduce(tensors[idxs[0]], op)
                 continue
             with tf.device(self.setup.device):
                 flat = tf.concat([tf.reshape(tensors[i], [-1]) for i in idxs], axis=0)
                 reduced = self.all_reduce(flat, op)
-                parts = tf.split(reduced, [tf.size(tensors[i]) for i in idxs])
+                parts = tf.split(reduced, [_num_elements(tensors[i]) for i in idxs])
                 for i, part in zip(idxs, parts):
-                    out[i] = tf.reshape(part, tf.shape(tensors[i]))
+                    out[i] = tf.reshape(part, tf.shape(tensors[i]) if tensors[i].shape.num_elements() is None
+                                        else tensors[i].shape.as_list())
                     out[i].set_shape(tensors[i].shape)
         return out
+
+    @staticmethod
+    def _buckets(tensors, bucket_bytes):
+        """Lists of indices into ``tensors``, one per collective: per dtype; filled from the end of the list."""
+        open_bucket, buckets = {}, []
+        for i in reversed(range(len(tensors))):
+            dtype = tensors[i].dtype.base_dtype
+            bucket = open_bucket.setdefault(dtype, [0, []])
+            bucket[1].insert(0, i)
+            bucket[0] += (tensors[i].shape.num_elements() or 0) * dtype.size
+            if bucket_bytes is not None and bucket[0] >= bucket_bytes:
+                buckets.append(open_bucket.pop(dtype)[1])
+        buckets.extend(bucket for _, bucket in open_bucket.values())
+        return buckets
 
     def broadcast(self, tensor):
         """Rank 0's value of ``tensor`` (static shape) on every worker."""
