@@ -88,14 +88,17 @@ class DistributedTraining(DistributedContext):
             with tf.name_scope("distributed/"):
                 self.more_ph = tf1.placeholder_with_default(0.0, shape=(), name="have_more")
                 flag = tf.reshape(tf.cast(self.more_ph, dtype), [1])
-            total = sum((g.shape.num_elements() or 0) * g.dtype.base_dtype.size for g in grads)
-            reduced = self.collectives.all_reduce_list(
-                list(grads) + [flag], "sum", bucket_bytes=self.GRAD_BUCKET_BYTES if total > self.GRAD_BUCKET_BYTES
-                else None)
+            reduced = self.reduce_grads_and_flag(grads, flag)
             self.more_sum = tf.cast(reduced[-1][0], tf.float32)
             return reduced[:-1]
 
         return reduce
+
+    def reduce_grads_and_flag(self, grads, flag):
+        """The fused all-reduce of ``grads + [flag]`` (summed), in buckets when the grads are big."""
+        total = sum((g.shape.num_elements() or 0) * g.dtype.base_dtype.size for g in grads)
+        bucket_bytes = self.GRAD_BUCKET_BYTES if total > self.GRAD_BUCKET_BYTES else None
+        return self.collectives.all_reduce_list(list(grads) + [flag], "sum", bucket_bytes=bucket_bytes)
 
     def new_graph(self):
         """Call at the start of a graph construction (before the updater). Instance keys continue over graphs
