@@ -58,12 +58,12 @@ def worker(args):
     from returnn_lite.datasets import init_dataset
     from returnn_lite.datasets.batching import batch_to_arrays, generate_batches
     from returnn_lite.engine.progress import Log
-    from returnn_lite.engine.distributed_train import DistributedTraining
     from returnn_lite.engine.tf_backend import TFBackend
 
-    if args.bucket_mb is not None:
-        DistributedTraining.GRAD_BUCKET_BYTES = int(args.bucket_mb * (1 << 20))
-    config = Config(_config_dict(args.model))
+    config_dict = _config_dict(args.model)
+    if args.bucket_mb is not None and os.environ.get("TF_CONFIG"):
+        config_dict["distributed"] = {"grad_bucket_bytes": int(args.bucket_mb * (1 << 20))}
+    config = Config(config_dict)
     log = Log(verbosity=0)
     backend = TFBackend(config, log, "train")
     dist = backend.setup_distributed()
@@ -145,7 +145,7 @@ def main():
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--timeout", type=float, default=500)
     parser.add_argument("--bucket-mb", type=float, default=None,
-                        help="gradient bucket size (default: DistributedTraining.GRAD_BUCKET_BYTES)")
+                        help="distributed grad_bucket_bytes in MiB (0: one buffer; default 4)")
     parser.add_argument("--worker", action="store_true")
     args = parser.parse_args()
     if args.worker:

@@ -4,7 +4,7 @@ The engine's side of multi-worker data-parallel training (see :mod:`returnn_lite
 Per graph (built the same on every worker, so the collective instance keys match):
 
 * ``"grad"``: the gradients are summed over the workers before clipping and the optimizer (in the updater), in
-  one fused all-reduce per step (one flat buffer; models over ``GRAD_BUCKET_BYTES`` of gradients get a few buckets,
+  one fused all-reduce per step (one flat buffer; models over ``grad_bucket_bytes`` of gradients get a few buckets,
   filled from the last layer back, so the first buckets are reduced while the backward pass goes on);
 * ``"param"``: an op that averages all float variables, run every ``param_sync_step`` steps and at epoch end;
 * a flag fused into every train step: "do all workers have another batch?" — all workers stop at the same
@@ -74,9 +74,6 @@ class DistributedTraining(DistributedContext):
 
     # ---- graph
 
-    # above this many bytes of gradients, the all-reduce is cut into buckets that overlap the backward pass
-    GRAD_BUCKET_BYTES = 4 << 20
-
     def grad_reducer(self):
         """For the updater: grads -> grads summed over the workers (``"grad"`` mode), else None. The step's flag
         "have another batch" rides along as the first-reduced element (see the module doc)."""
@@ -96,8 +93,9 @@ class DistributedTraining(DistributedContext):
 
     def reduce_grads_and_flag(self, grads, flag):
         """The fused all-reduce of ``grads + [flag]`` (summed), in buckets when the grads are big."""
+        limit = self.setup.grad_bucket_bytes
         total = sum((g.shape.num_elements() or 0) * g.dtype.base_dtype.size for g in grads)
-        bucket_bytes = self.GRAD_BUCKET_BYTES if total > self.GRAD_BUCKET_BYTES else None
+        bucket_bytes = limit if 0 < limit < total else None
         return self.collectives.all_reduce_list(list(grads) + [flag], "sum", bucket_bytes=bucket_bytes)
 
     def new_graph(self):
