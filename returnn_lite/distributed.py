@@ -22,6 +22,9 @@ Training options (the original's Horovod keys, or neutral names inside ``distrib
 * ``horovod_dataset_distribution`` / ``dataset_distribution``: ``"shard"`` (worker r reads every N-th sequence,
   starting at r) or ``"random_seed_offset"`` (each worker shuffles with its own seed)
 * ``distributed_timeout`` / ``timeout``: seconds a collective waits for the others (default 60)
+* ``grad_bucket_bytes`` (inside ``distributed = {...}``): ``"grad"`` mode sends all gradients in one fused
+  all-reduce; above this many bytes (default 4 MiB) it is cut into buckets of at least this size, filled from the
+  last layer back, so the first buckets are reduced while the backward pass goes on; 0: always one buffer
 * ``use_horovod = True`` maps to this (one notice).
 """
 
@@ -39,7 +42,9 @@ __all__ = ["DistributedError", "DistributedSetup", "Collectives", "get_distribut
 
 _REDUCE_TYPES = ("grad", "param")
 _DATASET_DISTRIBUTIONS = ("shard", "random_seed_offset")
-_NEUTRAL_KEYS = {"reduce_type", "param_sync_step", "dataset_distribution", "workers", "rank", "timeout"}
+_NEUTRAL_KEYS = {"reduce_type", "param_sync_step", "dataset_distribution", "workers", "rank", "timeout",
+                 "grad_bucket_bytes"}
+DEFAULT_GRAD_BUCKET_BYTES = 4 << 20
 
 
 class DistributedError(Exception):
@@ -50,7 +55,7 @@ class DistributedSetup:
     """Rank, size, worker addresses and training options; ``start()`` starts this worker's server."""
 
     def __init__(self, workers, rank, reduce_type="grad", param_sync_step=1, dataset_distribution="shard",
-                 timeout=60.0):
+                 timeout=60.0, grad_bucket_bytes=DEFAULT_GRAD_BUCKET_BYTES):
         if not workers:
             raise DistributedError("distributed: no worker addresses")
         if not 0 <= rank < len(workers):
@@ -61,6 +66,9 @@ class DistributedSetup:
         if dataset_distribution not in _DATASET_DISTRIBUTIONS:
             raise DistributedError("horovod_dataset_distribution / distributed dataset_distribution %r: supported: "
                                    "%s" % (dataset_distribution, ", ".join(_DATASET_DISTRIBUTIONS)))
+        if not isinstance(grad_bucket_bytes, int) or grad_bucket_bytes < 0:
+            raise DistributedError("distributed grad_bucket_bytes must be an int >= 0 (0: one buffer), got %r" % (
+                grad_bucket_bytes,))
         if int(param_sync_step) < 1:
             raise DistributedError("horovod_param_sync_step must be >= 1, got %r" % (param_sync_step,))
         self.workers = list(workers)
@@ -70,6 +78,7 @@ class DistributedSetup:
         self.param_sync_step = int(param_sync_step)
         self.dataset_distribution = dataset_distribution
         self.timeout = float(timeout)
+        self.grad_bucket_bytes = grad_bucket_bytes
         self.server = None
 
     @property
@@ -169,7 +178,13 @@ def get_distributed_setup(config, log=None):
         workers, rank, reduce_type=get("reduce_type", "horovod_reduce_type", "grad"),
         param_sync_step=int(get("param_sync_step", "horovod_param_sync_step", 1)),
         dataset_distribution=get("dataset_distribution", "horovod_dataset_distribution", "shard"),
-        timeout=float(get("timeout", "distributed_timeout", 60.0)))
+        timeout=float(get("timeout", "distributed_timeout", 60.0)),
+        grad_bucket_bytes=opts.get("grad_bucket_bytes", DEFAULT_GRAD_BUCKET_BYTES))
+
+
+def _num_elements(tensor):
+    num = tensor.shape.num_elements()
+    return num if num is not None else tf.size(tensor)
 
 
 class Collectives:
@@ -206,26 +221,44 @@ class Collectives:
                 tensor, self.setup.size, self.GROUP_KEY, self._instance_key(), merge_op="Add",
                 final_op="Div" if op == "mean" else "Id", timeout=self.setup.timeout)
 
-    def all_reduce_list(self, tensors, op="sum"):
-        """``all_reduce`` of several tensors as ONE collective per dtype (flattened and concatenated): one
-        round trip per step instead of one per tensor."""
+    def all_reduce_list(self, tensors, op="sum", bucket_bytes=None):
+        """
+        ``all_reduce`` of several tensors, fused: flattened and concatenated into one buffer per dtype, one
+        collective per buffer, then split (one round trip per step instead of one per tensor).
+
+        ``bucket_bytes``: cut the buffers into buckets of at least that many bytes, filled from the END of the
+        list (gradients of the last layers are ready first in the backward pass), so that a bucket's all-reduce
+        runs while the backward pass still computes the earlier gradients. None: one buffer per dtype.
+        """
         tensors = [tf.convert_to_tensor(t) for t in tensors]
         out = [None] * len(tensors)
-        by_dtype = {}
-        for i, t in enumerate(tensors):
-            by_dtype.setdefault(t.dtype.base_dtype, []).append(i)
-        for idxs in by_dtype.values():
+        for idxs in self._buckets(tensors, bucket_bytes):
             if len(idxs) == 1:
                 out[idxs[0]] = self.all_reduce(tensors[idxs[0]], op)
                 continue
             with tf.device(self.setup.device):
                 flat = tf.concat([tf.reshape(tensors[i], [-1]) for i in idxs], axis=0)
                 reduced = self.all_reduce(flat, op)
-                parts = tf.split(reduced, [tf.size(tensors[i]) for i in idxs])
+                parts = tf.split(reduced, [_num_elements(tensors[i]) for i in idxs])
                 for i, part in zip(idxs, parts):
-                    out[i] = tf.reshape(part, tf.shape(tensors[i]))
+                    out[i] = tf.reshape(part, tf.shape(tensors[i]) if tensors[i].shape.num_elements() is None
+                                        else tensors[i].shape.as_list())
                     out[i].set_shape(tensors[i].shape)
         return out
+
+    @staticmethod
+    def _buckets(tensors, bucket_bytes):
+        """Lists of indices into ``tensors``, one per collective: per dtype; filled from the end of the list."""
+        open_bucket, buckets = {}, []
+        for i in reversed(range(len(tensors))):
+            dtype = tensors[i].dtype.base_dtype
+            bucket = open_bucket.setdefault(dtype, [0, []])
+            bucket[1].insert(0, i)
+            bucket[0] += (tensors[i].shape.num_elements() or 0) * dtype.size
+            if bucket_bytes is not None and bucket[0] >= bucket_bytes:
+                buckets.append(open_bucket.pop(dtype)[1])
+        buckets.extend(bucket for _, bucket in open_bucket.values())
+        return buckets
 
     def broadcast(self, tensor):
         """Rank 0's value of ``tensor`` (static shape) on every worker."""

@@ -195,3 +195,41 @@ def test_killed_worker_stops_the_other_with_a_clear_message(tmp_path):
     assert procs[1].returncode == -9
     assert procs[0].returncode == 1
     assert "distributed: worker 0 of 2 lost contact with the other workers" in out0.decode(), out0.decode()[-2000:]
+
+
+def test_fused_gradient_all_reduce_buckets_pack_and_split():
+    from returnn_lite.distributed import Collectives
+
+    class LocalSetup(DistributedSetup):
+        device = "/device:CPU:0"  # no server: the session is local
+
+    setup = LocalSetup(["127.0.0.1:1"], 0)  # one worker: the collective is an identity, the packing is real
+    graph = tf.Graph()
+    with graph.as_default():
+        values = [numpy.arange(n * 3, dtype="float32").reshape(n, 3) + n for n in (1, 4, 2, 8)]
+        values.append(numpy.array([7.0]))  # float64: a buffer of its own
+        tensors = [tf.constant(v) for v in values]
+        # filled from the end: 8x3 floats (96 bytes) closes a bucket, then 2x3 + 4x3 (72), then 1x3 (open)
+        assert Collectives._buckets(tensors, 64) == [[3], [1, 2], [4], [0]]
+        assert Collectives._buckets(tensors, None) == [[4], [0, 1, 2, 3]]
+        outs = Collectives(setup).all_reduce_list(tensors, "sum", bucket_bytes=64)
+        assert [o.shape.as_list() for o in outs] == [list(v.shape) for v in values]
+        with tf.compat.v1.Session(graph=graph) as session:
+            for value, out in zip(values, session.run(outs)):
+                numpy.testing.assert_array_equal(value, out)
+
+
+def test_grad_mode_with_gradient_buckets_equals_one_buffer(tmp_path):
+    # tiny buckets: every gradient (and the step flag) in its own all-reduce, results as with one buffer
+    status, out, _ = _run_workers(tmp_path, 'learning_rate = 0.5\ndistributed = {"reduce_type": "grad", '
+                                            '"grad_bucket_bytes": 16}\n')
+    assert status == 0, out
+    dist = _params(str(tmp_path / "net.001"))
+    ref = _single(tmp_path, learning_rate=0.5, accum_grad_multiple_step=2)
+    for key in ref:
+        numpy.testing.assert_allclose(dist[key], ref[key], rtol=1e-4, atol=1e-5, err_msg=key)
+
+
+def test_grad_bucket_bytes_is_checked():
+    with pytest.raises(DistributedError, match="grad_bucket_bytes"):
+        DistributedSetup(["a:1", "b:2"], 0, grad_bucket_bytes=-1)

@@ -3,10 +3,13 @@ The engine's side of multi-worker data-parallel training (see :mod:`returnn_lite
 
 Per graph (built the same on every worker, so the collective instance keys match):
 
-* ``"grad"``: the gradients are summed over the workers before clipping and the optimizer (in the updater);
+* ``"grad"``: the gradients are summed over the workers before clipping and the optimizer (in the updater), in
+  one fused all-reduce per step (one flat buffer; models over ``grad_bucket_bytes`` of gradients get a few buckets,
+  filled from the last layer back, so the first buckets are reduced while the backward pass goes on);
 * ``"param"``: an op that averages all float variables, run every ``param_sync_step`` steps and at epoch end;
-* a flag all-reduce fused into every train step: "do all workers have another batch?" — all workers stop at
-  the same step, so no collective waits for a worker that is done;
+* a flag fused into every train step: "do all workers have another batch?" — all workers stop at the same
+  step, so no collective waits for a worker that is done. In ``"grad"`` mode the flag is one more element of the
+  gradient buffer (no collective of its own); in ``"param"`` mode it is a small all-reduce;
 * a vector sum (epoch score sums: cost, error, frames), so train and dev scores are the same on every worker;
 * a broadcast of all variables from rank 0 (at start, after resume, after a network rebuild), a final barrier.
 """
@@ -60,7 +63,8 @@ class DistributedTraining(DistributedContext):
         self.error_cls = error_cls
         self.collectives = None
         self.steps = 0  # train steps over all epochs (param sync counting)
-        self.more_ph = self.more_sum = None
+        self.more_ph = self.more_sum = None  # the train step's flag "have another batch" (summed)
+        self.have_batch_ph = self.have_batch_sum = None  # the same check on its own (epoch start)
         self.vec_ph = self.vec_sum = None
         self.broadcast_op = self.average_op = self.barrier_op = None
 
@@ -71,22 +75,44 @@ class DistributedTraining(DistributedContext):
     # ---- graph
 
     def grad_reducer(self):
-        """For the updater: grads -> grads summed over the workers (``"grad"`` mode), else None."""
+        """For the updater: grads -> grads summed over the workers (``"grad"`` mode), else None. The step's flag
+        "have another batch" rides along as the first-reduced element (see the module doc)."""
         if self.setup.reduce_type != "grad":
             return None
-        return lambda grads: self.collectives.all_reduce_list(grads, "sum")
+
+        def reduce(grads):
+            dtype = grads[0].dtype.base_dtype
+            with tf.name_scope("distributed/"):
+                self.more_ph = tf1.placeholder_with_default(0.0, shape=(), name="have_more")
+                flag = tf.reshape(tf.cast(self.more_ph, dtype), [1])
+            reduced = self.reduce_grads_and_flag(grads, flag)
+            self.more_sum = tf.cast(reduced[-1][0], tf.float32)
+            return reduced[:-1]
+
+        return reduce
+
+    def reduce_grads_and_flag(self, grads, flag):
+        """The fused all-reduce of ``grads + [flag]`` (summed), in buckets when the grads are big."""
+        limit = self.setup.grad_bucket_bytes
+        total = sum((g.shape.num_elements() or 0) * g.dtype.base_dtype.size for g in grads)
+        bucket_bytes = limit if 0 < limit < total else None
+        return self.collectives.all_reduce_list(list(grads) + [flag], "sum", bucket_bytes=bucket_bytes)
 
     def new_graph(self):
         """Call at the start of a graph construction (before the updater). Instance keys continue over graphs
         (e.g. a network rebuilt for pretraining), so no key is used by two different collectives."""
         self.collectives = Collectives(self.setup, self.collectives.next_instance_key if self.collectives else 1)
+        self.more_ph = self.more_sum = None
 
     def build(self):
         """Call in the graph after the updater: the remaining collective ops."""
         c = self.collectives
         with tf.name_scope("distributed/"):
-            self.more_ph = tf1.placeholder_with_default(0.0, shape=(), name="have_more")
-            self.more_sum = c.all_reduce(self.more_ph, "sum")
+            if self.more_ph is None:  # "param" mode, or a graph without updater: the flag on its own
+                self.more_ph = tf1.placeholder_with_default(0.0, shape=(), name="have_more")
+                self.more_sum = c.all_reduce(self.more_ph, "sum")
+            self.have_batch_ph = tf1.placeholder_with_default(0.0, shape=(), name="have_batch")
+            self.have_batch_sum = c.all_reduce(self.have_batch_ph, "sum")
             self.vec_ph = tf1.placeholder(tf.float64, shape=(None,), name="sums")
             self.vec_sum = c.all_reduce(self.vec_ph, "sum")
             variables = tf1.global_variables()
@@ -126,7 +152,8 @@ class DistributedTraining(DistributedContext):
 
     def all_have_batch(self, have):
         """Separate check (at epoch start): do all workers have a (first) batch?"""
-        return self._run(self._session(), self.more_sum, {self.more_ph: float(have)}) >= self.setup.size - 0.5
+        summed = self._run(self._session(), self.have_batch_sum, {self.have_batch_ph: float(have)})
+        return summed >= self.setup.size - 0.5
 
     def after_step(self):
         """``"param"`` mode: average the params every ``param_sync_step`` steps."""
