@@ -251,7 +251,11 @@ class TFNetwork(NetworkAPIMixin):
                 with tf.name_scope(self._layer_name_scope(name)):
                     layer_class.construct_children(desc, name=name, network=self, get_layer=get_layer)
             layer = (add_layer or self.add_layer)(name=name, layer_class=layer_class, **desc)
-            check_explicit_output(layer, net_dict[name])
+            try:
+                check_explicit_output(layer, net_dict[name])
+            except Exception:
+                self.layers.pop(name, None)  # a rejected layer is not built (a retry raises again)
+                raise
             return layer
         except NetworkLayerException:
             raise
