@@ -19,7 +19,6 @@ bench model (4 x 2 x 256 LSTM, 40 -> 500, batch 8 x 100) instead; its goal is ov
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 
@@ -112,30 +111,12 @@ def worker(args):
 
 
 def run_workers(distributed, args):
-    from returnn_lite.launch import free_ports, worker_env
+    """Two worker processes: a 2-worker cluster, or two independent plain processes (same load on the machine)."""
+    from distributed import launch_workers  # (benchmarks/distributed.py: the same local-cluster launcher)
 
-    cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--model", args.model, "--steps", str(args.steps),
-           "--rounds", str(args.rounds)] + ([] if args.bucket_mb is None else ["--bucket-mb", str(args.bucket_mb)])
-    workers = ["127.0.0.1:%i" % p for p in free_ports(2)]
-    procs = []
-    for rank in range(2):
-        env = worker_env(workers, rank) if distributed else dict(os.environ, TF_CONFIG="")
-        env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-        procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
-    results = []
-    try:
-        for p in procs:
-            out, _ = p.communicate(timeout=args.timeout)
-            lines = [line for line in out.decode().splitlines() if line.startswith("RESULT ")]
-            if p.returncode != 0 or not lines:
-                raise SystemExit("worker failed:\n" + out.decode()[-3000:])
-            results.append(json.loads(lines[-1][len("RESULT "):]))
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    return results
+    worker_args = ["--model", args.model, "--steps", str(args.steps), "--rounds", str(args.rounds)] + (
+        [] if args.bucket_mb is None else ["--bucket-mb", str(args.bucket_mb)])
+    return launch_workers(os.path.abspath(__file__), worker_args, 2, distributed=distributed, timeout=args.timeout)
 
 
 def main():

@@ -109,19 +109,24 @@ def worker(args):
 
 
 def run_workers(n, args):
+    return launch_workers(os.path.abspath(__file__), _pass_args(args), n, distributed=n > 1, timeout=args.timeout)
+
+
+def launch_workers(script, worker_args, n, *, distributed, timeout):
+    """Runs ``script --worker ...`` as n local processes (TF_CONFIG cluster if distributed); their RESULT dicts."""
     from returnn_lite.launch import free_ports, worker_env
 
-    cmd = [sys.executable, os.path.abspath(__file__), "--worker"] + _pass_args(args)
+    cmd = [sys.executable, script, "--worker"] + list(worker_args)
     workers = ["127.0.0.1:%i" % p for p in free_ports(n)]
     procs = []
     for rank in range(n):
-        env = worker_env(workers, rank) if n > 1 else dict(os.environ, TF_CONFIG="")
+        env = worker_env(workers, rank) if distributed else dict(os.environ, TF_CONFIG="")
         env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
         procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
     results = []
     try:
         for p in procs:
-            out, _ = p.communicate(timeout=args.timeout)
+            out, _ = p.communicate(timeout=timeout)
             lines = [line for line in out.decode().splitlines() if line.startswith("RESULT ")]
             if p.returncode != 0 or not lines:
                 raise SystemExit("worker failed:\n" + out.decode()[-3000:])
