@@ -296,6 +296,15 @@ class RotaryPosCausalSelfAttention(CausalSelfAttention):
 class _RelPosMixin:
     """Params and scores of relative positional self attention (shared by the plain and the causal variant)."""
 
+    def __init__(self, in_dim, proj_dim, *, key_dim_total, value_dim_total, num_heads, with_bias=True,
+                 with_linear_pos=True, with_pos_bias=True, learnable_pos_emb=False, learnable_pos_emb_clipping=16,
+                 separate_pos_emb_per_head=True, pos_emb_dropout=0.0, att_dropout=0.1):
+        super().__init__(in_dim, proj_dim, key_dim_total=key_dim_total, value_dim_total=value_dim_total,
+                         num_heads=num_heads, with_bias=with_bias, att_dropout=att_dropout)
+        self._init_rel_pos(with_linear_pos=with_linear_pos, with_pos_bias=with_pos_bias,
+                           learnable_pos_emb=learnable_pos_emb, learnable_pos_emb_clipping=learnable_pos_emb_clipping,
+                           separate_pos_emb_per_head=separate_pos_emb_per_head, pos_emb_dropout=pos_emb_dropout)
+
     def _init_rel_pos(self, *, with_linear_pos, with_pos_bias, learnable_pos_emb, learnable_pos_emb_clipping,
                       separate_pos_emb_per_head, pos_emb_dropout):
         self.separate_pos_emb_per_head = separate_pos_emb_per_head
@@ -377,15 +386,6 @@ _REL_POS_DOC = """
 class RelPosSelfAttention(_RelPosMixin, SelfAttentionBase):
     __doc__ = "Self attention with relative positional encoding.\n" + _REL_POS_DOC
 
-    def __init__(self, in_dim, proj_dim, *, key_dim_total, value_dim_total, num_heads, with_bias=True,
-                 with_linear_pos=True, with_pos_bias=True, learnable_pos_emb=False, learnable_pos_emb_clipping=16,
-                 separate_pos_emb_per_head=True, pos_emb_dropout=0.0, att_dropout=0.1):
-        super().__init__(in_dim, proj_dim, key_dim_total=key_dim_total, value_dim_total=value_dim_total,
-                         num_heads=num_heads, with_bias=with_bias, att_dropout=att_dropout)
-        self._init_rel_pos(with_linear_pos=with_linear_pos, with_pos_bias=with_pos_bias,
-                           learnable_pos_emb=learnable_pos_emb, learnable_pos_emb_clipping=learnable_pos_emb_clipping,
-                           separate_pos_emb_per_head=separate_pos_emb_per_head, pos_emb_dropout=pos_emb_dropout)
-
     def __call__(self, source, *, axis, **_kwargs):
         _check_in(self, source, [self.in_dim, axis])
         q, k, v = self.forward_qkv(source)
@@ -401,15 +401,6 @@ class RelPosSelfAttention(_RelPosMixin, SelfAttentionBase):
 
 class RelPosCausalSelfAttention(_RelPosMixin, CausalSelfAttention):
     __doc__ = "Causal self attention with relative positional encoding (step-wise with state).\n" + _REL_POS_DOC
-
-    def __init__(self, in_dim, proj_dim, *, key_dim_total, value_dim_total, num_heads, with_bias=True,
-                 with_linear_pos=True, with_pos_bias=True, learnable_pos_emb=False, learnable_pos_emb_clipping=16,
-                 separate_pos_emb_per_head=True, pos_emb_dropout=0.0, att_dropout=0.1):
-        super().__init__(in_dim, proj_dim, key_dim_total=key_dim_total, value_dim_total=value_dim_total,
-                         num_heads=num_heads, with_bias=with_bias, att_dropout=att_dropout)
-        self._init_rel_pos(with_linear_pos=with_linear_pos, with_pos_bias=with_pos_bias,
-                           learnable_pos_emb=learnable_pos_emb, learnable_pos_emb_clipping=learnable_pos_emb_clipping,
-                           separate_pos_emb_per_head=separate_pos_emb_per_head, pos_emb_dropout=pos_emb_dropout)
 
     def __call__(self, source, *, axis, state=None):
         _check_in(self, source, [self.in_dim] + ([] if axis == single_step_dim else [axis]))
