@@ -8,12 +8,12 @@ this one (``map_location``).
 from __future__ import annotations
 
 import os
-import tempfile
 import zipfile
 import zlib
 
 import torch
 
+from ..util import atomic_write
 from .backend import EngineError
 from .checks import first_line
 
@@ -26,17 +26,7 @@ def save_pt_atomically(state, path):
     and at most a temp file ``.<name>.*.tmp`` (removed on error, and by the next run's stale-file cleanup)."""
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".%s." % os.path.basename(path), suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(state, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
+    atomic_write(path, lambda f: torch.save(state, f), binary=True)
     _fsync_dir(directory)
 
 
