@@ -85,6 +85,16 @@ def _heads_dim(num_heads):
     return num_heads
 
 
+def _set_head_dims(module, key_dim_total, value_dim_total, num_heads):
+    """key/value dims in total and per head, and the heads dim (an int becomes a Dim), on an attention module."""
+    num_heads = _heads_dim(num_heads)
+    module.key_dim_total = key_dim_total
+    module.key_dim_per_head = _per_head(key_dim_total, num_heads, "key_dim_total")
+    module.value_dim_total = value_dim_total
+    module.value_dim_per_head = _per_head(value_dim_total, num_heads, "value_dim_total")
+    module.num_heads = num_heads
+
+
 def _per_head(total, num_heads, what):
     if total.dimension is None or total.dimension % num_heads.dimension:
         raise ValueError("%s %s must be static and a multiple of num_heads %i" % (
@@ -103,12 +113,7 @@ class SelfAttentionBase(Module):
         super().__init__()
         self.in_dim = in_dim
         self.out_dim = proj_dim if proj_dim else value_dim_total
-        num_heads = _heads_dim(num_heads)
-        self.key_dim_total = key_dim_total
-        self.key_dim_per_head = _per_head(key_dim_total, num_heads, "key_dim_total")
-        self.value_dim_total = value_dim_total
-        self.value_dim_per_head = _per_head(value_dim_total, num_heads, "value_dim_total")
-        self.num_heads = num_heads
+        _set_head_dims(self, key_dim_total, value_dim_total, num_heads)
         self.qkv_dim_total = 2 * key_dim_total + value_dim_total
         self.qkv_dim_per_head = 2 * self.key_dim_per_head + self.value_dim_per_head
         self.qkv = Linear(in_dim, self.qkv_dim_total, with_bias=with_bias)
@@ -422,12 +427,7 @@ class CrossAttention(Module):
         self.encoder_dim = encoder_dim
         self.query_in_dim = query_in_dim
         self.out_dim = proj_dim if proj_dim else value_dim_total
-        num_heads = _heads_dim(num_heads)
-        self.key_dim_total = key_dim_total
-        self.key_dim_per_head = _per_head(key_dim_total, num_heads, "key_dim_total")
-        self.value_dim_total = value_dim_total
-        self.value_dim_per_head = _per_head(value_dim_total, num_heads, "value_dim_total")
-        self.num_heads = num_heads
+        _set_head_dims(self, key_dim_total, value_dim_total, num_heads)
         self.kv_dim_total = key_dim_total + value_dim_total
         self.kv_dim_per_head = self.key_dim_per_head + self.value_dim_per_head
         self.kv = Linear(encoder_dim, self.kv_dim_total, with_bias=with_bias)
