@@ -293,13 +293,7 @@ class RecTemplateBuilder:
                 break
             earlier = dict(tpl.templates)
             self.prev_fallback = earlier
-            self.guess_only.clear()
-            self.subst.clear()
-            self.guessed.clear()
-            tpl.templates.clear()
-            tpl.deps.clear()
-            self.net.layers.clear()
-            self.cache.clear()
+            self._clear_pass()
             self.build_needed()
             changed = [x for x in tpl.templates if x not in earlier or not _same_template(
                 earlier[x].output, tpl.templates[x].output)]
