@@ -164,6 +164,14 @@ class ChoiceLayer(LayerBase):
             return bool(network.search_flag)
         return bool(search)
 
+    @classmethod
+    def teacher_forced(cls, network, d):
+        """Whether the choice of layer dict ``d`` outputs its target without looking at its sources: no search
+        (and no search in the network, where a non-searching choice still adds its scores), no sampling."""
+        input_type = d.get("input_type", "prob")
+        return (input_type != "regression" and not network.search_flag and not d.get("scheduled_sampling")
+                and not cls.use_search(network, d.get("search", NotSpecified), input_type))
+
     def _scores_in(self, input_type):
         src_layer = self.sources[0]
         src = src_layer.output.copy_as_batch_major()
@@ -265,9 +273,14 @@ class ChoiceLayer(LayerBase):
             if d.get("explicit_search_sources") is not None:
                 raise ValueError("give explicit_search_source or explicit_search_sources, not both")
             d["explicit_search_sources"] = [d.pop("explicit_search_source")]
-        super().transform_config_dict(d, network=network, get_layer=get_layer)
         input_type = d.get("input_type", "prob")
         search = cls.use_search(network, d.get("search", NotSpecified), input_type)
+        if cls.teacher_forced(network, d):
+            # as in the original: the target is the output, the scores are not needed (so a rec unit neither
+            # builds them nor creates their params, e.g. a fused LM that only feeds this choice)
+            d["from"] = []
+            d.pop("explicit_search_sources", None)
+        super().transform_config_dict(d, network=network, get_layer=get_layer)
         if search and not d.get("beam_size"):
             raise ValueError("option 'beam_size' is required with search (search_flag of the network "
                              "or search=True)")
