@@ -294,3 +294,40 @@ def test_search_second_choice_on_the_first_ones_beam():
         for b in range(2):  # the decided hypothesis is the first (best) of its beam
             assert dec_lens[b] == lens[b * 6]
             numpy.testing.assert_array_equal(decided[b, :dec_lens[b]], labels[:lens[b * 6], b * 6])
+
+
+def _two_choices_with_outer_layers(via_unit_copy):
+    # 'att' and 'mix' are on the first choice's beam (3); 'att0' (same outer encoder) on the loop's beam (6)
+    enc_ref = "enc_in" if via_unit_copy else "base:encoder"
+    unit = dict(_TWO_CHOICES["output"]["unit"], **{
+        "att0": {"class": "dot_attention", "from": "s", "base": "base:encoder", "base_ctx": "base:encoder"},
+        "prob1": {"class": "softmax", "from": ["s", "att0"], "target": "classes"},
+        "embed_c1": {"class": "linear", "activation": None, "n_out": 6, "from": "c1"},
+        "att": {"class": "dot_attention", "from": "embed_c1", "base": enc_ref, "base_ctx": enc_ref},
+        "mix": {"class": "combine", "kind": "add", "from": ["embed_c1", "base:enc_lin"]},
+        "prob": {"class": "softmax", "from": ["s", "att", "mix"], "target": "classes"},
+    })
+    if via_unit_copy:
+        unit["enc_in"] = {"class": "copy", "from": "base:encoder"}
+    return dict(_TWO_CHOICES, output=dict(_TWO_CHOICES["output"], unit=unit), **{
+        "encoder": {"class": "linear", "activation": "tanh", "n_out": 6, "from": "data"},
+        "enc_lin": {"class": "linear", "n_out": 6, "from": "enc"}})
+
+
+def test_search_outer_layers_on_the_first_choices_smaller_beam():
+    # as the original: an outer layer (base:) used by a layer on the first choice's beam is repeated for that beam
+    # (3 hypotheses), where the loop's beam has 6; the same as reading it through a layer of the unit
+    results = []
+    for via_unit_copy in (False, True):
+        with tf.Graph().as_default():
+            tf1.set_random_seed(3)
+            net = _build(_two_choices_with_outer_layers(via_unit_copy))
+            rec = net.get_layer("output")
+            assert rec.output.beam.beam_size == 6 and rec.output.beam.dependency.beam_size == 3
+            results.append(_run(net, ["output", "decision"], extra=[rec.output.beam.beam_scores]))
+    (labels, decided, scores, lens, dec_lens), other = results
+    assert labels.shape[1] == 2 * 6 and numpy.isfinite(scores).all() and (numpy.diff(scores, axis=1) <= 1e-6).all()
+    numpy.testing.assert_array_equal(labels, other[0])
+    numpy.testing.assert_allclose(scores, other[2], rtol=1e-5)
+    for b in range(2):
+        numpy.testing.assert_array_equal(decided[b, :dec_lens[b]], labels[:lens[b * 6], b * 6])

@@ -337,7 +337,10 @@ class RecLoopConstruction:
                     users.setdefault(ref, set()).add(x)
         for ref, xs in sorted(users.items()):
             layer = self.outer(ref)
-            if xs <= self.has_beam and layer.output.beam is None and layer.output.have_batch_axis():
+            # (a user on a beam of another size, e.g. after a first choice with a smaller beam, repeats the layer
+            # for its own beam, as every layer does with a source without beam)
+            on_root_size = all(self.tpl.templates[x].output.beam.beam_size == self.k_beam for x in xs & self.has_beam)
+            if xs <= self.has_beam and on_root_size and layer.output.beam is None and layer.output.have_batch_axis():
                 self.pretiled[ref] = InternalLayer(
                     name=ref, network=self.net,
                     output=layer.output.copy_as_batch_major().copy_extend_with_beam(root_beam))

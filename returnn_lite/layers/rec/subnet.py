@@ -393,13 +393,15 @@ class RecTemplateBuilder:
 
     def resolve(self, ref):
         """A reference inside the unit -> its template layer (``get_layer`` of the template network)."""
-        if ref in self.cache:
-            return self.cache[ref]
         tpl, net, unit, name = self.tpl, self.net, self.unit, self.name
+        cur = self.building[-1] if self.building else None
+        if ref in self.cache:  # (still a dependency of every layer that asks for it)
+            if cur is not None:
+                tpl.deps.setdefault(cur, set()).add(ref)
+            return self.cache[ref]
         r = parse_layer_ref(ref)
         if r.canonical != ref:  # e.g. "layer:x": resolved (and recorded as a dependency) as "x"
             return self.resolve(r.canonical)
-        cur = self.building[-1] if self.building else None
         if cur is not None:
             tpl.deps.setdefault(cur, set()).add(ref)
         if r.kind == "prev":
