@@ -131,6 +131,10 @@ def test_hard_att_copy_demo_search_train_net():
     # demo's eval layer 'energy_in1' broadcasts all its sources (template [B,T,5,K]: the static dim of 't_rel_var'
     # added, as the original's combine template at behavior_version 0) while its eval function returns [B,T,K]: the
     # loop state 'att' gets that template and the LSTM 's' reading prev:att fails, naming the layer and its sources.
+    # The demo was written for the 2019 original: a combine/eval template was its first source's, and 'variable'
+    # had a batch axis by default. Today's original (conformance case variable_basic: no batch axis by default;
+    # its Tensor refuses a raw tensor of another rank than the template) cannot build it either: even with a
+    # [B,T,K] template, rel_embed's scatter_nd of the [5,K] variable on [B,5] indices fails.
     from returnn_lite.engine.engine import Engine
 
     config = Config()
