@@ -144,9 +144,9 @@ def apply_batch_norm(layer, data, use_shift=True, use_std=True, use_sample=0.0, 
     # the original takes TF's fused kernel for param_version 2 without masking, shift/scale and sample mixing: in
     # training it normalizes with the batch statistics and updates the running ones (variance with Bessel's
     # correction) after the output; in eval it only reads the running statistics (no update, whatever
-    # update_sample_only_in_training says)
+    # update_sample_only_in_training says); also with in_dim (the original's rf.BatchNorm without masking)
     use_fused = (param_version >= 2 and not masked_time and gamma is not None and beta is not None
-                 and use_sample == 0 and not force_sample and in_dim is None)
+                 and use_sample == 0 and not force_sample)
 
     def calc_fused(train):
         shape = tf.shape(x)

@@ -148,3 +148,25 @@ def test_batch_norm_option_of_a_layer_refuses_unknown_keys():
         net.construct_from_dict({"lin": {"class": "linear", "from": "data", "n_out": 3,
                                          "batch_norm": {"momentun": 0.1}},
                                  "output": {"class": "copy", "from": "lin"}})
+
+
+@pytest.mark.parametrize("train", [False, True])
+def test_batch_norm_in_dim_without_masking_takes_the_fused_kernel(train):
+    # as the original's rf.BatchNorm on the layers backend (in_dim, param_version 2, no masking, affine): the fused
+    # kernel, i.e. the running variance is updated with the unbiased batch variance, and eval does not update
+    extern_data = ExternData({"data": {"dim": 3}})
+    feat = extern_data.get_data("data").dims[-1]
+    net = TFNetwork(extern_data=extern_data, train_flag=train)
+    net.construct_from_dict({"output": {"class": "batch_norm", "from": "data", "in_dim": feat, "masked_time": False,
+                                        "param_version": 2, "momentum": 0.3}})
+    layer = net.get_layer("output")
+    params = {name.split("_")[-1]: p for name, p in layer.params.items()}
+    with tf1.Session() as session:
+        net.initialize_params(session)
+        for kind, value in (("mean", MEAN0), ("variance", VAR0), ("gamma", GAMMA), ("beta", BETA)):
+            params[kind].load(value, session)
+        data = net.extern_data.get_data("data")
+        y, _ = session.run([layer.output.placeholder, net.get_post_control_dependencies()],
+                           feed_dict={data.placeholder: X, data.size_placeholder[0]: LENS})
+        mean, var = session.run([params["mean"], params["variance"]])
+    _check(train, dict(momentum=0.3, masked_time=False, param_version=2), (y, mean, var))
