@@ -136,9 +136,10 @@ def apply_batch_norm(layer, data, use_shift=True, use_std=True, use_sample=0.0, 
     stats_shape = tuple(bc_shape) if param_version <= 1 else (data.dim,)
     sample_mean = layer.create_param("batch_norm/%smean" % prefix, stats_shape, 0.0, trainable=False)
     sample_variance = layer.create_param("batch_norm/%svariance" % prefix, stats_shape, 1.0, trainable=False)
-    gamma = layer.create_param("batch_norm/%sgamma" % prefix, stats_shape, gamma_init, trainable=True) \
+    # gamma and beta are trainable as the layer is (the original drops them from the trainables with trainable False)
+    gamma = layer.create_param("batch_norm/%sgamma" % prefix, stats_shape, gamma_init) \
         if use_std else None
-    beta = layer.create_param("batch_norm/%sbeta" % prefix, stats_shape, beta_init, trainable=True) \
+    beta = layer.create_param("batch_norm/%sbeta" % prefix, stats_shape, beta_init) \
         if use_shift else None
     x = data.placeholder
     # the original takes TF's fused kernel for param_version 2 without masking, shift/scale and sample mixing: in

@@ -170,3 +170,14 @@ def test_batch_norm_in_dim_without_masking_takes_the_fused_kernel(train):
                            feed_dict={data.placeholder: X, data.size_placeholder[0]: LENS})
         mean, var = session.run([params["mean"], params["variance"]])
     _check(train, dict(momentum=0.3, masked_time=False, param_version=2), (y, mean, var))
+
+
+@pytest.mark.parametrize("trainable", [True, False])
+def test_batch_norm_gamma_beta_follow_the_layer_trainable_flag(trainable):
+    net = TFNetwork(extern_data=ExternData({"data": {"dim": 3}}), train_flag=True)
+    net.construct_from_dict({"output": {"class": "batch_norm", "from": "data", "masked_time": True,
+                                        "param_version": 2, "trainable": trainable}})
+    assert sorted(p.op.name for p in net.get_params_list()) == [
+        "output/batch_norm/v2_%s" % k for k in ("beta", "gamma", "mean", "variance")]
+    expected = ["output/batch_norm/v2_beta", "output/batch_norm/v2_gamma"] if trainable else []
+    assert sorted(p.op.name for p in net.get_trainable_params()) == expected
