@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from ..compat.util_basic import BehaviorVersion
 from ..util import NotSpecified
 from .base import CopyLayer, LayerBase
 
@@ -67,31 +68,54 @@ def _masked_moments(data):
     return mean, tf.reduce_sum(tf.square(centered) * weight, axis=axes) / n
 
 
+def batch_norm_defaults(layer_name, momentum=NotSpecified, update_sample_only_in_training=NotSpecified,
+                        delay_sample_update=NotSpecified, param_version=NotSpecified, masked_time=NotSpecified):
+    """
+    The original's defaults of the unspecified options, by behavior version (global, see BehaviorVersion):
+    up to 11: momentum 0.99, running stats updated also in eval, updated values used at once, param_version 0,
+    masked_time True; from 12 on: momentum 0.1, update only in training, delayed update, param_version 2, and
+    masked_time must be given.
+    :return: (momentum, update_sample_only_in_training, delay_sample_update, param_version, masked_time)
+    """
+    new = BehaviorVersion.get() >= 12
+    if momentum is NotSpecified:
+        momentum = 0.1 if new else 0.99
+    if update_sample_only_in_training is NotSpecified:
+        update_sample_only_in_training = new
+    if delay_sample_update is NotSpecified:
+        delay_sample_update = new
+    if param_version is NotSpecified:
+        param_version = 2 if new else 0
+    if masked_time is NotSpecified:
+        if new:
+            raise ValueError("batch_norm on layer %r: option 'masked_time' must be given explicitly with "
+                             "behavior_version %i (>= 12)" % (layer_name, BehaviorVersion.get()))
+        masked_time = True
+    return momentum, update_sample_only_in_training, delay_sample_update, param_version, masked_time
+
+
 def apply_batch_norm(layer, data, use_shift=True, use_std=True, use_sample=0.0, force_sample=False,
                      momentum=NotSpecified, epsilon=1e-3, update_sample_only_in_training=NotSpecified,
                      delay_sample_update=NotSpecified, param_version=NotSpecified, gamma_init=1.0, beta_init=0.0,
-                     masked_time=NotSpecified, in_dim=None):
+                     masked_time=NotSpecified, in_dim=None, **unknown):
     """
     Batch normalization of data (a Data with placeholder) with params under ``<layer>/batch_norm/``.
-    Defaults are those of behavior version 0: momentum 0.99 (weight of the current batch in the running
-    average), the running statistics are updated in training and in eval, the updated values are used
-    immediately (no delay), param_version 0 (names ``<layer>_<data name>_mean`` etc., broadcast shapes),
-    masked_time True. Training uses the current batch statistics, eval the running ones (use_sample=1).
-    The update ops are registered via network.register_post_control_dependencies.
+    Unspecified options get the original's defaults of the behavior version (:func:`batch_norm_defaults`).
+    momentum is the weight of the current batch in the running average: ``new = old + (batch - old) * momentum``.
+    Training uses the current batch statistics (biased variance), eval the running ones (use_sample=1); with the
+    update not delayed, eval normalizes with the running statistics after this batch's update.
+    param_version 0 names the params ``<layer>_<data name>_mean`` etc., 1 ``mean`` etc. (both broadcast shapes),
+    2 ``v2_mean`` etc. (shape [dim]). The update ops are registered via network.register_post_control_dependencies.
     in_dim: the normalized axis (a Dim of data) instead of the feature axis; then masked_time masks every dynamic
     axis (as rf.BatchNorm's use_mask), not only the time axis.
     :rtype: tf.Tensor
     """
-    if momentum is NotSpecified:
-        momentum = 0.99
-    if update_sample_only_in_training is NotSpecified:
-        update_sample_only_in_training = False
-    if delay_sample_update is NotSpecified:
-        delay_sample_update = False
-    if param_version is NotSpecified:
-        param_version = 0
-    if masked_time is NotSpecified:
-        masked_time = True
+    if unknown:
+        raise ValueError("batch_norm on layer %r: unknown option(s) %s (known: %s)" % (
+            layer.name, sorted(unknown), ", ".join(_BN_OPTS)))
+    momentum, update_sample_only_in_training, delay_sample_update, param_version, masked_time = \
+        batch_norm_defaults(layer.name, momentum, update_sample_only_in_training, delay_sample_update,
+                            param_version, masked_time)
     if in_dim is not None:
         if in_dim not in data.dims:
             raise ValueError("batch_norm on layer %r: option 'in_dim' %s is not a dim of the input %s" % (
@@ -112,17 +136,18 @@ def apply_batch_norm(layer, data, use_shift=True, use_std=True, use_sample=0.0, 
     stats_shape = tuple(bc_shape) if param_version <= 1 else (data.dim,)
     sample_mean = layer.create_param("batch_norm/%smean" % prefix, stats_shape, 0.0, trainable=False)
     sample_variance = layer.create_param("batch_norm/%svariance" % prefix, stats_shape, 1.0, trainable=False)
-    gamma = layer.create_param("batch_norm/%sgamma" % prefix, stats_shape, gamma_init, trainable=True) \
+    # gamma and beta are trainable as the layer is (the original drops them from the trainables with trainable False)
+    gamma = layer.create_param("batch_norm/%sgamma" % prefix, stats_shape, gamma_init) \
         if use_std else None
-    beta = layer.create_param("batch_norm/%sbeta" % prefix, stats_shape, beta_init, trainable=True) \
+    beta = layer.create_param("batch_norm/%sbeta" % prefix, stats_shape, beta_init) \
         if use_shift else None
     x = data.placeholder
     # the original takes TF's fused kernel for param_version 2 without masking, shift/scale and sample mixing: in
     # training it normalizes with the batch statistics and updates the running ones (variance with Bessel's
     # correction) after the output; in eval it only reads the running statistics (no update, whatever
-    # update_sample_only_in_training says)
+    # update_sample_only_in_training says); also with in_dim (the original's rf.BatchNorm without masking)
     use_fused = (param_version >= 2 and not masked_time and gamma is not None and beta is not None
-                 and use_sample == 0 and not force_sample and in_dim is None)
+                 and use_sample == 0 and not force_sample)
 
     def calc_fused(train):
         shape = tf.shape(x)
@@ -219,19 +244,22 @@ _BN_OPTS = ("use_shift", "use_std", "use_sample", "force_sample", "momentum", "e
 
 
 class BatchNormLayer(CopyLayer):
-    """Batch normalization of the input (see :func:`apply_batch_norm`).
+    """Batch normalization of the input (see :func:`apply_batch_norm`; unspecified options default by
+    behavior version, see :func:`batch_norm_defaults`).
     :param use_shift: learn a bias (beta) after normalizing
     :param use_std: learn a scale (gamma) after normalizing
-    :param use_sample: weight of the current batch statistics vs the running ones (0.0 means running stats only)
-    :param force_sample: use the batch statistics also in inference
-    :param momentum: momentum of the running mean/variance update
+    :param use_sample: in training (or with force_sample), weight of the running statistics against the current
+        batch ones (default 0.0: batch statistics only); otherwise the running statistics are used
+    :param force_sample: use the use_sample mix also outside training
+    :param momentum: weight of the current batch in the running mean/variance update
     :param epsilon: added to the variance for numerical stability
     :param update_sample_only_in_training: update the running statistics only in training
-    :param delay_sample_update: update the running statistics after the output is computed
-    :param param_version: variable naming/layout version (0: old style, 2: new style with moving_mean/variance)
+    :param delay_sample_update: normalize with the running statistics before this batch's update
+    :param param_version: param naming/shape (0: ``<layer>_<data>_mean``, 1: ``mean``, both broadcast shapes;
+        2: ``v2_mean``, shape [dim])
     :param gamma_init: initializer of the scale gamma
     :param beta_init: initializer of the shift beta
-    :param masked_time: compute the statistics only over the non-padded frames
+    :param masked_time: compute the statistics only over the non-padded frames of the time axis
     :param in_dim: the normalized dim (default: the feature axis); statistics over all other axes, and with
         masked_time without the padding of every dynamic axis (rf.BatchNorm on the layers backend)
     """
@@ -348,4 +376,4 @@ def _broadcast_to(param, data):
     return param.copy_compatible_to(data).placeholder
 
 
-__all__ = ["apply_batch_norm", "BatchNormLayer", "LayerNormLayer", "NormLayer"]
+__all__ = ["apply_batch_norm", "batch_norm_defaults", "BatchNormLayer", "LayerNormLayer", "NormLayer"]
