@@ -40,21 +40,22 @@ def _read_vocab_file(filename):
     else:
         with open(filename, "r", encoding="utf8") as f:
             text = f.read()
-        if text.lstrip().startswith("{"):
+        if text.startswith("{"):  # as the original: a dict literal only where the file starts with "{"
             try:
                 mapping = ast.literal_eval(text)
             except (ValueError, SyntaxError) as exc:
                 raise DatasetError("vocab file %r: not a valid python dict literal: %s" % (filename, exc)) from None
             if not isinstance(mapping, dict):
                 raise DatasetError("vocab file %r: expected a dict label -> id" % filename)
-        else:  # one label per line; spaces are labels too, so only the line break is removed
-            lines = text.split("\n")
-            if lines and lines[-1] == "":
-                lines.pop()
-            mapping = {}
+        else:  # one label per line (str.splitlines, as the original); spaces are labels too, nothing is stripped
+            lines = text.splitlines()
+            seen = {}
             for i, line in enumerate(lines):
-                mapping.setdefault(line, i)
-            return mapping, lines
+                if line in seen:
+                    raise DatasetError("vocab file %r: label %r on lines %i and %i (each label once; the original "
+                                       "fails on this too)" % (filename, line, seen[line] + 1, i + 1))
+                seen[line] = i
+            return seen, lines
     # Several labels may share one id (e.g. "<s>" and "</s>"): the lexicographically last one names the id.
     by_id = {}
     for label, idx in sorted(mapping.items()):

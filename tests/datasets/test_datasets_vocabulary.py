@@ -103,3 +103,23 @@ def test_missing_extras_name_the_extra(monkeypatch, tmp_path):
     ds = init_dataset({"class": "OggZipDataset", "path": str(tmp_path / "c"), "audio": None, "targets": None})
     ds.init_seq_order(1)
     assert str(ds.get_data(0, "raw")) == "a b"  # text only: no audio packages needed
+
+
+def test_character_targets_line_vocab_parsed_as_the_original(tmp_path):
+    # as the original's line-based parsing (str.splitlines; a dict literal only where the file starts with "{"):
+    # Windows line ends are line breaks, a first label " " before a "{" label keeps the file line-based
+    crlf = tmp_path / "crlf.txt"
+    crlf.write_bytes(b"@\r\n \r\na\r\nb\r\n")
+    vocab = CharacterTargets(str(crlf))
+    assert vocab.labels == ["@", " ", "a", "b"] and vocab.get_seq("a b") == [2, 1, 3]
+    braces = tmp_path / "braces.txt"
+    braces.write_text(" \n{\n}\na\n")
+    vocab = CharacterTargets(str(braces), unknown_label=None)
+    assert vocab.labels == [" ", "{", "}", "a"] and vocab.get_seq("a {}") == [3, 0, 1, 2]
+
+
+def test_line_vocab_duplicate_label_is_an_error(tmp_path):
+    path = tmp_path / "dup.txt"
+    path.write_text("@\n \na\n \n")
+    with pytest.raises(DatasetError, match="' ' on lines 2 and 4"):
+        CharacterTargets(str(path))
