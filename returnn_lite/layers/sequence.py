@@ -790,9 +790,12 @@ class PadLayer(ConcatInputLayer):
                 new = out_dims[i]
             elif sum(p) == 0:
                 continue
-            else:
+            elif tag.is_batch_dim():
                 new = tag.get_derived(("pad", p[0], p[1]), lambda: _new_dim_like(
                     tag, None if tag.dimension is None else tag.dimension + p[0] + p[1], "%s:pad%i" % (name, i)))
+            else:  # the original's dim math: p[0] + tag + p[1], sides kept apart (a valid conv cuts them off again)
+                left, base, right = tag.offset_parts()
+                new = base.with_offsets(left + p[0], right + p[1])
             data = data.copy_template_replace_dim_tag(a, new)
         return data
 
