@@ -62,3 +62,12 @@ def test_triplet_loss_refuses_layouts_it_cannot_compute(extern, n_out, opts, mat
         with pytest.raises(NetworkLayerException, match="output") as info:
             _net(extern, n_out=n_out, **opts).get_objective()
     assert match in str(info.value)
+
+
+def test_any_loss_refuses_a_time_output_against_a_target_without_time():
+    # the original flattens output and target over (batch, time) together and asserts the target's time axis
+    with tf.Graph().as_default():
+        net = TFNetwork(extern_data=ExternData({"data": {"dim": 5}, "cls": {"shape": (), "dim": 4, "sparse": True,
+                                                                           "time_dim_axis": None}}), train_flag=True)
+        with pytest.raises(NetworkLayerException, match="has a time axis, the target 'cls'"):
+            net.construct_from_dict({"output": {"class": "softmax", "from": "data", "loss": "ce", "target": "cls"}})

@@ -408,10 +408,14 @@ def _run_eval(code, layer, xs, eval_locals=None):
     """Evaluate an eval string with source(i), self, tf, np in scope."""
     used = set()
 
-    def source(i, auto_convert=True, enforce_batch_major=False, as_data=False):
+    def source(i, auto_convert=True, enforce_batch_major=False, as_data=False, as_layer=False):
         if not (0 <= i < len(xs)):
             raise IndexError("eval layer %r: source(%i) but there are %i sources" % (layer.name, i, len(xs)))
         used.add(i)
+        if as_layer:  # the source layer itself, no conversion (as the original)
+            if as_data:
+                raise ValueError("eval layer %r: source(%i, as_layer=True) excludes as_data" % (layer.name, i))
+            return layer.sources[i]
         if auto_convert and not enforce_batch_major and not as_data:
             return xs[i]
         out = layer.sources[i].output

@@ -52,3 +52,16 @@ def test_eval_as_data_over_window_merge_dims_with_out_type_dim_1():
         padded = np.concatenate([x[b], np.zeros((K * n_out.max() - 10, F), "float32")])
         np.testing.assert_allclose(total_v[b, :n_out[b], 0],
                                    padded[:K * n_out[b]].reshape(n_out[b], K * F).sum(-1), rtol=1e-5)
+
+
+def test_eval_source_as_layer():
+    with tf.Graph().as_default():
+        net = TFNetwork(extern_data=ExternData({"data": {"dim": F}}), train_flag=False)
+        net.construct_from_dict({"output": {"class": "eval", "from": "data",
+                                            "eval": "source(0, as_layer=True).output.placeholder * 2.0"}})
+        data = net.extern_data.get_data("data")
+        x = np.random.RandomState(0).normal(size=(2, 3, F)).astype("float32")
+        with tf1.Session() as session:
+            y = session.run(net.get_layer("output").output.placeholder,
+                            {data.placeholder: x, data.size_placeholder[0]: [3, 2]})
+    np.testing.assert_allclose(y, 2 * x)
