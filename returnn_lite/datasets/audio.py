@@ -20,6 +20,7 @@ import numpy
 from .audio_features import ExtractAudioFeatures
 from .basic import DatasetError
 from .indexed import IndexedDataset
+from .text_cleaners import get_post_processor_function
 from .vocabulary import BytePairEncoding, CharacterTargets, vocab_from_opts
 
 __all__ = ["OggZipDataset", "LibriSpeechCorpus", "EpochWiseFilter"]
@@ -133,7 +134,8 @@ class OggZipDataset(_AudioCorpus):
       or a folder ``NAME`` next to ``NAME.txt``; ``NAME.txt.gz`` entries replace a zip's meta txt
     :param dict|None audio: :class:`ExtractAudioFeatures` options (``{}``: defaults; None: text only)
     :param dict|Vocabulary|None targets: vocabulary options for ``classes`` (None: no ``classes``)
-    :param callable|None targets_post_process: applied to the text before the vocabulary
+    :param callable|str|list|None targets_post_process: applied to the text before the vocabulary: a function, or
+        the original's named post processors (``datasets/text_cleaners.py``)
     :param str|None segment_file: seq tags to keep (text, optionally .gz)
     :param bool zip_audio_files_have_name_as_prefix: audio files lie in ``NAME/`` inside the zip
     :param float|int|None fixed_random_subset: fraction (<1) or number of seqs, fixed random choice (seed 42)
@@ -167,11 +169,8 @@ class OggZipDataset(_AudioCorpus):
                 raise DatasetError("OggZipDataset: path %r names no zip file" % (path,))
         kwargs.setdefault("name", self._names[0])
         super().__init__(**kwargs)
-        if targets_post_process is not None and not callable(targets_post_process):
-            raise DatasetError("%s: targets_post_process must be a function str -> str; the original's named "
-                               "post processors (%r) are not available in returnn_lite" % (self.name,
-                                                                                          targets_post_process))
-        self.targets_post_process = targets_post_process
+        self.targets_post_process = get_post_processor_function(
+            targets_post_process, "%s: targets_post_process" % self.name)
         self._init_audio_and_targets(audio, vocab_from_opts(targets, "%s: targets" % self.name))
         self.num_outputs["orth"] = [256, 1]
         self.labels["orth"] = [chr(i) for i in range(256)]
@@ -309,11 +308,8 @@ class LibriSpeechCorpus(_AudioCorpus):
         super().__init__(name=name or "prefix:" + prefix, **kwargs)
         if prefix.split("-")[0] not in ("train", "dev", "test"):
             raise DatasetError("%s: prefix must start with train, dev or test, got %r" % (self.name, prefix))
-        if orth_post_process is not None and not callable(orth_post_process):
-            raise DatasetError("%s: orth_post_process must be a function str -> str; the original's named post "
-                               "processors are not available in returnn_lite" % self.name)
         self.path, self.prefix, self.use_zip, self.use_ogg = path, prefix, use_zip, use_ogg
-        self.orth_post_process = orth_post_process
+        self.orth_post_process = get_post_processor_function(orth_post_process, "%s: orth_post_process" % self.name)
         if isinstance(targets, dict):
             if bpe is not None or chars is not None:
                 raise DatasetError("%s: give either targets or bpe/chars" % self.name)

@@ -18,6 +18,7 @@ import numpy
 
 from .basic import DatasetError
 from .indexed import IndexedDataset
+from .text_cleaners import get_post_processor_function
 from .vocabulary import vocab_from_opts
 
 __all__ = ["LmDataset", "TranslationDataset", "parse_orthography", "parse_orthography_into_symbols"]
@@ -149,9 +150,6 @@ class LmDataset(IndexedDataset):
         if phone_info is not None or add_random_phone_seqs:
             raise DatasetError("%s: phone_info / add_random_phone_seqs (lexicon-based phone seqs) are not supported "
                                "by returnn_lite" % self.name)
-        if orth_post_process is not None and not callable(orth_post_process):
-            raise DatasetError("%s: orth_post_process must be a function str -> str; the original's named post "
-                               "processors are not available in returnn_lite" % self.name)
         sources = [x for x in (orth_vocab, orth_symbols_file, orth_symbols_map_file) if x]
         if len(sources) != 1:
             raise DatasetError("%s: need exactly one of orth_vocab, orth_symbols_file, orth_symbols_map_file"
@@ -159,7 +157,7 @@ class LmDataset(IndexedDataset):
         self._corpus_file = corpus_file
         self._skip_empty_lines = skip_empty_lines
         self._seq_list_file = seq_list_file
-        self.orth_post_process = orth_post_process
+        self.orth_post_process = get_post_processor_function(orth_post_process, "%s: orth_post_process" % self.name)
         self.word_based = word_based
         self.word_end_symbol = word_end_symbol
         self.seq_end_symbol = seq_end_symbol

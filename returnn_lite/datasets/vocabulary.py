@@ -15,6 +15,7 @@ Create one from options with :func:`create_vocab` (``{"class": "BytePairEncoding
 from __future__ import annotations
 
 import ast
+import gzip
 import os
 import pickle
 import re
@@ -38,23 +39,20 @@ def _read_vocab_file(filename):
             raise DatasetError("vocab file %r: the pickle must hold a dict label -> id, got %s"
                                % (filename, type(mapping).__name__))
     else:
-        with open(filename, "r", encoding="utf8") as f:
+        opener = gzip.open if filename.endswith(".gz") else open
+        with opener(filename, "rt", encoding="utf8") as f:
             text = f.read()
-        if text.lstrip().startswith("{"):
+        if text.startswith("{"):  # as the original: a dict literal only where the file starts with "{"
             try:
                 mapping = ast.literal_eval(text)
             except (ValueError, SyntaxError) as exc:
                 raise DatasetError("vocab file %r: not a valid python dict literal: %s" % (filename, exc)) from None
             if not isinstance(mapping, dict):
                 raise DatasetError("vocab file %r: expected a dict label -> id" % filename)
-        else:  # one label per line; spaces are labels too, so only the line break is removed
-            lines = text.split("\n")
-            if lines and lines[-1] == "":
-                lines.pop()
-            mapping = {}
-            for i, line in enumerate(lines):
-                mapping.setdefault(line, i)
-            return mapping, lines
+        else:  # one label per line (str.splitlines, as the original); spaces are labels too, nothing is stripped
+            lines = text.splitlines()
+            # as the original: label i is line i, and a label on several lines maps to its last line
+            return {line: i for i, line in enumerate(lines)}, lines
     # Several labels may share one id (e.g. "<s>" and "</s>"): the lexicographically last one names the id.
     by_id = {}
     for label, idx in sorted(mapping.items()):
@@ -70,6 +68,27 @@ def _read_vocab_file(filename):
     return dict(mapping), [by_id[i] for i in range(len(by_id))]
 
 
+_SPECIAL_SYMBOL_KEYS = ("unknown_label", "bos_label", "eos_label", "pad_label", "control_symbols",
+                        "user_defined_symbols")
+
+
+def _read_special_symbols(filename, unknown_label):
+    """special_symbols_via_file: a dict literal; an unknown_label given directly (not the default) wins."""
+    if not os.path.isfile(filename):
+        raise DatasetError("special_symbols_via_file not found: %r" % filename)
+    with open(filename, encoding="utf8") as f:
+        try:
+            special = ast.literal_eval(f.read())
+        except (ValueError, SyntaxError) as exc:
+            raise DatasetError("special_symbols_via_file %r: not a python dict literal: %s" % (filename, exc)) from None
+    if not isinstance(special, dict) or not set(special).issubset(_SPECIAL_SYMBOL_KEYS):
+        raise DatasetError("special_symbols_via_file %r: expected a dict with keys from %s, got %r"
+                           % (filename, ", ".join(_SPECIAL_SYMBOL_KEYS), special))
+    if unknown_label != "UNK":  # given directly
+        special.pop("unknown_label", None)
+    return special
+
+
 class Vocabulary:
     """
     :param str|None vocab_file: dict literal, ``.pkl`` or one-label-per-line file
@@ -78,12 +97,27 @@ class Vocabulary:
     :param str|int|None bos_label, eos_label, pad_label: ids available as ``bos_label_id`` etc.
     :param int|None num_labels: checked against the file
     :param list[str]|None labels: instead of a file
+    :param str|None special_symbols_via_file: a dict literal file with (some of) unknown_label, bos_label,
+        eos_label, pad_label, control_symbols, user_defined_symbols; options given directly take precedence
+    :param bool single_whitespace_split: get_seq undoes ``" ".join(labels)`` (labels may contain whitespace, e.g.
+        a " " label), instead of ``str.split()``
     """
 
     _file_cache = {}  # (filename, mtime) -> (vocab, labels)
 
-    def __init__(self, vocab_file=None, seq_postfix=None, unknown_label="UNK", bos_label=None, eos_label=None,
-                 pad_label=None, control_symbols=None, user_defined_symbols=None, num_labels=None, labels=None):
+    def __init__(self, vocab_file=None, *, special_symbols_via_file=None, unknown_label="UNK", bos_label=None,
+                 eos_label=None, pad_label=None, control_symbols=None, user_defined_symbols=None, num_labels=None,
+                 seq_postfix=None, labels=None, single_whitespace_split=False):
+        if vocab_file is not None and not isinstance(vocab_file, str):  # e.g. a pathlib.Path
+            vocab_file = os.fspath(vocab_file)
+        if special_symbols_via_file:
+            special = _read_special_symbols(special_symbols_via_file, unknown_label)
+            unknown_label = special.get("unknown_label", unknown_label)
+            bos_label = special.get("bos_label") if bos_label is None else bos_label
+            eos_label = special.get("eos_label") if eos_label is None else eos_label
+            pad_label = special.get("pad_label") if pad_label is None else pad_label
+            control_symbols = dict(special.get("control_symbols", {}), **(control_symbols or {}))
+            user_defined_symbols = dict(special.get("user_defined_symbols", {}), **(user_defined_symbols or {}))
         self.vocab_file = vocab_file
         self._vocab, self._labels = None, None
         self.num_labels = None
@@ -102,6 +136,9 @@ class Vocabulary:
         self.user_defined_symbol_ids = {k: self._label_id(v, "user_defined_symbols")
                                         for k, v in (user_defined_symbols or {}).items()}
         self.seq_postfix = list(seq_postfix or [])
+        # as the original: a label, else any non-space run, each followed by one space (or the end)
+        self._single_space_re = re.compile("(%s|\\S+)(?: |$)" % "|".join(re.escape(v) for v in self._labels)) \
+            if single_whitespace_split else None
 
     def _init_labels(self, vocab_file, labels):
         if labels is not None:
@@ -181,6 +218,8 @@ class Vocabulary:
 
     def get_seq(self, sentence):
         """Text -> list of ids (whitespace-separated words), plus ``seq_postfix``."""
+        if self._single_space_re is not None:
+            return self.get_seq_indices(self._single_space_re.findall(sentence)) + self.seq_postfix
         return self.get_seq_indices(sentence.split()) + self.seq_postfix
 
     def get_seq_labels(self, seq):
@@ -205,8 +244,8 @@ class CharacterTargets(Vocabulary):
 class Utf8ByteTargets(Vocabulary):
     """The utf8 bytes of the text: 256 labels ``chr(0) .. chr(255)``."""
 
-    def __init__(self, seq_postfix=None):
-        super().__init__(labels=[chr(i) for i in range(256)], seq_postfix=seq_postfix, unknown_label=None)
+    def __init__(self, seq_postfix=None, **opts):
+        super().__init__(labels=[chr(i) for i in range(256)], seq_postfix=seq_postfix, unknown_label=None, **opts)
 
     def get_seq(self, sentence):
         return list(sentence.encode("utf8")) + self.seq_postfix

@@ -392,19 +392,35 @@ def _apply_out_type(template, out_type, name):
     return out
 
 
+def _compatible_to_output(src, output):
+    """
+    eval's source(i) (auto_convert): src in the layout of the output, as the original, which matches the feature
+    axes whatever their sizes (an out_type with dim 1 over a source with dim 12 keeps the source's 12 there).
+    """
+    fi, fj = src.feature_dim_axis, output.feature_dim_axis
+    if (fi is not None and fj is not None and not src.sparse and src.dims[fi] != output.dims[fj]
+            and src.dims[fi] not in output.dims and output.dims[fj] not in src.dims):
+        output = output.copy_template_replace_dim_tag(fj, src.dims[fi])
+    return src.copy_compatible_to(output, check_sparse=False, check_dtype=False)
+
+
 def _run_eval(code, layer, xs, eval_locals=None):
     """Evaluate an eval string with source(i), self, tf, np in scope."""
     used = set()
 
-    def source(i, auto_convert=True, enforce_batch_major=False, as_data=False):
+    def source(i, auto_convert=True, enforce_batch_major=False, as_data=False, as_layer=False):
         if not (0 <= i < len(xs)):
             raise IndexError("eval layer %r: source(%i) but there are %i sources" % (layer.name, i, len(xs)))
         used.add(i)
+        if as_layer:  # the source layer itself, no conversion (as the original)
+            if as_data:
+                raise ValueError("eval layer %r: source(%i, as_layer=True) excludes as_data" % (layer.name, i))
+            return layer.sources[i]
         if auto_convert and not enforce_batch_major and not as_data:
             return xs[i]
         out = layer.sources[i].output
         if auto_convert:
-            out = out.copy_compatible_to(layer.output, check_sparse=False, check_dtype=False)
+            out = _compatible_to_output(out, layer.output)
         if enforce_batch_major:
             out = out.copy_as_batch_major()
         return out if as_data else out.placeholder

@@ -142,9 +142,11 @@ def _make_output(name, data, n_batch, out_spatial_dims, feature_dim, dtype=None)
     return out
 
 
-def _new_spatial_dims(name, in_dims, funcs, out_spatial_dims=None, kind="conv"):
+def _new_spatial_dims(name, in_dims, funcs, out_spatial_dims=None, kind="conv", valid_cuts=None):
     """New spatial dims where the length changes, described ``<layer>:<kind>:s<i>`` as the original (e.g. for
-    ``stag:conv0p:conv:s1``; pool outputs are ``conv`` too, they share the conv template in the original)."""
+    ``stag:conv0p:conv:s1``; pool outputs are ``conv`` too, they share the conv template in the original).
+    valid_cuts: per axis the (left, right) frames a valid conv with stride 1 cuts off; on a padded dim
+    (``2 + T + 2``) they come off its sides (the original's dim math), e.g. giving T again."""
     res = []
     for i, (d, func) in enumerate(zip(in_dims, funcs)):
         if out_spatial_dims:
@@ -153,6 +155,12 @@ def _new_spatial_dims(name, in_dims, funcs, out_spatial_dims=None, kind="conv"):
         if _is_identity(func):
             res.append(d)
             continue
+        cut = valid_cuts[i] if valid_cuts else None
+        if cut is not None:
+            left, base, right = d.offset_parts()
+            if (left, right) != (0, 0) and left >= cut[0] and right >= cut[1]:
+                res.append(base.with_offsets(left - cut[0], right - cut[1]))
+                continue
         size = func(d.dimension) if d.dimension is not None else None
         if size is not None and size <= 0:
             raise ValueError("spatial axis %s of length %i is too short: the output length would be %i" % (
@@ -311,7 +319,9 @@ class ConvLayer(_ConvBase):
             input_add_feature_dim, filter_opt="filter_size=%r" % (filter_size,))
         funcs = [cls._len_func(f, s, dl, padding) for f, s, dl in zip(filter_size, strides, dilation_rate)]
         in_dims = data.dims[n_batch:n_batch + len(filter_size)]
-        out_dims = _new_spatial_dims(name, in_dims, funcs, out_spatial_dims)
+        valid_cuts = [((f - 1) * dl // 2, (f - 1) * dl - (f - 1) * dl // 2) if s == 1 else None
+                      for f, s, dl in zip(filter_size, strides, dilation_rate)] if padding.lower() == "valid" else None
+        out_dims = _new_spatial_dims(name, in_dims, funcs, out_spatial_dims, valid_cuts=valid_cuts)
         feat = out_dim or Dim(n_out, kind=Dim.Types.Feature, description="%s:channel" % name)
         return _make_output(name, data, n_batch, out_dims, feat)
 

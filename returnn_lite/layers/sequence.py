@@ -15,7 +15,7 @@ import math
 import numpy as np
 import tensorflow as tf
 
-from ..data import Data, Dim, batch_dim
+from ..data import Data, Dim, batch_dim, single_step_dim
 from ..util import NotSpecified
 from .base import ConcatInputLayer, LayerBase, concat_sources_template
 
@@ -45,13 +45,26 @@ def _is_rec_step_axis(network, data, axis):
     """
     True if ``axis`` means the time axis of the rec loop we are built in (per step): then the layer keeps its
     state over the steps (``rec_previous_layer.rec_vars_outputs``) instead of working on an axis of data.
+    As the original: "T" of an input without time axis, the loop's time dim, or single_step_dim.
     """
     if network is None or not network.is_inside_rec_layer():
         return False
     if isinstance(axis, Dim):
+        if axis == single_step_dim:
+            return True
         rec_dim = network.get_inside_rec_time_dim()
         return rec_dim is not None and axis == rec_dim and axis not in data.dims
     return isinstance(axis, str) and axis.lower() in ("t", "time") and not data.have_time_axis()
+
+
+def _axis_outside_loop(network, axis):
+    """single_step_dim of a layer moved out of its rec loop means the loop's time dim (the frames it ran over)."""
+    if isinstance(axis, Dim) and axis == single_step_dim and network is not None:
+        over = network.get_inside_rec_time_dim(inside_loop=False)
+        if over is None:
+            raise ValueError("axis single_step_dim is only valid inside a rec loop (or a layer moved out of one)")
+        return over
+    return axis
 
 
 def _add_dim_keep_special_axes(data, tag, axis):
@@ -108,6 +121,12 @@ class WindowLayer(ConcatInputLayer):
     padding "same" keeps the length (window_left/window_right frames of zeros), "valid" shortens it;
     stride keeps every stride-th window.
 
+    Inside a rec loop over an input without time axis (axis "T", the loop's time dim or single_step_dim) the state
+    is the last window_size frames ([B, W, ...], zeros before the first frame): only a window into the past, so
+    window_right=0 or window_left=window_size-1 must be given, padding "same", stride 1, as the original. As the
+    original, it moves out of the loop whenever its inputs do, and then windows over the time axis with its
+    options (so a window without window_left/window_right is centered there).
+
     :param window_size: int size of the window (or give window_dim)
     :param window_dim: Dim of the new window axis (its dimension is the window size)
     :param window_left: frames to the left for padding "same" (default: window_size - window_right - 1)
@@ -128,6 +147,7 @@ class WindowLayer(ConcatInputLayer):
         window_size = self._get_window_size(window_size, window_dim)
         data = _batch_major(self.input_data)
         if _is_rec_step_axis(self.network, data, axis):
+            self._check_rec_step_options(window_size, window_left, window_right, padding, stride, out_spatial_dim)
             prev = _get_prev_state(self)  # [B, W, ...]
             w = 1 if data.have_batch_axis() else 0
             rest = prev[(slice(None),) * w + (slice(1, None),)]
@@ -135,10 +155,13 @@ class WindowLayer(ConcatInputLayer):
             self.rec_vars_outputs["state"] = state
             self.output.placeholder = state
             return
-        a = data.get_axis_from_description(axis)
+        a = data.get_axis_from_description(_axis_outside_loop(self.network, axis))
         x = data.placeholder
         padding = padding.lower()
         n_in = _dim_size(data, a)
+        if padding == "valid" and (window_left is not None or window_right is not None):
+            raise ValueError("window layer %r: window_left/window_right only apply with padding 'same', got padding "
+                             "'valid'" % self.name)
         if padding == "same":
             left, right = self._get_left_right(window_size, window_left, window_right)
             if left or right:
@@ -164,6 +187,29 @@ class WindowLayer(ConcatInputLayer):
             if stride > 1:
                 size = _ceildiv(size, stride)
             out_tag.dyn_size = size
+
+    def _check_rec_step_options(self, window_size, window_left, window_right, padding, stride, out_spatial_dim):
+        """Inside the loop the window can only look into the past (the frames seen so far), as the original."""
+        what = "window layer %r inside a rec loop (window over the steps)" % self.name
+        if window_left is None and window_right is None:
+            raise ValueError("%s: give window_right=0 or window_left=window_size-1 (=%i) explicitly, only a window "
+                             "into the past is possible per step" % (what, window_size - 1))
+        if window_left is not None and window_left != window_size - 1:
+            raise ValueError("%s: window_left=%r, only window_left=window_size-1 (=%i) is possible per step" % (
+                what, window_left, window_size - 1))
+        if window_right is not None and window_right != 0:
+            raise ValueError("%s: window_right=%r, only window_right=0 is possible per step" % (what, window_right))
+        if padding.lower() != "same":
+            raise ValueError("%s: padding %r, only 'same' is possible per step" % (what, padding))
+        if stride != 1:
+            raise ValueError("%s: stride %r, only stride 1 is possible per step" % (what, stride))
+        if out_spatial_dim is not None:
+            raise ValueError("%s: out_spatial_dim does not apply (the output has no spatial axis per step)" % what)
+
+    @classmethod
+    def rec_move_out_ok(cls, **kwargs):
+        """As the original: moves out whenever its inputs do, then windows over the time axis with its options."""
+        return True
 
     @staticmethod
     def _get_window_size(window_size, window_dim):
@@ -195,7 +241,7 @@ class WindowLayer(ConcatInputLayer):
             window_dim = Dim(window_size, kind=Dim.Types.Spatial, description="%s:window" % name)
         if _is_rec_step_axis(network, data, axis):
             return _add_dim_keep_special_axes(data, window_dim, 1 if data.have_batch_axis() else 0)
-        a = data.get_axis_from_description(axis)
+        a = data.get_axis_from_description(_axis_outside_loop(network, axis))
         in_tag = data.dims[a]
         if padding.lower() == "same" and stride == 1:
             out_tag = in_tag
@@ -256,7 +302,7 @@ class CumsumLayer(ConcatInputLayer):
             x = _get_prev_state(self) + x
             self.rec_vars_outputs["state"] = x
         else:
-            a = data.get_axis_from_description(axis)
+            a = data.get_axis_from_description(_axis_outside_loop(self.network, axis))
             x = tf.cumsum(x, axis=a, reverse=reverse)
         if x.dtype.base_dtype.name != self.output.dtype:
             x = tf.cast(x, self.output.dtype)
@@ -267,8 +313,13 @@ class CumsumLayer(ConcatInputLayer):
         data = concat_sources_template(sources, name="%s_output" % name)
         if _is_rec_step_axis(network, data, axis):
             return _batch_major(data)
-        data.get_axis_from_description(axis)  # fail early on an axis that matches nothing
+        data.get_axis_from_description(_axis_outside_loop(network, axis))  # fail early on an axis matching nothing
         return data
+
+    @classmethod
+    def rec_move_out_ok(cls, **kwargs):
+        """As the original: moves out whenever its inputs do, then sums over the time axis (the running sum)."""
+        return True
 
     @classmethod
     def get_rec_initial_extra_outputs(cls, batch_dim=None, rec_layer=None, axis="T", sources=(), network=None,
@@ -739,9 +790,12 @@ class PadLayer(ConcatInputLayer):
                 new = out_dims[i]
             elif sum(p) == 0:
                 continue
-            else:
+            elif tag.is_batch_dim():
                 new = tag.get_derived(("pad", p[0], p[1]), lambda: _new_dim_like(
                     tag, None if tag.dimension is None else tag.dimension + p[0] + p[1], "%s:pad%i" % (name, i)))
+            else:  # the original's dim math: p[0] + tag + p[1], sides kept apart (a valid conv cuts them off again)
+                left, base, right = tag.offset_parts()
+                new = base.with_offsets(left + p[0], right + p[1])
             data = data.copy_template_replace_dim_tag(a, new)
         return data
 

@@ -99,6 +99,10 @@ class Loss:
             raise ValueError("loss 'ctc' needs sparse target labels, got the dense target %s" % target.short_repr())
         if target is None or not self.need_target:
             return
+        if out.have_time_axis() and out.have_batch_axis() and not target.have_time_axis():
+            # the original flattens output and target over (batch, time) together (it asserts this)
+            raise ValueError("loss %r: the output %s of layer %r has a time axis, the target %r %s has none" % (
+                self.class_name, out.short_repr(), layer.name, target.name, target.short_repr()))
         if self.class_name in FLOAT_OUTPUT_LOSSES and self.class_name not in ("ctc", "triplet_loss"):
             if target.dim is not None and out.dim is None:
                 raise ValueError("loss %r: the output %s of layer %r has no feature axis, the target %s has %s %i" % (

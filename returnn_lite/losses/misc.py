@@ -355,7 +355,21 @@ class TripletLoss(Loss):
     def check_dims(self, layer, target):
         if target is not None and not target.sparse:
             raise ValueError("triplet_loss on layer %r: target %r must be sparse" % (layer.name, target.name))
-        dim = layer.output.dim
+        out = layer.output
+        if target is not None:
+            # per triplet (frame) the labels of anchor, same, different: the target is [B,K] (or [B,T,K]) with
+            # K >= 3 (the first 3 are used), and has a time axis exactly where the output has one
+            if out.have_time_axis() != target.have_time_axis():
+                raise ValueError("triplet_loss on layer %r: output %s and target %r %s must both have a time axis or "
+                                 "both none (one triplet per frame or per sequence)" % (
+                                     layer.name, out.short_repr(), target.name, target.short_repr()))
+            label_axes = [d for i, d in enumerate(target.dims)
+                          if not d.is_batch_dim() and i != target.time_dim_axis]
+            if len(label_axes) != 1 or label_axes[0].dimension is None or label_axes[0].dimension < 3:
+                raise ValueError("triplet_loss on layer %r: target %r %s must hold the labels of (anchor, same, "
+                                 "different) in one static axis of size >= 3 ([B,3] or [B,T,3])" % (
+                                     layer.name, target.name, target.short_repr()))
+        dim = out.dim
         if dim is not None and dim % (6 if self.multi_view else 3):
             raise ValueError("triplet_loss on layer %r: output dim %r must be a multiple of %i" % (
                 layer.name, dim, 6 if self.multi_view else 3))

@@ -338,6 +338,30 @@ class Dim:
 
         return anchor.get_derived(("arith", kind, _key(a), _key(b)), _create)
 
+    def offset_parts(self):
+        """
+        ``(left, base, right)`` of a dim made only by adding ints on its sides (``2 + T + 2`` -> ``(2, T, 2)``, as
+        the original's dim math keeps the sides apart), else ``(0, self, 0)``.
+        """
+        kind, operands = self.get_same_base().arith_of or (None, ())
+        if kind == "add" and isinstance(operands[0], Dim) and isinstance(operands[1], int):
+            left, base, right = operands[0].offset_parts()
+            return left, base, right + operands[1]
+        if kind == "add" and isinstance(operands[0], int) and isinstance(operands[1], Dim):
+            left, base, right = operands[1].offset_parts()
+            return left + operands[0], base, right
+        return 0, self, 0
+
+    def with_offsets(self, left, right):
+        """``left + self + right`` (self for 0, 0), one Dim per operands: ``(2 + T) + 2`` padded then cut by a valid
+        conv of size 5 is T again, as in the original."""
+        d = self
+        if left:
+            d = left + d
+        if right:
+            d = d + right
+        return d
+
     def __add__(self, other):
         return self._derive("add", other)
 

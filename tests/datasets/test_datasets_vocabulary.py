@@ -103,3 +103,57 @@ def test_missing_extras_name_the_extra(monkeypatch, tmp_path):
     ds = init_dataset({"class": "OggZipDataset", "path": str(tmp_path / "c"), "audio": None, "targets": None})
     ds.init_seq_order(1)
     assert str(ds.get_data(0, "raw")) == "a b"  # text only: no audio packages needed
+
+
+def test_character_targets_line_vocab_parsed_as_the_original(tmp_path):
+    # as the original's line-based parsing (str.splitlines; a dict literal only where the file starts with "{"):
+    # Windows line ends are line breaks, a first label " " before a "{" label keeps the file line-based
+    crlf = tmp_path / "crlf.txt"
+    crlf.write_bytes(b"@\r\n \r\na\r\nb\r\n")
+    vocab = CharacterTargets(str(crlf))
+    assert vocab.labels == ["@", " ", "a", "b"] and vocab.get_seq("a b") == [2, 1, 3]
+    braces = tmp_path / "braces.txt"
+    braces.write_text(" \n{\n}\na\n")
+    vocab = CharacterTargets(str(braces), unknown_label=None)
+    assert vocab.labels == [" ", "{", "}", "a"] and vocab.get_seq("a {}") == [3, 0, 1, 2]
+
+
+def test_line_vocab_label_on_two_lines_maps_to_the_last(tmp_path):
+    # as the original: labels are the lines (ids 0..n-1), the label -> id map keeps the last line of a label
+    path = tmp_path / "dup.txt"
+    path.write_text(" \n \n@\na\n")
+    vocab = CharacterTargets(str(path))
+    assert vocab.labels == [" ", " ", "@", "a"] and vocab.num_labels == 4
+    assert vocab.get_seq("a a") == [3, 1, 3]
+
+
+def test_gzipped_line_vocab(tmp_path):
+    import gzip
+    path = tmp_path / "chars.txt.gz"
+    with gzip.open(str(path), "wt", encoding="utf8") as f:
+        f.write("@\n \na\nb\n")
+    vocab = CharacterTargets(str(path))
+    assert vocab.labels == ["@", " ", "a", "b"] and vocab.get_seq("b a") == [3, 1, 2]
+
+
+def test_vocabulary_single_whitespace_split_keeps_space_labels(tmp_path):
+    # as the original: the text is " ".join(labels), so a " " label is three spaces in a row
+    path = tmp_path / "labels.txt"
+    path.write_text("<unk>\n \nab\nc\n")
+    vocab = Vocabulary(str(path), unknown_label="<unk>", single_whitespace_split=True)
+    assert vocab.get_seq("ab   c") == [2, 1, 3]
+    assert vocab.get_seq("ab xy") == [2, 0]
+    assert Vocabulary(str(path), unknown_label="<unk>").get_seq("ab   c") == [2, 3]  # str.split() drops it
+
+
+def test_vocabulary_special_symbols_via_file(tmp_path):
+    path = tmp_path / "vocab.txt"
+    path.write_text(repr({"<s>": 0, "<unk>": 1, "a": 2}))
+    special = tmp_path / "special.txt"
+    special.write_text(repr({"unknown_label": "<unk>", "eos_label": "<s>", "bos_label": "<s>"}))
+    vocab = Vocabulary(str(path), special_symbols_via_file=str(special), bos_label="a")
+    assert vocab.unknown_label_id == 1 and vocab.eos_label_id == 0 and vocab.bos_label_id == 2  # given one wins
+    assert vocab.get_seq("a b") == [2, 1]
+    with pytest.raises(DatasetError, match="expected a dict with keys"):
+        special.write_text(repr({"unk": "<unk>"}))
+        Vocabulary(str(path), special_symbols_via_file=str(special))

@@ -161,8 +161,9 @@ def test_masked_computation_unmask_in_rec_loop_optimized():
 def test_window_in_subnetwork_in_rec_unit_optimized():
     net_dict = {"output": {"class": "rec", "from": "data", "unit": {
         "sub": {"class": "subnetwork", "from": "data:source", "subnetwork": {
-            "win": {"class": "window", "window_size": 3, "from": "data"},
-            "output": {"class": "merge_dims", "axes": "except_batch", "from": "win"}}},
+            "win": {"class": "window", "window_size": 3, "window_right": 0, "from": "data"},  # per step: past only
+            # except_time, not except_batch: moved out (as the original moves it) the window has the time axis
+            "output": {"class": "merge_dims", "axes": "except_time", "from": "win"}}},
         "output": {"class": "linear", "n_out": 4, "from": ["sub", "prev:output"]}}}}
     ref, params = _rec_outputs(net_dict, {"data": {"dim": 3}}, optimize=False)
     out, _ = _rec_outputs(net_dict, {"data": {"dim": 3}}, optimize=True, params=params)

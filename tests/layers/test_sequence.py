@@ -166,7 +166,7 @@ def test_window_and_cumsum_inside_rec_loop_match_outside():
         "win_out": {"class": "window", "window_size": 3, "window_right": 0, "from": "data", "is_output_layer": True},
         "cs_out": {"class": "cumsum", "from": "data", "is_output_layer": True},
         "output": {"class": "rec", "from": "data", "optimize_move_layers_out": False, "unit": {
-            "win": {"class": "window", "window_size": 3, "from": "data:source"},
+            "win": {"class": "window", "window_size": 3, "window_right": 0, "from": "data:source"},
             "cs": {"class": "cumsum", "from": "data:source", "is_output_layer": True},
             "output": {"class": "copy", "from": "win"}}},
     }

@@ -555,7 +555,9 @@ class RecSubnetLoop:
         whole sequence is, frame by frame, what the loop computes (docs/design.md, "move out"):
 
         - its class is frame-wise (not ``recurrent``, no per-step state), or says for these options that it computes
-          the same over the whole sequence (``rec_move_out_ok``, e.g. causal self_attention, positional_encoding);
+          the same over the whole sequence (``rec_move_out_ok``, e.g. causal self_attention, positional_encoding,
+          and window/cumsum, which move out whenever their inputs do, as the original); a layer with per-step state
+          inside a masked_computation stays in the loop (its state advances on the unmasked frames only);
         - it does not use ``:i``, and every ``prev:X`` it uses is of a moved-out X (the shifted sequence of X, the
           initial output at frame 0) that no masked_computation gates (there prev: is the last unmasked frame);
         - everything it depends on moves out; a choice without search depends only on its target (its value);
@@ -589,11 +591,14 @@ class RecSubnetLoop:
 
         def frame_wise(x):
             t = tpl.templates[x]
+            stateless = not t.cls.recurrent and t.cls.get_rec_initial_extra_outputs.__func__ is _BASE_EXTRA_OUTPUTS
+            if x in gated and not stateless:  # a masked_computation keeps its state on masked frames: per step only
+                return False
             ok = getattr(t.cls, "rec_move_out_ok", None)
             if ok is not None:
                 return ok(network=t.network, **{k: v for k, v in t.kwargs.items() if k not in ("name", "network")}) \
                     and frame_varying(x)
-            return not t.cls.recurrent and t.cls.get_rec_initial_extra_outputs.__func__ is _BASE_EXTRA_OUTPUTS
+            return stateless
 
         def dep(x):
             if x in in_loop:
