@@ -560,6 +560,18 @@ class ReturnnLayersBackend(Backend):
                            "strides": strides, "dilation_rate": dilation_rate, "groups": groups or 1})
 
     @staticmethod
+    def transposed_conv(source, *, in_dim, out_dim, in_spatial_dims, out_spatial_dims, filter,  # noqa: A002
+                        filter_size, padding, remove_padding, output_padding, strides, bias=None):
+        """frontend_op: the transposed_conv layer class takes no filter layer in the rf param's layout."""
+        dims = [out_spatial_dims[in_spatial_dims.index(d)] if d in in_spatial_dims else
+                (out_dim if d == in_dim else d) for d in source.dims]
+        return _make("transposed_conv", [source, filter] + ([bias] if bias is not None else []), dims, source.dtype,
+                     opts={"in_dim": in_dim, "out_dim": out_dim, "in_spatial_dims": list(in_spatial_dims),
+                           "out_spatial_dims": list(out_spatial_dims), "filter_size": list(filter_size),
+                           "padding": padding, "remove_padding": list(remove_padding),
+                           "output_padding": list(output_padding), "strides": list(strides)})
+
+    @staticmethod
     def pool(source, *, mode, pool_size, padding="valid", dilation_rate=1, strides, in_spatial_dims,
              out_spatial_dims=None):
         rest = [d for d in source.dims if d not in in_spatial_dims]

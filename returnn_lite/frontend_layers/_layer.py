@@ -643,6 +643,48 @@ def _conv(layer, inputs, out, in_dim, out_dim, in_spatial_dims, out_spatial_dims
     return y
 
 
+@op("transposed_conv")
+def _transposed_conv(layer, inputs, out, in_dim, out_dim, in_spatial_dims, out_spatial_dims, filter_size, padding,
+                     remove_padding, output_padding, strides):
+    """TF's conv_transpose without padding (the full (n - 1) * stride + k frames), cropped and zero-padded on the
+    right to the output length of the padding (as the torch backend, see rf.conv.transposed_out_len)."""
+    from ..frontend.conv import transposed_crop_left, transposed_out_len
+
+    src, filt = inputs[:2]
+    fs_dims = list(filter_size)
+    ks = [d.dimension for d in fs_dims]
+    n = len(fs_dims)
+    if list(filt.dims) == [in_dim, out_dim] + fs_dims:  # the rf param's order [in, out, *k]
+        w = tf.transpose(filt.placeholder, list(range(2, 2 + n)) + [1, 0])
+    else:
+        w = align_exact(filt, fs_dims + [out_dim, in_dim])
+    for d_in, d_out, k, st, op_, rp in zip(in_spatial_dims, out_spatial_dims, ks, strides, output_padding,
+                                           remove_padding):
+        if d_out.dimension is None and d_out.complete_dyn_size() is None:
+            d_out.dyn_size = tf.maximum(transposed_out_len(d_in.complete_dyn_size(), k, st, padding, op_, rp), 0)
+
+    def fn(x):
+        shape = tf.shape(x)
+        in_lens = [shape[1 + i] for i in range(n)]
+        full = [(m - 1) * st + k for m, st, k in zip(in_lens, strides, ks)]
+        y = tf.nn.conv_transpose(x, w, output_shape=tf.stack([shape[0]] + full + [out_dim.dimension]),
+                                 strides=list(strides), padding="VALID")
+        for i, (k, st, op_, rp) in enumerate(zip(ks, strides, output_padding, remove_padding)):
+            left = transposed_crop_left(k, st, padding, op_)
+            out_len = transposed_out_len(in_lens[i], k, st, padding, op_)
+            pads = [[0, 0]] * (1 + i) + [[0, tf.maximum(left + out_len - full[i], 0)]] + [[0, 0]] * (n - i)
+            y = tf.pad(y, pads)
+            begin = [0] * (1 + i) + [left + rp] + [0] * (n - i)
+            size = [-1] * (1 + i) + [out_len - 2 * rp] + [-1] * (n - i)
+            y = tf.slice(y, begin, size)
+        return y
+
+    y = _conv_like(layer, src, in_dim, in_spatial_dims, out_spatial_dims, out, fn)
+    if len(inputs) > 2:
+        y = y + align(inputs[2], out.dims)
+    return y
+
+
 @op("pool")
 def _pool(layer, inputs, out, mode, pool_size, padding, dilation_rate, strides, in_spatial_dims, out_spatial_dims,
           in_dim):

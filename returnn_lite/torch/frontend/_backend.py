@@ -567,6 +567,7 @@ class TorchBackend(Backend):
 
     # ---- conv, pooling, STFT (:mod:`._conv`) ----
     conv = staticmethod(_conv.conv)
+    transposed_conv = staticmethod(_conv.transposed_conv)
     stft = staticmethod(_conv.stft)
     pool = staticmethod(_conv.pool)
 

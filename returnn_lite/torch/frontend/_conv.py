@@ -1,4 +1,4 @@
-"""rf conv, pooling and STFT of the torch backend (named dims <-> torch's [N, C, *spatial] layout)."""
+"""rf conv, transposed conv, pooling and STFT of the torch backend (named dims <-> torch's [N, C, *spatial] layout)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import torch.nn.functional as F
 
 from ...frontend._utils import FrontendError, call_site, dims_str
 from ._common import _is_dyn, _new, _set_sizes, _sizes, _transposed
+from ...frontend.conv import transposed_crop_left, transposed_out_len
 
 
 def conv(source, *, in_dim, out_dim, in_spatial_dims, out_spatial_dims=None, filter, filter_size,  # noqa
@@ -23,6 +24,34 @@ def conv(source, *, in_dim, out_dim, in_spatial_dims, out_spatial_dims=None, fil
            padding=tuple(padding) if isinstance(padding, (list, tuple)) else 0, groups=groups or 1)
     _set_conv_out_sizes(in_spatial_dims, out_spatial_dims, ks, padding, strides, dilation_rate)
     return _from_nc(y, shape_b, batch_like, in_dim, out_dim, in_spatial_dims, out_spatial_dims, source)
+
+def transposed_conv(source, *, in_dim, out_dim, in_spatial_dims, out_spatial_dims, filter, filter_size,  # noqa
+                    padding, remove_padding, output_padding, strides, bias=None):
+    """torch's conv_transpose without padding (the full (n - 1) * stride + k frames), then cropped (and zero-padded
+    on the right) to TF's conv_transpose output (see :func:`returnn_lite.frontend.conv.transposed_out_len`)."""
+    n = len(in_spatial_dims)
+    ks = [d.dimension for d in filter_size]
+    x, batch_like, shape_b = _to_nc(source, in_dim, in_spatial_dims)
+    w = _transposed(filter, [in_dim, out_dim] + list(filter_size))
+    fn = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}[n]
+    y = fn(x, w, None, stride=tuple(strides))
+    for i, (k, st, op, rp) in enumerate(zip(ks, strides, output_padding, remove_padding)):
+        n_in, full = x.shape[2 + i], y.shape[2 + i]
+        left = transposed_crop_left(k, st, padding, op)
+        out_len = transposed_out_len(n_in, k, st, padding, op)
+        if left + out_len > full:
+            pads = [0, 0] * (n - 1 - i) + [0, left + out_len - full]
+            y = F.pad(y, pads)
+        y = y.narrow(2 + i, left + rp, out_len - 2 * rp)
+    if bias is not None:
+        y = y + _transposed(bias, [out_dim]).reshape([-1] + [1] * n)
+    for d_in, d_out, k, st, op, rp in zip(in_spatial_dims, out_spatial_dims, ks, strides, output_padding,
+                                          remove_padding):
+        if _is_dyn(d_out) and d_out != d_in and d_out.dyn_size_ext is None:
+            size, sdims = _sizes(d_in)
+            _set_sizes(d_out, torch.clamp(transposed_out_len(size, k, st, padding, op, rp), min=0), sdims)
+    return _from_nc(y, shape_b, batch_like, in_dim, out_dim, in_spatial_dims, out_spatial_dims, source)
+
 
 def stft(x, *, in_spatial_dim, frame_step, frame_size, fft_length, frame_pad_left, window, out_spatial_dim,
          out_dim):
