@@ -231,6 +231,8 @@ class ReturnnLayersBackend(Backend):
     @staticmethod
     def activation(tensor, func):
         dtype = tensor.dtype if func != "logical_not" else "bool"
+        if func == "abs" and dtype.startswith("complex"):  # the magnitude (as torch.abs / tf.abs)
+            dtype = {"complex64": "float32", "complex128": "float64"}[dtype]
         act = _ACTIVATIONS.get(func, func)
         return _emit("activation", [tensor], tensor.dims, dtype, sparse_dim=tensor.sparse_dim, activation=act,
                      name=func)
@@ -570,6 +572,16 @@ class ReturnnLayersBackend(Backend):
                            "out_spatial_dims": list(out_spatial_dims), "filter_size": list(filter_size),
                            "padding": padding, "remove_padding": list(remove_padding),
                            "output_padding": list(output_padding), "strides": list(strides)})
+
+    @staticmethod
+    def stft(x, *, in_spatial_dim, frame_step, frame_size, fft_length, frame_pad_left, window, out_spatial_dim,
+             out_dim):
+        """frontend_op: the stft layer class has no window placement / frame size options of rf.stft."""
+        dims = [d for d in x.dims if d != in_spatial_dim] + [out_spatial_dim, out_dim]
+        return _make("stft", [x], dims, "complex64",
+                     opts={"in_spatial_dim": in_spatial_dim, "out_spatial_dim": out_spatial_dim, "out_dim": out_dim,
+                           "frame_step": frame_step, "frame_size": frame_size, "fft_length": fft_length,
+                           "frame_pad_left": frame_pad_left, "window": [float(v) for v in window]})
 
     @staticmethod
     def pool(source, *, mode, pool_size, padding="valid", dilation_rate=1, strides, in_spatial_dims,

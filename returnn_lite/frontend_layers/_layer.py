@@ -685,6 +685,24 @@ def _transposed_conv(layer, inputs, out, in_dim, out_dim, in_spatial_dims, out_s
     return y
 
 
+@op("stft")
+def _stft(layer, inputs, out, in_spatial_dim, out_spatial_dim, out_dim, frame_step, frame_size, fft_length,
+          frame_pad_left, window):
+    """Frames of frame_size every frame_step, zero-padded to fft_length, times the window, rfft (as the torch
+    backend; the options are rf.stft's)."""
+    x = inputs[0]
+    batch_like = [d for d in x.dims if d != in_spatial_dim]
+    raw = align_exact(x, batch_like + [in_spatial_dim])
+    _set_out_sizes([in_spatial_dim], [out_spatial_dim], [frame_size], "valid", [frame_step], [1])
+    frames = tf.signal.frame(raw, frame_size, frame_step, pad_end=False)  # [..., frames, frame_size]
+    if fft_length > frame_size:
+        pads = [[0, 0]] * len(batch_like) + [[0, 0], [frame_pad_left, fft_length - frame_size - frame_pad_left]]
+        frames = tf.pad(frames, pads)
+    frames = frames * tf.constant(window, dtype=frames.dtype)
+    y = tf.signal.rfft(frames, fft_length=[fft_length])
+    return to_out(y, batch_like + [out_spatial_dim, out_dim], out)
+
+
 @op("pool")
 def _pool(layer, inputs, out, mode, pool_size, padding, dilation_rate, strides, in_spatial_dims, out_spatial_dims,
           in_dim):
