@@ -33,6 +33,8 @@ from .conv import (  # noqa: F401
     Conv3d, TransposedConv1d, TransposedConv2d, TransposedConv3d, gating, make_transposed_conv_out_spatial_dims, pool3d,
     transposed_conv, use_mask_default)
 from .signal import stft  # noqa: F401
+from .gradient import *  # noqa: F401,F403
+from .label_smoothing import *  # noqa: F401,F403
 from .run_ctx import Loss, RunCtx, get_run_ctx, init_forward_step_run_ctx, init_train_step_run_ctx  # noqa: F401
 from .attention import *  # noqa: F401,F403
 from .build_from_dict import build_dict, build_from_dict  # noqa: F401

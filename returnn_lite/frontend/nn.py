@@ -241,7 +241,7 @@ def cross_entropy(*, estimated, target, axis, estimated_type):
         return get_backend_for_tensor(estimated).softmax_cross_entropy_with_logits(
             logits=estimated, targets=target, axis=axis)
     if estimated_type == "probs":
-        log_prob = math_.safe_log(estimated)
+        log_prob = math_.log(estimated)  # (as the original: no eps)
     elif estimated_type == "log-probs":
         log_prob = estimated
     else:

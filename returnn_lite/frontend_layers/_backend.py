@@ -258,6 +258,26 @@ class ReturnnLayersBackend(Backend):
                      name="stop_gradient")
 
     @staticmethod
+    def scaled_gradient(tensor, scale):
+        if not is_tensor(scale):  # the scaled_grad layer class
+            return _emit("scaled_grad", [tensor], tensor.dims, tensor.dtype, sparse_dim=tensor.sparse_dim,
+                         scale=float(scale), name="scaled_gradient")
+        return ReturnnLayersBackend.scaled_gradient_ext(tensor, scale=scale)
+
+    @staticmethod
+    def scaled_gradient_ext(tensor, *, scale=1.0, shift=None, scale_shift_by_sum_over_axis=None):
+        """frontend_op: the scaled_grad layer class takes neither Tensor scales nor shift."""
+        values = [tensor, scale] + ([shift] if shift is not None else [])
+        for v in values[1:]:
+            if is_tensor(v) and not set(v.dims) <= set(tensor.dims):
+                raise FrontendError("rf.scaled_gradient_ext at %s: scale/shift dims %s are not all in %s" % (
+                    call_site(), dims_str(v.dims), dims_str(tensor.dims)))
+        sources, specs = _operands(values)
+        return _make("scaled_gradient", sources, tensor.dims, tensor.dtype, sparse_dim=tensor.sparse_dim,
+                     opts={"scale": specs[1], "shift": specs[2] if shift is not None else None,
+                           "axis": scale_shift_by_sum_over_axis})
+
+    @staticmethod
     def where(cond, true_, false_, *, allow_broadcast_all_sources=False):
         dims = broadcast_dims("where", [cond, true_, false_], bool(allow_broadcast_all_sources))
         if is_tensor(true_) and is_tensor(false_) and true_.dtype != false_.dtype:  # as torch: a cast layer first

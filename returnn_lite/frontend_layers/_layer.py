@@ -212,6 +212,30 @@ def _stop_gradient(layer, inputs, out):
     return tf.stop_gradient(inputs[0].placeholder)
 
 
+@op("scaled_gradient")
+def _scaled_gradient(layer, inputs, out, scale, shift=None, axis=None):
+    """Identity forward; backward grad * scale (+ shift, times sum_axis |grad| with axis), as rf.scaled_gradient_ext.
+    scale / shift: operand specs (Tensors with dims of the input, or constants)."""
+    x = to_out(inputs[0].placeholder, inputs[0].dims, out)
+    scale_t = tf.stop_gradient(tf.cast(operand(inputs, scale, out.dims, out.dtype), x.dtype))
+    shift_t = None if shift is None else tf.stop_gradient(tf.cast(operand(inputs, shift, out.dims, out.dtype),
+                                                                  x.dtype))
+    axis_i = None if axis is None else list(out.dims).index(axis)
+
+    @tf.custom_gradient
+    def f(v):
+        def grad(dy):
+            res = dy * scale_t
+            if shift_t is not None:
+                res = res + shift_t * (tf.reduce_sum(tf.abs(dy), axis=axis_i, keepdims=True) if axis_i is not None
+                                       else 1.0)
+            return res
+
+        return tf.identity(v), grad
+
+    return f(x)
+
+
 @op("where")
 def _where(layer, inputs, out, cond, true_, false_):
     c = operand(inputs, cond, out.dims, "bool")

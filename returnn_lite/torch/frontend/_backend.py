@@ -55,6 +55,23 @@ class _ScaledGradient(torch.autograd.Function):
         return grad * ctx.scale, None
 
 
+class _ScaledGradientExt(torch.autograd.Function):
+    """Identity forward; backward grad * scale + shift (times sum_axis |grad| where axis is given)."""
+
+    @staticmethod
+    def forward(ctx, x, scale, shift, axis):
+        ctx.scale, ctx.shift, ctx.axis = scale, shift, axis
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        res = grad * ctx.scale
+        if ctx.shift is not None:
+            res = res + ctx.shift * (torch.sum(torch.abs(grad), dim=ctx.axis, keepdim=True) if ctx.axis is not None
+                                     else 1.0)
+        return res, None, None, None
+
+
 class TorchBackend(Backend):
     """rf backend: eager PyTorch."""
 
@@ -284,8 +301,17 @@ class TorchBackend(Backend):
     @staticmethod
     def scaled_gradient(tensor, scale):
         if is_tensor(scale):
-            scale = scale.placeholder
+            scale = _align(scale, tensor.dims)
         return _new(tensor.name, tensor.dims, _ScaledGradient.apply(tensor.placeholder, scale),
+                    sparse_dim=tensor.sparse_dim)
+
+    @staticmethod
+    def scaled_gradient_ext(tensor, *, scale=1.0, shift=None, scale_shift_by_sum_over_axis=None):
+        dims = tensor.dims
+        scale = _align(scale, dims) if is_tensor(scale) else scale
+        shift = _align(shift, dims) if is_tensor(shift) else shift
+        axis = None if scale_shift_by_sum_over_axis is None else list(dims).index(scale_shift_by_sum_over_axis)
+        return _new(tensor.name, dims, _ScaledGradientExt.apply(tensor.placeholder, scale, shift, axis),
                     sparse_dim=tensor.sparse_dim)
 
     @staticmethod
