@@ -35,6 +35,12 @@ from .conv import (  # noqa: F401
 from .signal import stft  # noqa: F401
 from .gradient import *  # noqa: F401,F403
 from .label_smoothing import *  # noqa: F401,F403
+from .normalization import *  # noqa: F401,F403
+from .top_k import *  # noqa: F401,F403
+from .piecewise_linear import *  # noqa: F401,F403
+from .parametrize import *  # noqa: F401,F403
+from .rand import *  # noqa: F401,F403
+from .parametrizations import *  # noqa: F401,F403
 from .run_ctx import Loss, RunCtx, get_run_ctx, init_forward_step_run_ctx, init_train_step_run_ctx  # noqa: F401
 from .attention import *  # noqa: F401,F403
 from .build_from_dict import build_dict, build_from_dict  # noqa: F401

@@ -273,7 +273,9 @@ def num_elements_of_shape(dims, *, use_mask=True, device=None):
         for d in dyn_non_batch:
             s = d.get_size_tensor()
             sizes = s if sizes is None else sizes * s
-        n = reduce_sum(sizes, axis=sizes.dims) if sizes.dims else sizes
+        # summed over the lengths' dims that are among dims (e.g. batch); others (per sequence) stay
+        summed = [d for d in sizes.dims if d in dims]
+        n = reduce_sum(sizes, axis=summed) if summed else sizes
         if batch and not any(d.is_batch_dim() for d in sizes.dims):
             n = n * get_selected_backend().dim_value_tensor(batch[0])
     else:

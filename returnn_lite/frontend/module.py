@@ -13,6 +13,11 @@ class Parameter(Tensor):
 
     def __init__(self, dims, dtype=None, *, trainable=None, auxiliary=False, initial=None, sparse_dim=None,
                  device=None):
+        if isinstance(dims, Tensor):  # Parameter(tensor): its dims, dtype and sparse dim, and its value as initial
+            value = dims
+            dims, dtype = value.dims, dtype or value.dtype
+            sparse_dim = sparse_dim or value.sparse_dim
+            initial = value if initial is None else initial
         dims = list(dims)
         for d in dims:
             if d.dimension is None:
@@ -41,7 +46,24 @@ class Parameter(Tensor):
             get_backend_for_tensor(self).set_parameter_initial_value(self, value)
 
     def assign(self, value):
-        raise FrontendError("rf.Parameter.assign at %s: not supported by returnn_lite" % call_site())
+        """Sets the param's value (eager backends: in place, outside autograd)."""
+        self._assign("assign", value)
+
+    def assign_add(self, value):
+        """Adds value to the param (eager backends: in place, outside autograd)."""
+        self._assign("assign_add", value)
+
+    def _assign(self, what, value):
+        from ._backend import get_backend_for_tensor
+        from .array_ import stop_gradient
+
+        backend = get_backend_for_tensor(self)
+        if not backend.executing_eagerly() or self.placeholder is None:
+            raise FrontendError("rf.Parameter.%s at %s: only on an eager backend (torch); the layers backend has no "
+                                "param updates inside the net" % (what, call_site()))
+        if what == "assign_add":
+            value = stop_gradient(self + value)
+        backend.set_parameter_initial_value(self, value)
 
     def __repr__(self):
         return "Parameter(%s, %s, %s)" % (self.rf_name or "?", dims_str(self.dims), self.dtype)

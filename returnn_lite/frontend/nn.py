@@ -12,6 +12,7 @@ from .conv import (  # noqa: F401 (conv and pooling live in conv.py; re-exported
     use_mask_default)
 from .dims import dim_match_priority_when_needed
 from .module import Glorot, Module, Parameter
+from .rand import random, random_normal, random_uniform, set_random_seed  # noqa: F401 (the old import path)
 
 
 # ---- linear ----
@@ -64,38 +65,42 @@ class Embedding(Module):
 
 # ---- normalization ----
 class LayerNorm(Module):
-    """(x - mean) / sqrt(var + eps) * scale + bias over in_dim; params ``scale`` (1), ``bias`` (0)."""
+    """(x - mean) / sqrt(var + eps) * scale + bias over in_dim (a Dim or Dims); params ``scale`` (1), ``bias`` (0)."""
 
     def __init__(self, in_dim, *, eps=1e-6, with_bias=True):
         super().__init__()
         self.in_dim = in_dim
         self.eps = eps
-        self.scale = Parameter([in_dim])
+        self.scale = Parameter([in_dim] if isinstance(in_dim, Dim) else list(in_dim))
         self.scale.initial = 1.0
         self.with_bias = with_bias
+        self.bias = None
         if with_bias:
-            self.bias = Parameter([in_dim])
+            self.bias = Parameter(self.scale.dims)
             self.bias.initial = 0.0
 
     def __call__(self, x):
-        check_dims_in("LayerNorm", x, [self.in_dim], what="in_dim")
+        in_dims = [self.in_dim] if isinstance(self.in_dim, Dim) else list(self.in_dim)
+        check_dims_in("LayerNorm", x, in_dims, what="in_dim")
         bias = self.bias if self.with_bias else None
         fused = get_backend_for_tensor(x).layer_norm
-        if fused is not None:
+        if fused is not None and len(in_dims) == 1:
             return fused(x, in_dim=self.in_dim, scale=self.scale, bias=bias, eps=self.eps)
-        mean = math_.reduce_mean(x, axis=self.in_dim)
-        variance = math_.reduce_mean(math_.squared_difference(x, mean), axis=self.in_dim)
+        mean = math_.reduce_mean(x, axis=in_dims)
+        variance = math_.reduce_mean(math_.squared_difference(x, mean), axis=in_dims)
         out = (x - mean) * math_.rsqrt(variance + self.eps) * self.scale
         return out + bias if bias is not None else out
 
 
 class BatchNorm(Module):
     """
-    Batch norm over in_dim: params ``running_mean``, ``running_variance`` (auxiliary), ``gamma``, ``beta``.
-    Training: normalized by the (masked) batch statistics, running stats updated with momentum; else the running ones.
+    Batch norm over in_dim: params ``running_mean``, ``running_variance`` (auxiliary; not with
+    ``track_running_stats=False``), ``gamma``, ``beta``. Training (or without running stats): normalized by the
+    (masked) batch statistics, running stats updated with momentum; else the running ones.
     """
 
-    def __init__(self, in_dim, *, affine=True, momentum=0.1, eps=1e-3, use_mask=None, **_unused):
+    def __init__(self, in_dim, *, affine=True, momentum=0.1, eps=1e-3, track_running_stats=True, use_mask=None,
+                 **_unused):
         super().__init__()
         if _unused:
             raise error("BatchNorm", "unsupported option(s) %s" % sorted(_unused))
@@ -104,10 +109,13 @@ class BatchNorm(Module):
         self.momentum = momentum
         self.eps = eps
         self.use_mask = use_mask
-        self.running_mean = Parameter([in_dim], auxiliary=True)
-        self.running_mean.initial = 0.0
-        self.running_variance = Parameter([in_dim], auxiliary=True)
-        self.running_variance.initial = 1.0
+        self.running_mean = self.running_variance = None
+        if track_running_stats:
+            self.running_mean = Parameter([in_dim], auxiliary=True)
+            self.running_mean.initial = 0.0
+            self.running_variance = Parameter([in_dim], auxiliary=True)
+            self.running_variance.initial = 1.0
+        self.gamma = self.beta = None
         if affine:
             self.gamma = Parameter([in_dim])
             self.gamma.initial = 1.0
@@ -116,10 +124,17 @@ class BatchNorm(Module):
 
     def __call__(self, source):
         check_dims_in("BatchNorm", source, [self.in_dim], what="in_dim")
+        use_mask = True if self.use_mask is None else self.use_mask
+        if self.running_mean is None:  # always the statistics of this batch
+            from .normalization import moments
+
+            mean, variance = moments(source, axis=[d for d in source.dims if d != self.in_dim], use_mask=use_mask)
+            out = (source - mean) * math_.rsqrt(variance + self.eps)
+            return out * self.gamma + self.beta if self.affine else out
         return get_backend_for_tensor(source).batch_norm(
             source, in_dim=self.in_dim, running_mean=self.running_mean, running_variance=self.running_variance,
-            gamma=self.gamma if self.affine else None, beta=self.beta if self.affine else None, epsilon=self.eps,
-            momentum=self.momentum, affine=self.affine, use_mask=True if self.use_mask is None else self.use_mask)
+            gamma=self.gamma, beta=self.beta, epsilon=self.eps, momentum=self.momentum, affine=self.affine,
+            use_mask=use_mask)
 
 
 # ---- recurrent ----
@@ -264,7 +279,7 @@ def ctc_loss(*, logits, targets, input_spatial_dim, targets_spatial_dim, blank_i
         targets_spatial_dim=targets_spatial_dim, blank_index=blank_index, max_approx=max_approx)
 
 
-# ---- dropout and random ----
+# ---- dropout ----
 def dropout(source, drop_prob, *, axis=None, on_forward=False):
     """Dropout in training (identity otherwise); axis: the mask varies only along these dims (and batch)."""
     if not drop_prob:
@@ -275,31 +290,6 @@ def dropout(source, drop_prob, *, axis=None, on_forward=False):
     if axes:
         check_dims_in("dropout", source, axes)
     return get_backend_for_tensor(source).dropout(source, drop_prob, axis=axes, on_forward=on_forward)
-
-
-def random(*, dims, dtype="float32", distribution, mean=None, stddev=None, bound=None, minval=None, maxval=None,
-           seed=None, sparse_dim=None, device=None, **kwargs):
-    if kwargs:
-        raise error("random", "unsupported option(s) %s" % sorted(kwargs))
-    return get_selected_backend().random(
-        dims=list(dims), dtype=dtype, distribution=distribution, mean=mean, stddev=stddev, bound=bound,
-        minval=minval, maxval=maxval, seed=seed, sparse_dim=sparse_dim, device=device)
-
-
-def random_normal(dims, *, mean=0.0, stddev=1.0, dtype="float32", seed=None):
-    return random(dims=dims, dtype=dtype, distribution="normal", mean=mean, stddev=stddev, seed=seed)
-
-
-def random_uniform(dims, *, minval=0.0, maxval=1.0, dtype="float32", seed=None, sparse_dim=None):
-    return random(dims=dims, dtype=dtype, distribution="uniform", minval=minval, maxval=maxval, seed=seed,
-                  sparse_dim=sparse_dim)
-
-
-def set_random_seed(seed):
-    from ._backend import _global_backend
-
-    if _global_backend[0] is not None:
-        _global_backend[0].set_random_seed(seed)
 
 
 # ---- control flow ----

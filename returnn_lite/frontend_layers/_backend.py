@@ -604,6 +604,17 @@ class ReturnnLayersBackend(Backend):
                            "frame_pad_left": frame_pad_left, "window": [float(v) for v in window]})
 
     @staticmethod
+    def top_k(source, *, axis, k, k_dim, sorted=True):
+        """frontend_op: the top_k layer class takes one axis (rf.top_k also flattens several)."""
+        rest = [d for d in source.dims if d not in axis]
+        values = _make("top_k", [source], rest + [k_dim], source.dtype,
+                       opts={"axes": list(axis), "k": k, "k_dim": k_dim, "sorted": sorted})
+        indices = [_make("extra", [values], rest + [k_dim], "int32", sparse_dim=d,
+                         opts={"key": "indices%i" % i, "dims": rest + [k_dim]}, name="top_k_indices")
+                   for i, d in enumerate(axis)]
+        return values, indices
+
+    @staticmethod
     def pool(source, *, mode, pool_size, padding="valid", dilation_rate=1, strides, in_spatial_dims,
              out_spatial_dims=None):
         rest = [d for d in source.dims if d not in in_spatial_dims]

@@ -727,6 +727,21 @@ def _stft(layer, inputs, out, in_spatial_dim, out_spatial_dim, out_dim, frame_st
     return to_out(y, batch_like + [out_spatial_dim, out_dim], out)
 
 
+@op("top_k")
+def _top_k(layer, inputs, out, axes, k, k_dim, sorted):  # noqa: A002
+    """tf.math.top_k over the axes (flattened; padded frames masked with -inf); the indices per axis in extra."""
+    x = inputs[0]
+    rest = [d for d in x.dims if d not in axes]
+    raw = masked(align_exact(x, rest + list(axes)), rest + list(axes), axes, float("-inf"))
+    raw = tf.reshape(raw, tf.concat([tf.shape(raw)[:len(rest)], [-1]], axis=0))
+    values, flat = tf.math.top_k(raw, k=k, sorted=sorted)
+    for i in reversed(range(len(axes))):
+        n = dim_value(layer, axes[i])
+        layer.extra["indices%i" % i] = tf.cast(flat % n, tf.int32)
+        flat = flat // n
+    return to_out(values, rest + [k_dim], out)
+
+
 @op("pool")
 def _pool(layer, inputs, out, mode, pool_size, padding, dilation_rate, strides, in_spatial_dims, out_spatial_dims,
           in_dim):

@@ -459,6 +459,20 @@ class TorchBackend(Backend):
         b = None if bias is None else bias.placeholder
         return _new("linear", rest + [out_dim], F.linear(x, w, b))
 
+    @staticmethod
+    def top_k(source, *, axis, k, k_dim, sorted=True):
+        dims = list(source.dims)
+        rest = [d for d in dims if d not in axis]
+        x = _masked(_transposed(source, rest + list(axis)), rest + list(axis), axis, float("-inf"))
+        x = x.reshape(list(x.shape[:len(rest)]) + [-1])
+        values, flat = torch.topk(x, k, dim=-1, sorted=sorted)
+        indices = []
+        for d in reversed(axis):  # unravel the flat index, last axis first
+            n = _dim_len(d)
+            indices.insert(0, _new("top_k_indices", rest + [k_dim], (flat % n).to(torch.int32), sparse_dim=d))
+            flat = torch.div(flat, n, rounding_mode="floor")
+        return _new("top_k", rest + [k_dim], values), indices
+
     # ---- shapes (:mod:`._shape`) ----
     concat = staticmethod(_shape.concat)
     pad = staticmethod(_shape.pad)
