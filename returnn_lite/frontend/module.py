@@ -12,7 +12,11 @@ class Parameter(Tensor):
     """A trainable (or auxiliary) param: a Tensor whose raw tensor the backend creates (layers: a variable layer)."""
 
     def __init__(self, dims, dtype=None, *, trainable=None, auxiliary=False, initial=None, sparse_dim=None,
-                 device=None):
+                 device=None, non_critical_for_restore=False, weight_decay=0.0):
+        if weight_decay:
+            raise FrontendError("rf.Parameter at %s: weight_decay=%r is not supported (use the optimizer's "
+                                "weight_decay)" % (call_site(), weight_decay))
+        self.non_critical_for_restore = non_critical_for_restore
         if isinstance(dims, Tensor):  # Parameter(tensor): its dims, dtype and sparse dim, and its value as initial
             value = dims
             dims, dtype = value.dims, dtype or value.dtype
@@ -306,13 +310,20 @@ class VarianceScaling(ParamInit):
     mode = "fan_in"
     distribution = "truncated_normal"
 
-    def __init__(self, scale=None, mode=None, distribution=None):
+    def __init__(self, scale=None, mode=None, distribution=None, dtype=None):
+        self.dtype = dtype
         if scale is not None:
             self.scale = scale
         if mode is not None:
             self.mode = mode
         if distribution is not None:
             self.distribution = distribution
+        if self.mode not in ("fan_in", "fan_out", "fan_avg"):
+            raise FrontendError("rf.init.VarianceScaling: mode must be fan_in, fan_out or fan_avg, got %r" % (
+                self.mode,))
+        if self.distribution not in ("normal", "uniform", "truncated_normal", "untruncated_normal"):
+            raise FrontendError("rf.init.VarianceScaling: distribution must be normal, uniform, truncated_normal or "
+                                "untruncated_normal, got %r" % (self.distribution,))
 
     def get_tf_init(self):
         return "variance_scaling_initializer(scale=%r, mode=%r, distribution=%r)" % (

@@ -239,6 +239,64 @@ class LSTM(Module):
         return out, LstmState(h=h, c=c)
 
 
+class ZoneoutLSTM(LSTM):
+    """
+    LSTM with zoneout (https://arxiv.org/abs/1606.01305), the params of :class:`LSTM`, as rf code per frame
+    (rf.scan): gates split in ``parts_order`` (i input gate, f forget, o output, j/c/g cell input; "ifco" is the
+    torch order of rf.LSTM), ``forget_bias`` added to f; in training the new c / h keep the previous value with
+    probability zoneout_factor_cell / _output, else (1 - p) * new + p * prev.
+    """
+
+    def __init__(self, in_dim, out_dim, *, with_bias=True, zoneout_factor_cell=0.0, zoneout_factor_output=0.0,
+                 use_zoneout_output=True, forget_bias=0.0, parts_order="ifco"):
+        super().__init__(in_dim, out_dim, with_bias=with_bias)
+        self.zoneout_factor_cell = zoneout_factor_cell
+        self.zoneout_factor_output = zoneout_factor_output
+        self.use_zoneout_output = use_zoneout_output
+        self.forget_bias = forget_bias
+        self.parts_order = parts_order.replace("c", "j").replace("g", "j")
+        if len(self.parts_order) != 4 or set(self.parts_order) != set("ijfo"):
+            raise error("ZoneoutLSTM", "parts_order=%r must order i, f, o and one of j/c/g" % (parts_order,))
+        from .defaults import dropout_broadcast_default
+
+        self.dropout_broadcast = dropout_broadcast_default()
+
+    def _zoneout(self, prev, cur, factor):
+        if factor == 0.0:
+            return cur
+        from .run_ctx import get_run_ctx
+
+        axis = self.out_dim if self.dropout_broadcast else None
+        return cond(get_run_ctx().train_flag,
+                    lambda: (1 - factor) * dropout(cur - prev, factor, axis=axis) + prev,
+                    lambda: (1 - factor) * cur + factor * prev)
+
+    def _inner_step(self, x, *, state):
+        x = x + math_.matmul(state.h, self.rec_weight, reduce=self.out_dim)
+        parts = dict(zip(self.parts_order, array_.split(x, axis=self.gates_dim, out_dims=[self.out_dim] * 4)))
+        new_c = math_.sigmoid(parts["f"] + self.forget_bias) * state.c + math_.sigmoid(parts["i"]) * math_.tanh(
+            parts["j"])
+        new_h = math_.sigmoid(parts["o"]) * math_.tanh(new_c)
+        c = self._zoneout(state.c, new_c, self.zoneout_factor_cell)
+        h = self._zoneout(state.h, new_h, self.zoneout_factor_output)
+        return (h if self.use_zoneout_output else new_h), LstmState(h=h, c=c)
+
+    def __call__(self, source, *, state, spatial_dim):
+        check_dims_in("ZoneoutLSTM", source, [self.in_dim], what="in_dim")
+        x = math_.matmul(source, self.ff_weight, reduce=self.in_dim)
+        if self.with_bias:
+            x = x + self.bias
+        if spatial_dim is single_step_dim():
+            return self._inner_step(x, state=state)
+        from ..tensor import Tensor
+
+        batch_dims = [d for d in source.dims if d not in (spatial_dim, self.in_dim)]
+        template = Tensor("lstm-out", dims=batch_dims + [self.out_dim], dtype=source.dtype)
+        out, new_state, _ = scan(spatial_dim=spatial_dim, initial=state, xs=x, ys=template,
+                                 body=lambda x_t, s: self._inner_step(x_t, state=s))
+        return out, new_state
+
+
 def single_step_dim():
     from ..tensor import single_step_dim as d
 

@@ -615,6 +615,13 @@ class ReturnnLayersBackend(Backend):
         return values, indices
 
     @staticmethod
+    def edit_distance(a, a_spatial_dim, b, b_spatial_dim, *, batch_dims, dtype):
+        """frontend_op: the edit_distance layer class takes [B, T] sparse inputs only."""
+        return _make("edit_distance", [a, b], batch_dims, dtype,
+                     opts={"a_spatial_dim": a_spatial_dim, "b_spatial_dim": b_spatial_dim,
+                           "batch_dims": list(batch_dims)})
+
+    @staticmethod
     def pool(source, *, mode, pool_size, padding="valid", dilation_rate=1, strides, in_spatial_dims,
              out_spatial_dims=None):
         rest = [d for d in source.dims if d not in in_spatial_dims]

@@ -742,6 +742,27 @@ def _top_k(layer, inputs, out, axes, k, k_dim, sorted):  # noqa: A002
     return to_out(values, rest + [k_dim], out)
 
 
+@op("edit_distance")
+def _edit_distance(layer, inputs, out, a_spatial_dim, b_spatial_dim, batch_dims):
+    """tf.edit_distance of the sequences within their lengths (other dims flattened into the batch)."""
+
+    def sparse(x, spatial_dim):
+        raw = align_exact(x, list(batch_dims) + [spatial_dim])
+        n = dim_value(layer, spatial_dim)
+        raw = tf.reshape(raw, [-1, n])
+        if spatial_dim.dimension is None:
+            mask = tf.reshape(seq_mask(spatial_dim, list(batch_dims) + [spatial_dim]) & tf.ones_like(
+                align_exact(x, list(batch_dims) + [spatial_dim]), dtype=tf.bool), [-1, n])
+        else:
+            mask = tf.ones_like(raw, dtype=tf.bool)
+        idx = tf.where(mask)
+        return tf.SparseTensor(idx, tf.gather_nd(raw, idx), tf.shape(raw, out_type=tf.int64))
+
+    dist = tf.edit_distance(sparse(inputs[0], a_spatial_dim), sparse(inputs[1], b_spatial_dim), normalize=False)
+    dist = tf.reshape(tf.cast(tf.round(dist), out.dtype), [dim_value(layer, d) for d in batch_dims])
+    return to_out(dist, batch_dims, out)
+
+
 @op("pool")
 def _pool(layer, inputs, out, mode, pool_size, padding, dilation_rate, strides, in_spatial_dims, out_spatial_dims,
           in_dim):

@@ -518,6 +518,26 @@ class TorchBackend(Backend):
                           zero_infinity=False)
         return _new("ctc_loss", [batch_dim], loss if x.dtype in (torch.float16, torch.bfloat16) else loss.to(x.dtype))
 
+    @staticmethod
+    def edit_distance(a, a_spatial_dim, b, b_spatial_dim, *, batch_dims, dtype):
+        """Per sequence on the host (an int metric, no gradient)."""
+        from ...frontend.edit_distance import levenshtein
+
+        shape = [_dim_len(d) for d in batch_dims]
+        xa = _transposed(a, list(batch_dims) + [a_spatial_dim]).reshape(-1, _dim_len(a_spatial_dim)).tolist()
+        xb = _transposed(b, list(batch_dims) + [b_spatial_dim]).reshape(-1, _dim_len(b_spatial_dim)).tolist()
+
+        def lens(d):
+            if not _is_dyn(d):
+                return [_dim_len(d)] * len(xa)
+            size, sdims = _sizes(d)
+            return _align(_new("s", sdims, size), batch_dims).expand(shape).reshape(-1).tolist()
+
+        la, lb = lens(a_spatial_dim), lens(b_spatial_dim)
+        res = [levenshtein(x[:n], y[:m]) for x, y, n, m in zip(xa, xb, la, lb)]
+        return _new("edit_distance", batch_dims, torch.tensor(res, dtype=_DTYPES[dtype],
+                                                              device=a.placeholder.device).reshape(shape))
+
     # ---- random ----
     @staticmethod
     def dropout(source, drop_prob, *, axis=None, on_forward=False):
@@ -689,9 +709,10 @@ def _init_value(init, param):
     if init.distribution == "uniform":
         limit = math.sqrt(3.0 * scale)
         return torch.empty(shape, dtype=dtype).uniform_(-limit, limit)
-    if init.distribution in ("truncated_normal", "normal"):
-        std = math.sqrt(scale) / (0.87962566103423978 if init.distribution == "truncated_normal" else 1.0)
-        if init.distribution == "normal":
+    if init.distribution in ("truncated_normal", "normal", "untruncated_normal"):
+        # (as the original: "normal" draws untruncated with the truncated normal's stddev correction)
+        std = math.sqrt(scale) / (1.0 if init.distribution == "untruncated_normal" else 0.87962566103423978)
+        if init.distribution != "truncated_normal":
             return torch.empty(shape, dtype=dtype).normal_(0.0, std)
         return torch.nn.init.trunc_normal_(torch.empty(shape, dtype=dtype), std=std, a=-2 * std, b=2 * std)
     raise FrontendError("rf.Parameter: unsupported init distribution %r" % init.distribution)
