@@ -1,11 +1,11 @@
-"""rf.Module, rf.Parameter, containers (ModuleList, Sequential, Functional) and param initializers (rf.init)."""
+"""rf.Module, rf.Parameter, rf.State, containers (ModuleList, Sequential, Functional), initializers (rf.init)."""
 
 from __future__ import annotations
 
 import functools
 
-from ..tensor import Tensor
-from ._utils import FrontendError, call_site, dims_str
+from ..tensor import Dim, Tensor
+from ._utils import FrontendError, call_site, dims_str, is_tensor
 
 
 class Parameter(Tensor):
@@ -103,29 +103,64 @@ class Module:
     def __init__(self):
         pass
 
-    def named_children(self):
-        for k, v in vars(self).items():
-            if isinstance(v, Module):
-                yield k, v
+    def __repr__(self):
+        return "<%s>" % type(self).__name__
 
-    def named_modules(self, *, recurse=True, prefix="", memo=None):
+    def get_default_name(self):
+        """snake_case of the class name (without a leading underscore)."""
+        import re
+
+        name = type(self).__name__.lstrip("_")
+        return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower() if name[:1].isupper() else name
+
+    def get_deep(self, target):
+        """The attribute at the dotted path target ("" is self)."""
+        if target == "":
+            return self
+        mod = self
+        atoms = target.split(".")
+        for item in atoms[:-1]:
+            mod = getattr(mod, item)
+            if not isinstance(mod, Module):
+                raise AttributeError("%r: %r is not an rf.Module" % (self, item))
+        return getattr(mod, atoms[-1])
+
+    def set_deep(self, target, value):
+        """Sets the attribute at the dotted path target."""
+        if target == "":
+            raise AttributeError("cannot set the root module")
+        prefix, _, name = target.rpartition(".")
+        setattr(self.get_deep(prefix), name, value)
+
+    def children(self):
+        return self.modules(recurse=False, include_self=False)
+
+    def named_children(self):
+        return self.named_modules(recurse=False, include_self=False)
+
+    def named_modules(self, *, recurse=True, include_self=True, memo=None, prefix=""):
+        """(dotted name, module) of self and the sub-modules, breadth first (as the original), each once."""
         if memo is None:
             memo = set()
         if id(self) in memo:
             return
         memo.add(id(self))
-        yield prefix, self
-        for k, v in vars(self).items():
-            if isinstance(v, Module):
+        if include_self:
+            yield prefix, self
+        queue = [(prefix, self)]
+        while queue:
+            prefix, mod = queue.pop(0)
+            for k, v in vars(mod).items():
+                if not isinstance(v, Module) or id(v) in memo:
+                    continue
                 name = prefix + ("." if prefix else "") + k
+                memo.add(id(v))
+                yield name, v
                 if recurse:
-                    yield from v.named_modules(prefix=name, memo=memo)
-                elif id(v) not in memo:
-                    memo.add(id(v))
-                    yield name, v
+                    queue.append((name, v))
 
-    def modules(self):
-        for _, m in self.named_modules():
+    def modules(self, *, recurse=True, include_self=True):
+        for _, m in self.named_modules(recurse=recurse, include_self=include_self):
             yield m
 
     def named_parameters(self, *, recurse=True):
@@ -140,16 +175,78 @@ class Module:
         for _, p in self.named_parameters(recurse=recurse):
             yield p
 
+    @property
+    def has_parameters(self):
+        return any(True for _ in self.named_parameters())
+
     def apply(self, fn):
-        for m in self.modules():
-            fn(m)
+        """fn on every sub-module (children first, each applying to its own), then on self; returns self."""
+        for child in self.children():
+            child.apply(fn)
+        fn(self)
         return self
 
     def __call__(self, *args, **kwargs):
         raise NotImplementedError("%s has no __call__" % type(self).__name__)
 
     def default_initial_state(self, *, batch_dims):
-        return None
+        """The children's initial states (an rf.State by attribute name), or None if none has one."""
+        state = State()
+        for key, mod in self.named_children():
+            sub = mod.default_initial_state(batch_dims=batch_dims)
+            if sub:
+                state[key] = sub
+        return state if state else None
+
+
+class State(dict):
+    """
+    Nested state (attribute access to the dict entries), as rf.State: ``State(h=..., c=...)``, ``State({"h": ...})``,
+    or ``State(x)`` for one non-dict value (``State(state=x)``).
+    """
+
+    def __init__(self, *args, **kwargs):
+        if args and kwargs or len(args) > 1:
+            raise TypeError("State(...): either keyword arguments or one positional argument, got %i and %s" % (
+                len(args), sorted(kwargs)))
+        if args:
+            super().__init__(**args[0]) if isinstance(args[0], dict) else super().__init__(state=args[0])
+        else:
+            super().__init__(**kwargs)
+
+    def __repr__(self):
+        return "%s(%s)" % (type(self).__name__, ", ".join("%s=%r" % (k, v) for k, v in self.items()))
+
+    def __getattr__(self, item):
+        try:
+            return self[item]
+        except KeyError:
+            raise AttributeError("%r has no %r" % (self, item)) from None
+
+    def __setattr__(self, key, value):
+        self[key] = value
+
+    def deep_tensors(self):
+        """All Tensors in this state and its nested dicts / lists / tuples (each once)."""
+        return self.cls_deep_tensors(self)
+
+    @classmethod
+    def cls_deep_tensors(cls, obj):
+        """All Tensors in obj and its nested dicts / lists / tuples (each once, in order)."""
+        res, seen, queue = [], set(), [obj]
+        while queue:
+            x = queue.pop(0)
+            if is_tensor(x):
+                if id(x) not in seen:
+                    seen.add(id(x))
+                    res.append(x)
+            elif isinstance(x, dict) or hasattr(x, "keys") and hasattr(x, "values"):
+                queue[:0] = list(x.values())
+            elif isinstance(x, (list, tuple)):
+                queue[:0] = list(x)
+            elif x is not None and not isinstance(x, (Dim, int, float, bool, str)):
+                raise TypeError("State.cls_deep_tensors: unexpected %r" % (x,))
+        return res
 
 
 class ModuleList(Module):

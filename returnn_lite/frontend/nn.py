@@ -11,7 +11,7 @@ from .conv import (  # noqa: F401 (conv and pooling live in conv.py; re-exported
     Conv1d, Conv2d, Conv3d, conv, make_conv_out_spatial_dims, max_pool, max_pool1d, pool, pool1d, pool2d, pool3d,
     use_mask_default)
 from .dims import dim_match_priority_when_needed
-from .module import Glorot, Module, Parameter
+from .module import Glorot, Module, Parameter, State  # noqa: F401 (State: also rf.State from here)
 from .rand import random, random_normal, random_uniform, set_random_seed  # noqa: F401 (the old import path)
 
 
@@ -138,56 +138,6 @@ class BatchNorm(Module):
 
 
 # ---- recurrent ----
-class State(dict):
-    """
-    Nested state (attribute access to the dict entries), as rf.State: ``State(h=..., c=...)``, ``State({"h": ...})``,
-    or ``State(x)`` for one non-dict value (``State(state=x)``).
-    """
-
-    def __init__(self, *args, **kwargs):
-        if args and kwargs or len(args) > 1:
-            raise TypeError("State(...): either keyword arguments or one positional argument, got %i and %s" % (
-                len(args), sorted(kwargs)))
-        if args:
-            super().__init__(**args[0]) if isinstance(args[0], dict) else super().__init__(state=args[0])
-        else:
-            super().__init__(**kwargs)
-
-    def __repr__(self):
-        return "%s(%s)" % (type(self).__name__, ", ".join("%s=%r" % (k, v) for k, v in self.items()))
-
-    def __getattr__(self, item):
-        try:
-            return self[item]
-        except KeyError:
-            raise AttributeError("%r has no %r" % (self, item)) from None
-
-    def __setattr__(self, key, value):
-        self[key] = value
-
-    def deep_tensors(self):
-        """All Tensors in this state and its nested dicts / lists / tuples (each once)."""
-        return self.cls_deep_tensors(self)
-
-    @classmethod
-    def cls_deep_tensors(cls, obj):
-        """All Tensors in obj and its nested dicts / lists / tuples (each once, in order)."""
-        res, seen, queue = [], set(), [obj]
-        while queue:
-            x = queue.pop(0)
-            if is_tensor(x):
-                if id(x) not in seen:
-                    seen.add(id(x))
-                    res.append(x)
-            elif isinstance(x, dict) or hasattr(x, "keys") and hasattr(x, "values"):
-                queue[:0] = list(x.values())
-            elif isinstance(x, (list, tuple)):
-                queue[:0] = list(x)
-            elif x is not None and not isinstance(x, (Dim, int, float, bool, str)):
-                raise TypeError("State.cls_deep_tensors: unexpected %r" % (x,))
-        return res
-
-
 class LstmState(State):
     def __init__(self, *_args, h=None, c=None, **kwargs):
         super().__init__(**kwargs)

@@ -126,3 +126,36 @@ def test_dtype_helpers_init_and_parameter_options():
         rf.Parameter([d1], weight_decay=0.01)
     with pytest.raises(rf.FrontendError, match="distribution"):
         rf.init.VarianceScaling(distribution="laplace")
+
+
+def test_module_api_as_the_original():
+    rf.select_backend_torch()
+
+    class Block(rf.Module):
+        def __init__(self):
+            super().__init__()
+            self.lstm = rf.LSTM(in_dim, out_dim)
+            self.lin = rf.Linear(out_dim, out_dim)
+
+    class Net(rf.Module):
+        def __init__(self):
+            super().__init__()
+            self.block = Block()
+            self.final = rf.Linear(out_dim, in_dim)
+
+    net = Net()
+    # breadth first, as the original: the direct children before the grandchildren
+    assert [n for n, _ in net.named_modules()] == ["", "block", "final", "block.lstm", "block.lin"]
+    assert [n for n, _ in net.named_parameters()][:2] == ["final.weight", "final.bias"]
+    assert [n for n, _ in net.named_children()] == ["block", "final"]
+    assert net.get_deep("block.lin.weight") is net.block.lin.weight
+    new_lin = rf.Linear(out_dim, out_dim)
+    net.set_deep("block.lin", new_lin)
+    assert net.block.lin is new_lin and net.has_parameters
+    order = []
+    net.apply(lambda m: order.append(type(m).__name__))
+    assert order == ["LSTM", "Linear", "Block", "Linear", "Net"]
+    state = net.default_initial_state(batch_dims=[Dim(2, name="b")])
+    assert list(state.keys()) == ["block"] and sorted(state.block.lstm.keys()) == ["c", "h"]
+    assert rf.Linear(in_dim, out_dim).default_initial_state(batch_dims=[]) is None
+    assert Block().get_default_name() == "block" and repr(net) == "<Net>"
