@@ -42,6 +42,7 @@ from .parametrize import *  # noqa: F401,F403
 from .rand import *  # noqa: F401,F403
 from .dtype import *  # noqa: F401,F403
 from .edit_distance import edit_distance  # noqa: F401
+fill = full  # noqa: F405 (the original's alias, const.py)
 from .parametrizations import *  # noqa: F401,F403
 from .run_ctx import Loss, RunCtx, get_run_ctx, init_forward_step_run_ctx, init_train_step_run_ctx  # noqa: F401
 from .attention import *  # noqa: F401,F403

@@ -11,7 +11,7 @@ from ._utils import error
 
 __all__ = ["set_random_seed", "get_random_state", "set_random_state", "reset_step_random_state",
            "get_static_step_based_seed", "random", "random_uniform", "random_normal", "random_truncated_normal",
-           "random_choice_without_replacement"]
+           "random_choice_without_replacement", "random_choice_with_replacement"]
 
 _step_seed = [42]
 _step_rnd = numpy.random.RandomState(42)
@@ -112,3 +112,22 @@ def random_choice_without_replacement(*, log_probs, axis, num_samples_dim, noise
         gumbel = gumbel * noise_scale
     _, indices, _ = top_k(log_probs + gumbel, axis=axis, k_dim=num_samples_dim)
     return indices
+
+
+def random_choice_with_replacement(dims, *, probs, axis):
+    """Indices into axis drawn from probs [common..., axis] (independently, with replacement) for every entry of
+    dims ([common..., new...]) -> int32 sparse over axis."""
+    from ._backend import get_backend_for_tensor
+    from ._utils import check_dims_in, dims_str
+
+    check_dims_in("random_choice_with_replacement", probs, [axis])
+    common = [d for d in probs.dims if d != axis]
+    dims = list(dims)
+    if not all(d in dims for d in common):
+        raise error("random_choice_with_replacement", "dims %s must contain the other dims of probs %s" % (
+            dims_str(dims), dims_str(common)))
+    backend = get_backend_for_tensor(probs)
+    method = getattr(backend, "random_choice_with_replacement", None)
+    if method is None:
+        raise error("random_choice_with_replacement", "not implemented by the %s backend" % backend.name)
+    return method(dims, probs=probs, axis=axis, common=common)

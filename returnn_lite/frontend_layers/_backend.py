@@ -622,6 +622,12 @@ class ReturnnLayersBackend(Backend):
                            "batch_dims": list(batch_dims)})
 
     @staticmethod
+    def random_choice_with_replacement(dims, *, probs, axis, common):
+        """frontend_op: tf.random.categorical (no layer class samples from given probs)."""
+        return _make("random_choice", [probs], list(dims), "int32", sparse_dim=axis,
+                     opts={"axis": axis, "common": list(common)})
+
+    @staticmethod
     def pool(source, *, mode, pool_size, padding="valid", dilation_rate=1, strides, in_spatial_dims,
              out_spatial_dims=None):
         rest = [d for d in source.dims if d not in in_spatial_dims]

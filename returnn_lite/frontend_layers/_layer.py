@@ -763,6 +763,19 @@ def _edit_distance(layer, inputs, out, a_spatial_dim, b_spatial_dim, batch_dims)
     return to_out(dist, batch_dims, out)
 
 
+@op("random_choice")
+def _random_choice(layer, inputs, out, axis, common):
+    """tf.random.categorical over axis for each entry of the new dims (out's dims beyond common)."""
+    new = [d for d in out.dims if d not in common]
+    logits = tf.math.log(tf.reshape(align_exact(inputs[0], list(common) + [axis]), [-1, dim_value(layer, axis)]))
+    n_new = 1
+    for d in new:
+        n_new = n_new * dim_value(layer, d)
+    idx = tf.random.categorical(logits, n_new, dtype=tf.int32, seed=layer.network.random.randint(2 ** 31))
+    idx = tf.reshape(idx, [dim_value(layer, d) for d in list(common) + new])
+    return to_out(idx, list(common) + new, out)
+
+
 @op("pool")
 def _pool(layer, inputs, out, mode, pool_size, padding, dilation_rate, strides, in_spatial_dims, out_spatial_dims,
           in_dim):

@@ -159,3 +159,30 @@ def test_module_api_as_the_original():
     assert list(state.keys()) == ["block"] and sorted(state.block.lstm.keys()) == ["c", "h"]
     assert rf.Linear(in_dim, out_dim).default_initial_state(batch_dims=[]) is None
     assert Block().get_default_name() == "block" and repr(net) == "<Net>"
+
+
+samples_dim = Dim(4000, name="samples")
+class_dim = Dim(3, name="classes")
+probs_extern = {"probs": {"dims": (batch_dim, class_dim), "dtype": "float32"},
+                "x": {"dims": (batch_dim, time_dim), "dtype": "float32"}}
+
+
+def _choice_step(*, model, extern_data, **_):
+    s = rf.random_choice_with_replacement([batch_dim, samples_dim], probs=extern_data["probs"], axis=class_dim)
+    s.mark_as_output("samples", shape=[batch_dim, samples_dim])
+    rf.fill(dims=[batch_dim, class_dim], fill_value=2.5).mark_as_output("filled", shape=[batch_dim, class_dim])
+
+
+@pytest.mark.parametrize("backend", ["torch", "layers"])
+def test_random_choice_with_replacement_frequencies(backend):
+    if backend == "layers":
+        pytest.importorskip("tensorflow")
+    probs = np.array([[0.2, 0.8, 0.0], [1.0, 0.0, 0.0]], dtype="float32")
+    inputs = {"probs": probs, "x": np.zeros((2, 3), "float32"), "size:time": np.array([3, 2], "int32")}
+    run = run_torch if backend == "torch" else run_layers
+    res, _ = run(probs_extern, rf.Module, _choice_step, inputs, {}, [time_dim])
+    s = in_order(res, "samples", [batch_dim, samples_dim])
+    for b in range(2):
+        freq = np.bincount(s[b], minlength=3) / s.shape[1]
+        np.testing.assert_allclose(freq, probs[b], atol=0.03)
+    assert (res["filled"] == 2.5).all()

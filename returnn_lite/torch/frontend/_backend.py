@@ -582,6 +582,17 @@ class TorchBackend(Backend):
             raise FrontendError("rf.random at %s: unknown distribution %r" % (call_site(), distribution))
         return _new("random", dims, _on(raw, target), sparse_dim=sparse_dim)
 
+    @staticmethod
+    def random_choice_with_replacement(dims, *, probs, axis, common):
+        new = [d for d in dims if d not in common]
+        p = _transposed(probs, common + [axis]).reshape(-1, _dim_len(axis))
+        n_new = 1
+        for d in new:
+            n_new *= _dim_len(d)
+        idx = torch.multinomial(p.float(), n_new, replacement=True).to(torch.int32)
+        raw = idx.reshape([_dim_len(d) for d in common + new])
+        return _new("random_choice", dims, _transposed(_new("c", common + new, raw), dims), sparse_dim=axis)
+
     # ---- nn ----
     @staticmethod
     def layer_norm(x, *, in_dim, scale, bias, eps):
