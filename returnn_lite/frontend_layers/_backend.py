@@ -178,8 +178,9 @@ class ReturnnLayersBackend(Backend):
             return initial.get_tf_init()
         if isinstance(initial, (int, float)):
             return float(initial)
-        if hasattr(initial, "tolist"):
-            return initial
+        if hasattr(initial, "tolist"):  # a numpy value (e.g. PiecewiseLinear's points)
+            value = initial.tolist()
+            return float(value) if isinstance(value, (int, float)) else {"class": "constant", "value": value}
         raise FrontendError("rf.Parameter.initial: unsupported value %r" % (initial,))
 
     @staticmethod

@@ -177,3 +177,29 @@ def test_random_options():
     k_dim = Dim(4, name="k")
     idx = rf.random_choice_without_replacement(log_probs=log_probs, axis=log_probs.dims[0], num_samples_dim=k_dim)
     assert sorted(idx.raw_tensor.tolist()) == [0, 1, 2, 3]
+
+
+x_time = Dim(None, name="x_time")
+pl_extern = {"x": {"dims": (batch_dim, x_time), "dtype": "float32"}}
+
+
+class _PlModel(rf.Module):
+    def __init__(self):
+        super().__init__()
+        self.pl = rf.PiecewiseLinear({0: 1.0, 10: 0.1, 20: 0.01})
+
+
+def _pl_step(*, model, extern_data, **_):
+    model.pl(extern_data["x"]).mark_as_output("y", shape=[batch_dim, x_time])
+
+
+@pytest.mark.parametrize("backend", ["torch", "layers"])
+def test_piecewise_linear_both_backends(backend):
+    if backend == "layers":
+        pytest.importorskip("tensorflow")
+    inputs = {"x": np.array([[-5, 0, 5, 10], [15, 20, 30, 0]], "float32"), "size:x_time": np.array([4, 3], "int32")}
+    params = {"pl._keys": np.array([0, 10, 20], "float32"), "pl._values": np.array([1, 0.1, 0.01], "float32")}
+    run = run_torch if backend == "torch" else run_layers
+    res, _ = run(pl_extern, _PlModel, _pl_step, inputs, params, [x_time])
+    np.testing.assert_allclose(in_order(res, "y", [batch_dim, x_time])[:, :3],
+                               [[1.0, 1.0, 0.55], [0.055, 0.01, 0.01]], rtol=1e-5)
