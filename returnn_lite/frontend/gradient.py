@@ -9,7 +9,8 @@ import contextlib
 from ._backend import get_backend_for_tensor
 from ._utils import check_dims_in, error, is_tensor
 
-__all__ = ["set_requires_gradient", "gradient", "scaled_gradient", "scaled_gradient_ext", "gradient_checkpoint_scope"]
+__all__ = ["set_requires_gradient", "gradient", "stop_gradient_scope", "scaled_gradient", "scaled_gradient_ext",
+           "gradient_checkpoint_scope"]
 
 
 def _method(tensor, name):
@@ -30,6 +31,18 @@ def gradient(y, x):
     if y.dims:
         raise error("gradient", "y must be a scalar, got dims %s" % (y.dims,))
     return _method(y, "gradient")(y, x)
+
+
+def stop_gradient_scope():
+    """Context manager: tensors computed inside have no gradient to their inputs (torch: no_grad)."""
+    from ._backend import get_selected_backend
+
+    backend = get_selected_backend()
+    method = getattr(backend, "stop_gradient_scope", None)
+    if method is None:
+        raise error("stop_gradient_scope", "not supported by the %s backend (use rf.stop_gradient on the values)" %
+                    backend.name)
+    return method()
 
 
 def scaled_gradient(source, scale):

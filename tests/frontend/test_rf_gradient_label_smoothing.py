@@ -134,3 +134,12 @@ def test_math_aliases():
     with rf.gradient_checkpoint_scope():
         y = f * 2.0
     assert y.raw_tensor.tolist() == [14.0, -14.0, 12.0]
+
+
+def test_stop_gradient_scope_torch():
+    rf.select_backend_torch()
+    p = rf.Parameter([a_dim])
+    with rf.stop_gradient_scope():
+        x = p * 2.0
+    y = p * 3.0
+    assert not x.raw_tensor.requires_grad and y.raw_tensor.requires_grad

@@ -315,6 +315,10 @@ class TorchBackend(Backend):
                     sparse_dim=tensor.sparse_dim)
 
     @staticmethod
+    def stop_gradient_scope():
+        return torch.no_grad()
+
+    @staticmethod
     def set_requires_gradient(tensor):
         tensor.placeholder.requires_grad = True
 
