@@ -277,11 +277,11 @@ def cross_entropy(*, estimated, target, axis, estimated_type):
 
 def ctc_loss(*, logits, targets, input_spatial_dim, targets_spatial_dim, blank_index, max_approx=False,
              logits_normalized=False):
-    """CTC: -log p(targets | logits) per sequence (dims of logits without the time and class dims)."""
+    """CTC: -log p(targets | logits) per sequence (dims of logits without the time and class dims). The backends
+    take log_softmax of the logits, which leaves normalized ones (logits_normalized=True) as they are; max_approx
+    (Viterbi): layers backend only (as the original)."""
     check_dims_in("ctc_loss", logits, [input_spatial_dim])
     check_dims_in("ctc_loss", targets, [targets_spatial_dim])
-    if max_approx:
-        raise error("ctc_loss", "max_approx=True is not supported")
     return get_backend_for_tensor(logits).ctc_loss(
         logits=logits, targets=targets, input_spatial_dim=input_spatial_dim,
         targets_spatial_dim=targets_spatial_dim, blank_index=blank_index, max_approx=max_approx)

@@ -509,18 +509,28 @@ class TorchBackend(Backend):
 
     @staticmethod
     def ctc_loss(*, logits, targets, input_spatial_dim, targets_spatial_dim, blank_index, max_approx=False):
-        class_dims = [d for d in logits.dims if d not in (batch_dim, input_spatial_dim)]
-        if len(class_dims) != 1 or set(logits.dims) != {batch_dim, input_spatial_dim, class_dims[0]}:
-            raise FrontendError("rf.ctc_loss at %s: logits must have dims [batch, time, classes], got %s" % (
-                call_site(), dims_str(logits.dims)))
-        x = _transposed(logits, [input_spatial_dim, batch_dim, class_dims[0]])
+        """F.ctc_loss over the batch dims (those of targets besides its time dim, merged into one)."""
+        if max_approx:
+            raise FrontendError("rf.ctc_loss at %s: max_approx=True is not supported on the torch backend (as the "
+                                "original; the layers backend has it)" % call_site())
+        batch_dims = [d for d in targets.dims if d != targets_spatial_dim]
+        class_dims = [d for d in logits.dims if d not in batch_dims and d != input_spatial_dim]
+        if len(class_dims) != 1 or set(logits.dims) != set(batch_dims + [input_spatial_dim] + class_dims):
+            raise FrontendError("rf.ctc_loss at %s: logits must have the targets' batch dims %s, the time dim and one "
+                                "class dim, got %s" % (call_site(), dims_str(batch_dims), dims_str(logits.dims)))
+        shape_b = [_dim_len(d) for d in batch_dims]
+        x = _transposed(logits, [input_spatial_dim] + batch_dims + class_dims)
+        x = x.reshape([x.shape[0], -1, x.shape[-1]])
         log_probs = torch.log_softmax(x.float(), dim=-1)  # float32 also under autocast
-        labels = _transposed(targets, [batch_dim, targets_spatial_dim]).long()
-        in_lens = _sizes(input_spatial_dim)[0].long()
-        tgt_lens = _sizes(targets_spatial_dim)[0].long()
-        loss = F.ctc_loss(log_probs, labels, in_lens, tgt_lens, blank=blank_index, reduction="none",
-                          zero_infinity=False)
-        return _new("ctc_loss", [batch_dim], loss if x.dtype in (torch.float16, torch.bfloat16) else loss.to(x.dtype))
+        labels = _transposed(targets, batch_dims + [targets_spatial_dim]).reshape(-1, _dim_len(targets_spatial_dim))
+
+        def lens(d):
+            size, sdims = _sizes(d)
+            return _align(_new("s", sdims, size), batch_dims).expand(shape_b).reshape(-1).long()
+
+        loss = F.ctc_loss(log_probs, labels.long(), lens(input_spatial_dim), lens(targets_spatial_dim),
+                          blank=blank_index, reduction="none", zero_infinity=False).reshape(shape_b)
+        return _new("ctc_loss", batch_dims, loss if x.dtype in (torch.float16, torch.bfloat16) else loss.to(x.dtype))
 
     @staticmethod
     def edit_distance(a, a_spatial_dim, b, b_spatial_dim, *, batch_dims, dtype):
