@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ...tensor import Dim, batch_dim
+from ...tensor import Dim
 from ...frontend._backend import Backend
 from ...frontend._utils import FrontendError, axes_of, call_site, dims_str, has_repeated_dim, is_tensor
 from . import _conv, _recurrent, _shape
