@@ -26,14 +26,27 @@ from .module import (  # noqa: F401
     Functional, Glorot, He, HeNormal, HeUniform, Module, ModuleList, Parameter, ParameterList, ParamInit, Sequential,
     VarianceScaling, init, sequential)
 from .nn import (  # noqa: F401
-    LSTM, BatchNorm, Conv1d, Conv2d, Embedding, LayerNorm, Linear, Loop, LstmState, State, cond, conv,
+    LSTM, BatchNorm, Conv1d, Conv2d, Embedding, LayerNorm, Linear, Loop, LstmState, State, ZoneoutLSTM, cond, conv,
     cross_entropy, ctc_loss, dropout, make_conv_out_spatial_dims, max_pool, max_pool1d, pool, pool1d, pool2d, random,
     random_normal, random_uniform, scan, set_random_seed, while_loop)
-from .conv import Conv3d, gating, pool3d, use_mask_default  # noqa: F401
+from .conv import (  # noqa: F401
+    Conv3d, TransposedConv1d, TransposedConv2d, TransposedConv3d, gating, make_transposed_conv_out_spatial_dims, pool3d,
+    transposed_conv, use_mask_default)
 from .signal import stft  # noqa: F401
+from .gradient import *  # noqa: F401,F403
+from .label_smoothing import *  # noqa: F401,F403
+from .normalization import *  # noqa: F401,F403
+from .top_k import *  # noqa: F401,F403
+from .piecewise_linear import *  # noqa: F401,F403
+from .parametrize import *  # noqa: F401,F403
+from .rand import *  # noqa: F401,F403
+from .dtype import *  # noqa: F401,F403
+from .edit_distance import edit_distance  # noqa: F401
+fill = full  # noqa: F405 (the original's alias, const.py)
+from .parametrizations import *  # noqa: F401,F403
 from .run_ctx import Loss, RunCtx, get_run_ctx, init_forward_step_run_ctx, init_train_step_run_ctx  # noqa: F401
 from .attention import *  # noqa: F401,F403
 from .build_from_dict import build_dict, build_from_dict  # noqa: F401
 from .defaults import *  # noqa: F401,F403
 
-from . import audio  # noqa: E402,F401 (rf.audio, as the original)
+from . import audio, hooks  # noqa: E402,F401 (rf.audio, rf.hooks, as the original)

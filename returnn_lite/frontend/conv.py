@@ -1,6 +1,7 @@
 """
 rf convolution and pooling: ``Conv1d/2d/3d`` (also grouped / depthwise: ``groups=``), :func:`conv`, :func:`pool`
-(``max_pool``, ``pool1d/2d/3d``) and :func:`make_conv_out_spatial_dims`, with the original's options.
+(``max_pool``, ``pool1d/2d/3d``), :func:`make_conv_out_spatial_dims` and the transposed convolution
+(``TransposedConv1d/2d/3d``, :func:`transposed_conv`), with the original's options.
 
 Masking (``use_mask``): the padded frames of dynamic spatial dims are set to 0 (max pooling: -inf) before the op, so
 that they do not leak into the last frames; the default follows the config (``rf_use_mask``) or the behavior version
@@ -18,8 +19,9 @@ from ._utils import check_dims_in, error, is_tensor
 from .dims import dim_match_priority_when_needed
 from .module import Glorot, Module, Parameter
 
-__all__ = ["conv", "Conv1d", "Conv2d", "Conv3d", "pool", "max_pool", "max_pool1d", "pool1d", "pool2d", "pool3d",
-           "make_conv_out_spatial_dims", "use_mask_default", "gating"]
+__all__ = ["conv", "Conv1d", "Conv2d", "Conv3d", "transposed_conv", "TransposedConv1d", "TransposedConv2d",
+           "TransposedConv3d", "pool", "max_pool", "max_pool1d", "pool1d", "pool2d", "pool3d",
+           "make_conv_out_spatial_dims", "make_transposed_conv_out_spatial_dims", "use_mask_default", "gating"]
 
 
 def _config_value(key):
@@ -222,6 +224,167 @@ def conv(source, *, in_dim, out_dim, in_spatial_dims, out_spatial_dims=None, fil
         source, in_dim=in_dim, out_dim=out_dim, in_spatial_dims=in_spatial_dims, out_spatial_dims=out_spatial_dims,
         filter=filter, filter_size=filter_size, padding=padding, strides=strides, dilation_rate=dilation_rate,
         groups=groups if groups and groups > 1 else None, bias=bias)
+    return out, list(out_spatial_dims)
+
+
+# ---- transposed conv ----
+class _TransposedConv(Module):
+    """N-D transposed convolution; params ``filter`` [in_dim, out_dim, *filter_size] and ``bias`` [out_dim]."""
+
+    nd = None
+
+    def __init__(self, in_dim, out_dim, filter_size, *, padding, remove_padding=0, output_padding=None, strides=None,
+                 with_bias=True):
+        super().__init__()
+        name = type(self).__name__
+        if not isinstance(in_dim, Dim) or not isinstance(out_dim, Dim):
+            raise error(name, "in_dim and out_dim must be Dims, got %r, %r" % (in_dim, out_dim))
+        if isinstance(filter_size, (int, Dim)):
+            filter_size = [filter_size] * (self.nd or 1)
+        filter_size = list(filter_size)
+        if self.nd is None:
+            self.nd = len(filter_size)
+        elif len(filter_size) != self.nd:
+            raise error(name, "filter_size=%r: expected %i values" % (filter_size, self.nd))
+        self.in_dim = dim_match_priority_when_needed(in_dim, out_dim)
+        self.out_dim = out_dim
+        self.filter_size = [s if isinstance(s, Dim) else Dim(int(s), name="filter-dim%i" % i)
+                            for i, s in enumerate(filter_size)]
+        self.padding = padding
+        self.remove_padding = remove_padding
+        self.output_padding = output_padding
+        self.strides = strides
+        self.filter = Parameter([self.in_dim, self.out_dim] + self.filter_size)
+        self.filter.initial = Glorot()
+        self.with_bias = with_bias
+        self.bias = None
+        if with_bias:
+            self.bias = Parameter([out_dim])
+            self.bias.initial = 0.0
+
+    def __call__(self, source, *, in_spatial_dims, out_spatial_dims=None):
+        return transposed_conv(
+            source, in_dim=self.in_dim, out_dim=self.out_dim, in_spatial_dims=in_spatial_dims,
+            out_spatial_dims=out_spatial_dims, filter=self.filter, filter_size=self.filter_size, padding=self.padding,
+            remove_padding=self.remove_padding, output_padding=self.output_padding, strides=self.strides,
+            bias=self.bias if self.with_bias else None)
+
+
+class TransposedConv1d(_TransposedConv):
+    """1D transposed conv: ``(y, out_spatial_dim) = tconv(x, in_spatial_dim=)``; upsamples by strides (default:
+    the filter size)."""
+
+    nd = 1
+
+    def __call__(self, source, *, in_spatial_dim, out_spatial_dim=None):
+        out, (out_spatial_dim,) = super().__call__(
+            source, in_spatial_dims=[in_spatial_dim], out_spatial_dims=[out_spatial_dim] if out_spatial_dim else None)
+        return out, out_spatial_dim
+
+
+class TransposedConv2d(_TransposedConv):
+    """2D transposed conv over two spatial dims."""
+
+    nd = 2
+
+
+class TransposedConv3d(_TransposedConv):
+    """3D transposed conv over three spatial dims."""
+
+    nd = 3
+
+
+def transposed_out_len(n, filter_size, stride, padding, output_padding=None, remove_padding=0):
+    """Length of a transposed conv's output over an axis of length n (an int or an int Tensor), as TF's
+    conv_transpose with the keras output length: 'same' n * stride, 'valid' n * stride + max(k - stride, 0); with
+    output_padding (n - 1) * stride + k - 2 * pad + output_padding (pad: k // 2 for 'same', else 0); minus
+    2 * remove_padding."""
+    if output_padding is None:
+        res = n * stride
+        if padding == "valid" and filter_size > stride:
+            res = res + (filter_size - stride)
+    else:
+        pad = filter_size // 2 if padding == "same" else 0
+        res = (n - 1) * stride + filter_size - 2 * pad + output_padding
+    return res - 2 * remove_padding if remove_padding else res
+
+
+def transposed_crop_left(filter_size, stride, padding, output_padding=None):
+    """Frames to drop at the left of the full transposed conv output ((n - 1) * stride + k frames): the left pad of
+    the conv whose gradient TF's conv_transpose is (independent of n: the full minus the output length is
+    k - stride, or 2 * pad - output_padding)."""
+    if padding != "same":
+        return 0
+    total = filter_size - stride if output_padding is None else 2 * (filter_size // 2) - output_padding
+    return max(total, 0) // 2
+
+
+def _transposed_opts(nd, filter_size, padding, remove_padding, output_padding, strides, func):
+    if not isinstance(padding, str) or padding.lower() not in ("same", "valid"):
+        raise error(func, "padding must be 'same' or 'valid', got %r" % (padding,))
+    sizes = [d.dimension if isinstance(d, Dim) else int(d) for d in filter_size]
+    strides = list(sizes) if strides is None else _seq(strides, nd, "strides", func)
+    remove_padding = _seq(remove_padding or 0, nd, "remove_padding", func)
+    output_padding = [output_padding] * nd if output_padding is None or isinstance(output_padding, int) else \
+        _seq(output_padding, nd, "output_padding", func)
+    if any(not isinstance(r, int) or r < 0 for r in remove_padding):
+        raise error(func, "remove_padding=%r: ints >= 0 expected" % (remove_padding,))
+    return padding.lower(), sizes, strides, remove_padding, output_padding
+
+
+def make_transposed_conv_out_spatial_dims(in_spatial_dims, *, filter_size, padding, strides=None, output_padding=None,
+                                          remove_padding=0):
+    """The output spatial dims of a transposed conv: the input dim where it keeps its size, else a new dim (its
+    lengths are set by the backend from the input lengths, see :func:`transposed_out_len`)."""
+    in_spatial_dims = list(in_spatial_dims)
+    padding, sizes, strides, remove_padding, output_padding = _transposed_opts(
+        len(in_spatial_dims), filter_size, padding, remove_padding, output_padding, strides,
+        "make_transposed_conv_out_spatial_dims")
+    out = []
+    for d, k, st, op, rp in zip(in_spatial_dims, sizes, strides, output_padding, remove_padding):
+        if op is None and not rp and (k == st == 1 or (st == 1 and padding == "same")):
+            out.append(d)
+        elif d.dimension is not None:
+            out.append(Dim(transposed_out_len(d.dimension, k, st, padding, op, rp), name="%s:tconv" % d.name))
+        else:
+            out.append(Dim(None, name="%s:tconv" % d.name, kind=Dim.Types.Spatial))
+    return out
+
+
+def transposed_conv(source, *, in_dim, out_dim, in_spatial_dims, out_spatial_dims=None, filter,  # noqa: A002
+                    filter_size, padding, remove_padding=0, output_padding=None, strides=None, bias=None,
+                    use_mask=None):
+    """N-D transposed convolution (1-3 spatial dims) of source with filter [in_dim, out_dim, *filter_size]
+    -> (out, out_spatial_dims); strides default to the filter size, padding 'same' or 'valid' (TF's
+    conv_transpose), output_padding / remove_padding as the original."""
+    in_spatial_dims = list(in_spatial_dims)
+    nd = len(in_spatial_dims)
+    if not 1 <= nd <= 3:
+        raise error("transposed_conv", "1 to 3 in_spatial_dims are supported, got %i" % nd)
+    check_dims_in("transposed_conv", source, [in_dim] + in_spatial_dims)
+    filter_size = list(filter_size)
+    padding, sizes, strides, remove_padding, output_padding = _transposed_opts(
+        nd, filter_size, padding, remove_padding, output_padding, strides, "transposed_conv")
+    if any(_needs_masking(d) for d in in_spatial_dims):
+        if use_mask is None:
+            use_mask = use_mask_default(default=True, default_false_for_behavior_version_up_to=22)
+        if use_mask:
+            source = _masked(source, in_spatial_dims, 0.0)
+    if padding == "same" and _any_non_default(strides, 1) and _consistent_same_padding_enabled():
+        raise error("transposed_conv", "padding='same' with strides %r under the consistent 'same' padding "
+                                       "(behavior version >= 24 or rf_use_consistent_same_padding) is not defined "
+                                       "(as the original)" % (strides,))
+    if out_spatial_dims is None:
+        out_spatial_dims = make_transposed_conv_out_spatial_dims(
+            in_spatial_dims, filter_size=sizes, padding=padding, strides=strides, output_padding=output_padding,
+            remove_padding=remove_padding)
+    backend = get_backend_for_tensor(source)
+    method = getattr(backend, "transposed_conv", None)
+    if method is None:
+        raise error("transposed_conv", "not implemented by the %s backend" % backend.name)
+    out = method(source, in_dim=in_dim, out_dim=out_dim, in_spatial_dims=in_spatial_dims,
+                 out_spatial_dims=list(out_spatial_dims), filter=filter, filter_size=filter_size, padding=padding,
+                 remove_padding=remove_padding, output_padding=output_padding, strides=strides, bias=bias)
     return out, list(out_spatial_dims)
 
 

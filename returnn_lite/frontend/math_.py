@@ -51,11 +51,61 @@ def _bin(kind):
     return func
 
 
-maximum = _bin("maximum")
-minimum = _bin("minimum")
 squared_difference = _bin("squared_difference")
 logical_and = _bin("logical_and")
 logical_or = _bin("logical_or")
+add = _bin("add")
+sub = _bin("sub")
+mul = _bin("mul")
+true_divide = _bin("truediv")
+floor_divide = _bin("floordiv")
+mod = _bin("mod")
+pow = _bin("pow")  # noqa: A001 (the original's name)
+
+
+def _bin_n(kind):
+    def func(a, b, *others, allow_broadcast_all_sources=None):
+        res = combine(a, kind, b, allow_broadcast_all_sources=allow_broadcast_all_sources)
+        for t in others:
+            res = combine(res, kind, t, allow_broadcast_all_sources=allow_broadcast_all_sources)
+        return res
+
+    func.__name__ = kind
+    return func
+
+
+maximum = _bin_n("maximum")
+minimum = _bin_n("minimum")
+
+
+def ceil_divide(a, b):
+    """ceil(a / b) for ints: -(-a // b)."""
+    return -(-a // b)
+
+
+def opt_logical_or(a, b):
+    """a or b, where either may be a Python bool (then no op is created where the result is known)."""
+    if isinstance(a, bool):
+        return True if a else b
+    if isinstance(b, bool):
+        return True if b else a
+    return logical_or(a, b)
+
+
+def opt_logical_and(a, b):
+    """a and b, where either may be a Python bool."""
+    if isinstance(a, bool):
+        return b if a else False
+    if isinstance(b, bool):
+        return a if b else False
+    return logical_and(a, b)
+
+
+def lerp(start, end, weight, *, allow_broadcast_all_sources=False):
+    """start + weight * (end - start)."""
+    diff = combine(end, "sub", start, allow_broadcast_all_sources=allow_broadcast_all_sources)
+    step = combine(diff, "mul", weight, allow_broadcast_all_sources=True)
+    return combine(start, "add", step, allow_broadcast_all_sources=True)
 
 
 def _cmp(kind):
@@ -130,7 +180,13 @@ def identity(x):
     return x
 
 
-def safe_log(x, *, eps=1e-7):
+_SMALLEST_POSITIVE = {"float16": 6e-08, "bfloat16": 9.1835e-41, "float32": 1.4013e-45, "float64": 4.9407e-324}
+
+
+def safe_log(x, *, eps=None):
+    """log(max(x, eps)); eps defaults to the smallest positive number of x's dtype (as the original)."""
+    if eps is None:
+        eps = _SMALLEST_POSITIVE.get(x.dtype, 1.4013e-45)
     return log(maximum(x, eps))
 
 
@@ -195,8 +251,15 @@ reduce_all = _red("all")
 reduce_prod = _red("prod")
 
 
-def num_elements_of_shape(dims):
-    """Number of elements of a tensor with these dims, counting only frames within the sequence lengths."""
+def num_elements_of_shape(dims, *, use_mask=True, device=None):
+    """Number of elements of a tensor with these dims, counting only frames within the sequence lengths (with
+    use_mask; else the padded lengths)."""
+    dims = as_dims(dims)
+    if not use_mask:
+        n = 1
+        for d in dims:
+            n = n * (d.dimension if d.dimension is not None else get_selected_backend().dim_value_tensor(d))
+        return n
     static = 1
     for d in dims:
         if d.dimension is not None:
@@ -210,7 +273,9 @@ def num_elements_of_shape(dims):
         for d in dyn_non_batch:
             s = d.get_size_tensor()
             sizes = s if sizes is None else sizes * s
-        n = reduce_sum(sizes, axis=sizes.dims) if sizes.dims else sizes
+        # summed over the lengths' dims that are among dims (e.g. batch); others (per sequence) stay
+        summed = [d for d in sizes.dims if d in dims]
+        n = reduce_sum(sizes, axis=summed) if summed else sizes
         if batch and not any(d.is_batch_dim() for d in sizes.dims):
             n = n * get_selected_backend().dim_value_tensor(batch[0])
     else:
@@ -246,4 +311,9 @@ def dot(a, b, *, reduce, use_mask=True):  # noqa: A002
 def combine_bc(a, kind, b, *, dim_order=None):
     """combine with broadcasting of all sources allowed (e.g. [T] * [F] -> [T,F])."""
     return combine(a, kind, b, allow_broadcast_all_sources=True, dim_order=dim_order)
+
+
+def compare_bc(a, kind, b, *, dim_order=None):
+    """compare with broadcasting of all sources allowed."""
+    return compare(a, kind, b, allow_broadcast_all_sources=True, dim_order=dim_order)
 

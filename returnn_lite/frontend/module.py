@@ -1,18 +1,27 @@
-"""rf.Module, rf.Parameter, containers (ModuleList, Sequential, Functional) and param initializers (rf.init)."""
+"""rf.Module, rf.Parameter, rf.State, containers (ModuleList, Sequential, Functional), initializers (rf.init)."""
 
 from __future__ import annotations
 
 import functools
 
-from ..tensor import Tensor
-from ._utils import FrontendError, call_site, dims_str
+from ..tensor import Dim, Tensor
+from ._utils import FrontendError, call_site, dims_str, is_tensor
 
 
 class Parameter(Tensor):
     """A trainable (or auxiliary) param: a Tensor whose raw tensor the backend creates (layers: a variable layer)."""
 
     def __init__(self, dims, dtype=None, *, trainable=None, auxiliary=False, initial=None, sparse_dim=None,
-                 device=None):
+                 device=None, non_critical_for_restore=False, weight_decay=0.0):
+        if weight_decay:
+            raise FrontendError("rf.Parameter at %s: weight_decay=%r is not supported (use the optimizer's "
+                                "weight_decay)" % (call_site(), weight_decay))
+        self.non_critical_for_restore = non_critical_for_restore
+        if isinstance(dims, Tensor):  # Parameter(tensor): its dims, dtype and sparse dim, and its value as initial
+            value = dims
+            dims, dtype = value.dims, dtype or value.dtype
+            sparse_dim = sparse_dim or value.sparse_dim
+            initial = value if initial is None else initial
         dims = list(dims)
         for d in dims:
             if d.dimension is None:
@@ -41,7 +50,24 @@ class Parameter(Tensor):
             get_backend_for_tensor(self).set_parameter_initial_value(self, value)
 
     def assign(self, value):
-        raise FrontendError("rf.Parameter.assign at %s: not supported by returnn_lite" % call_site())
+        """Sets the param's value (eager backends: in place, outside autograd)."""
+        self._assign("assign", value)
+
+    def assign_add(self, value):
+        """Adds value to the param (eager backends: in place, outside autograd)."""
+        self._assign("assign_add", value)
+
+    def _assign(self, what, value):
+        from ._backend import get_backend_for_tensor
+        from .array_ import stop_gradient
+
+        backend = get_backend_for_tensor(self)
+        if not backend.executing_eagerly() or self.placeholder is None:
+            raise FrontendError("rf.Parameter.%s at %s: only on an eager backend (torch); the layers backend has no "
+                                "param updates inside the net" % (what, call_site()))
+        if what == "assign_add":
+            value = stop_gradient(self + value)
+        backend.set_parameter_initial_value(self, value)
 
     def __repr__(self):
         return "Parameter(%s, %s, %s)" % (self.rf_name or "?", dims_str(self.dims), self.dtype)
@@ -77,29 +103,64 @@ class Module:
     def __init__(self):
         pass
 
-    def named_children(self):
-        for k, v in vars(self).items():
-            if isinstance(v, Module):
-                yield k, v
+    def __repr__(self):
+        return "<%s>" % type(self).__name__
 
-    def named_modules(self, *, recurse=True, prefix="", memo=None):
+    def get_default_name(self):
+        """snake_case of the class name (without a leading underscore)."""
+        import re
+
+        name = type(self).__name__.lstrip("_")
+        return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower() if name[:1].isupper() else name
+
+    def get_deep(self, target):
+        """The attribute at the dotted path target ("" is self)."""
+        if target == "":
+            return self
+        mod = self
+        atoms = target.split(".")
+        for item in atoms[:-1]:
+            mod = getattr(mod, item)
+            if not isinstance(mod, Module):
+                raise AttributeError("%r: %r is not an rf.Module" % (self, item))
+        return getattr(mod, atoms[-1])
+
+    def set_deep(self, target, value):
+        """Sets the attribute at the dotted path target."""
+        if target == "":
+            raise AttributeError("cannot set the root module")
+        prefix, _, name = target.rpartition(".")
+        setattr(self.get_deep(prefix), name, value)
+
+    def children(self):
+        return self.modules(recurse=False, include_self=False)
+
+    def named_children(self):
+        return self.named_modules(recurse=False, include_self=False)
+
+    def named_modules(self, *, recurse=True, include_self=True, memo=None, prefix=""):
+        """(dotted name, module) of self and the sub-modules, breadth first (as the original), each once."""
         if memo is None:
             memo = set()
         if id(self) in memo:
             return
         memo.add(id(self))
-        yield prefix, self
-        for k, v in vars(self).items():
-            if isinstance(v, Module):
+        if include_self:
+            yield prefix, self
+        queue = [(prefix, self)]
+        while queue:
+            prefix, mod = queue.pop(0)
+            for k, v in vars(mod).items():
+                if not isinstance(v, Module) or id(v) in memo:
+                    continue
                 name = prefix + ("." if prefix else "") + k
+                memo.add(id(v))
+                yield name, v
                 if recurse:
-                    yield from v.named_modules(prefix=name, memo=memo)
-                elif id(v) not in memo:
-                    memo.add(id(v))
-                    yield name, v
+                    queue.append((name, v))
 
-    def modules(self):
-        for _, m in self.named_modules():
+    def modules(self, *, recurse=True, include_self=True):
+        for _, m in self.named_modules(recurse=recurse, include_self=include_self):
             yield m
 
     def named_parameters(self, *, recurse=True):
@@ -114,16 +175,78 @@ class Module:
         for _, p in self.named_parameters(recurse=recurse):
             yield p
 
+    @property
+    def has_parameters(self):
+        return any(True for _ in self.named_parameters())
+
     def apply(self, fn):
-        for m in self.modules():
-            fn(m)
+        """fn on every sub-module (children first, each applying to its own), then on self; returns self."""
+        for child in self.children():
+            child.apply(fn)
+        fn(self)
         return self
 
     def __call__(self, *args, **kwargs):
         raise NotImplementedError("%s has no __call__" % type(self).__name__)
 
     def default_initial_state(self, *, batch_dims):
-        return None
+        """The children's initial states (an rf.State by attribute name), or None if none has one."""
+        state = State()
+        for key, mod in self.named_children():
+            sub = mod.default_initial_state(batch_dims=batch_dims)
+            if sub:
+                state[key] = sub
+        return state if state else None
+
+
+class State(dict):
+    """
+    Nested state (attribute access to the dict entries), as rf.State: ``State(h=..., c=...)``, ``State({"h": ...})``,
+    or ``State(x)`` for one non-dict value (``State(state=x)``).
+    """
+
+    def __init__(self, *args, **kwargs):
+        if args and kwargs or len(args) > 1:
+            raise TypeError("State(...): either keyword arguments or one positional argument, got %i and %s" % (
+                len(args), sorted(kwargs)))
+        if args:
+            super().__init__(**args[0]) if isinstance(args[0], dict) else super().__init__(state=args[0])
+        else:
+            super().__init__(**kwargs)
+
+    def __repr__(self):
+        return "%s(%s)" % (type(self).__name__, ", ".join("%s=%r" % (k, v) for k, v in self.items()))
+
+    def __getattr__(self, item):
+        try:
+            return self[item]
+        except KeyError:
+            raise AttributeError("%r has no %r" % (self, item)) from None
+
+    def __setattr__(self, key, value):
+        self[key] = value
+
+    def deep_tensors(self):
+        """All Tensors in this state and its nested dicts / lists / tuples (each once)."""
+        return self.cls_deep_tensors(self)
+
+    @classmethod
+    def cls_deep_tensors(cls, obj):
+        """All Tensors in obj and its nested dicts / lists / tuples (each once, in order)."""
+        res, seen, queue = [], set(), [obj]
+        while queue:
+            x = queue.pop(0)
+            if is_tensor(x):
+                if id(x) not in seen:
+                    seen.add(id(x))
+                    res.append(x)
+            elif isinstance(x, dict) or hasattr(x, "keys") and hasattr(x, "values"):
+                queue[:0] = list(x.values())
+            elif isinstance(x, (list, tuple)):
+                queue[:0] = list(x)
+            elif x is not None and not isinstance(x, (Dim, int, float, bool, str)):
+                raise TypeError("State.cls_deep_tensors: unexpected %r" % (x,))
+        return res
 
 
 class ModuleList(Module):
@@ -284,13 +407,20 @@ class VarianceScaling(ParamInit):
     mode = "fan_in"
     distribution = "truncated_normal"
 
-    def __init__(self, scale=None, mode=None, distribution=None):
+    def __init__(self, scale=None, mode=None, distribution=None, dtype=None):
+        self.dtype = dtype
         if scale is not None:
             self.scale = scale
         if mode is not None:
             self.mode = mode
         if distribution is not None:
             self.distribution = distribution
+        if self.mode not in ("fan_in", "fan_out", "fan_avg"):
+            raise FrontendError("rf.init.VarianceScaling: mode must be fan_in, fan_out or fan_avg, got %r" % (
+                self.mode,))
+        if self.distribution not in ("normal", "uniform", "truncated_normal", "untruncated_normal"):
+            raise FrontendError("rf.init.VarianceScaling: distribution must be normal, uniform, truncated_normal or "
+                                "untruncated_normal, got %r" % (self.distribution,))
 
     def get_tf_init(self):
         return "variance_scaling_initializer(scale=%r, mode=%r, distribution=%r)" % (

@@ -11,7 +11,8 @@ from .conv import (  # noqa: F401 (conv and pooling live in conv.py; re-exported
     Conv1d, Conv2d, Conv3d, conv, make_conv_out_spatial_dims, max_pool, max_pool1d, pool, pool1d, pool2d, pool3d,
     use_mask_default)
 from .dims import dim_match_priority_when_needed
-from .module import Glorot, Module, Parameter
+from .module import Glorot, Module, Parameter, State  # noqa: F401 (State: also rf.State from here)
+from .rand import random, random_normal, random_uniform, set_random_seed  # noqa: F401 (the old import path)
 
 
 # ---- linear ----
@@ -64,38 +65,42 @@ class Embedding(Module):
 
 # ---- normalization ----
 class LayerNorm(Module):
-    """(x - mean) / sqrt(var + eps) * scale + bias over in_dim; params ``scale`` (1), ``bias`` (0)."""
+    """(x - mean) / sqrt(var + eps) * scale + bias over in_dim (a Dim or Dims); params ``scale`` (1), ``bias`` (0)."""
 
     def __init__(self, in_dim, *, eps=1e-6, with_bias=True):
         super().__init__()
         self.in_dim = in_dim
         self.eps = eps
-        self.scale = Parameter([in_dim])
+        self.scale = Parameter([in_dim] if isinstance(in_dim, Dim) else list(in_dim))
         self.scale.initial = 1.0
         self.with_bias = with_bias
+        self.bias = None
         if with_bias:
-            self.bias = Parameter([in_dim])
+            self.bias = Parameter(self.scale.dims)
             self.bias.initial = 0.0
 
     def __call__(self, x):
-        check_dims_in("LayerNorm", x, [self.in_dim], what="in_dim")
+        in_dims = [self.in_dim] if isinstance(self.in_dim, Dim) else list(self.in_dim)
+        check_dims_in("LayerNorm", x, in_dims, what="in_dim")
         bias = self.bias if self.with_bias else None
         fused = get_backend_for_tensor(x).layer_norm
-        if fused is not None:
+        if fused is not None and len(in_dims) == 1:
             return fused(x, in_dim=self.in_dim, scale=self.scale, bias=bias, eps=self.eps)
-        mean = math_.reduce_mean(x, axis=self.in_dim)
-        variance = math_.reduce_mean(math_.squared_difference(x, mean), axis=self.in_dim)
+        mean = math_.reduce_mean(x, axis=in_dims)
+        variance = math_.reduce_mean(math_.squared_difference(x, mean), axis=in_dims)
         out = (x - mean) * math_.rsqrt(variance + self.eps) * self.scale
         return out + bias if bias is not None else out
 
 
 class BatchNorm(Module):
     """
-    Batch norm over in_dim: params ``running_mean``, ``running_variance`` (auxiliary), ``gamma``, ``beta``.
-    Training: normalized by the (masked) batch statistics, running stats updated with momentum; else the running ones.
+    Batch norm over in_dim: params ``running_mean``, ``running_variance`` (auxiliary; not with
+    ``track_running_stats=False``), ``gamma``, ``beta``. Training (or without running stats): normalized by the
+    (masked) batch statistics, running stats updated with momentum; else the running ones.
     """
 
-    def __init__(self, in_dim, *, affine=True, momentum=0.1, eps=1e-3, use_mask=None, **_unused):
+    def __init__(self, in_dim, *, affine=True, momentum=0.1, eps=1e-3, track_running_stats=True, use_mask=None,
+                 **_unused):
         super().__init__()
         if _unused:
             raise error("BatchNorm", "unsupported option(s) %s" % sorted(_unused))
@@ -104,10 +109,13 @@ class BatchNorm(Module):
         self.momentum = momentum
         self.eps = eps
         self.use_mask = use_mask
-        self.running_mean = Parameter([in_dim], auxiliary=True)
-        self.running_mean.initial = 0.0
-        self.running_variance = Parameter([in_dim], auxiliary=True)
-        self.running_variance.initial = 1.0
+        self.running_mean = self.running_variance = None
+        if track_running_stats:
+            self.running_mean = Parameter([in_dim], auxiliary=True)
+            self.running_mean.initial = 0.0
+            self.running_variance = Parameter([in_dim], auxiliary=True)
+            self.running_variance.initial = 1.0
+        self.gamma = self.beta = None
         if affine:
             self.gamma = Parameter([in_dim])
             self.gamma.initial = 1.0
@@ -116,63 +124,20 @@ class BatchNorm(Module):
 
     def __call__(self, source):
         check_dims_in("BatchNorm", source, [self.in_dim], what="in_dim")
+        use_mask = True if self.use_mask is None else self.use_mask
+        if self.running_mean is None:  # always the statistics of this batch
+            from .normalization import moments
+
+            mean, variance = moments(source, axis=[d for d in source.dims if d != self.in_dim], use_mask=use_mask)
+            out = (source - mean) * math_.rsqrt(variance + self.eps)
+            return out * self.gamma + self.beta if self.affine else out
         return get_backend_for_tensor(source).batch_norm(
             source, in_dim=self.in_dim, running_mean=self.running_mean, running_variance=self.running_variance,
-            gamma=self.gamma if self.affine else None, beta=self.beta if self.affine else None, epsilon=self.eps,
-            momentum=self.momentum, affine=self.affine, use_mask=True if self.use_mask is None else self.use_mask)
+            gamma=self.gamma, beta=self.beta, epsilon=self.eps, momentum=self.momentum, affine=self.affine,
+            use_mask=use_mask)
 
 
 # ---- recurrent ----
-class State(dict):
-    """
-    Nested state (attribute access to the dict entries), as rf.State: ``State(h=..., c=...)``, ``State({"h": ...})``,
-    or ``State(x)`` for one non-dict value (``State(state=x)``).
-    """
-
-    def __init__(self, *args, **kwargs):
-        if args and kwargs or len(args) > 1:
-            raise TypeError("State(...): either keyword arguments or one positional argument, got %i and %s" % (
-                len(args), sorted(kwargs)))
-        if args:
-            super().__init__(**args[0]) if isinstance(args[0], dict) else super().__init__(state=args[0])
-        else:
-            super().__init__(**kwargs)
-
-    def __repr__(self):
-        return "%s(%s)" % (type(self).__name__, ", ".join("%s=%r" % (k, v) for k, v in self.items()))
-
-    def __getattr__(self, item):
-        try:
-            return self[item]
-        except KeyError:
-            raise AttributeError("%r has no %r" % (self, item)) from None
-
-    def __setattr__(self, key, value):
-        self[key] = value
-
-    def deep_tensors(self):
-        """All Tensors in this state and its nested dicts / lists / tuples (each once)."""
-        return self.cls_deep_tensors(self)
-
-    @classmethod
-    def cls_deep_tensors(cls, obj):
-        """All Tensors in obj and its nested dicts / lists / tuples (each once, in order)."""
-        res, seen, queue = [], set(), [obj]
-        while queue:
-            x = queue.pop(0)
-            if is_tensor(x):
-                if id(x) not in seen:
-                    seen.add(id(x))
-                    res.append(x)
-            elif isinstance(x, dict) or hasattr(x, "keys") and hasattr(x, "values"):
-                queue[:0] = list(x.values())
-            elif isinstance(x, (list, tuple)):
-                queue[:0] = list(x)
-            elif x is not None and not isinstance(x, (Dim, int, float, bool, str)):
-                raise TypeError("State.cls_deep_tensors: unexpected %r" % (x,))
-        return res
-
-
 class LstmState(State):
     def __init__(self, *_args, h=None, c=None, **kwargs):
         super().__init__(**kwargs)
@@ -224,6 +189,64 @@ class LSTM(Module):
         return out, LstmState(h=h, c=c)
 
 
+class ZoneoutLSTM(LSTM):
+    """
+    LSTM with zoneout (https://arxiv.org/abs/1606.01305), the params of :class:`LSTM`, as rf code per frame
+    (rf.scan): gates split in ``parts_order`` (i input gate, f forget, o output, j/c/g cell input; "ifco" is the
+    torch order of rf.LSTM), ``forget_bias`` added to f; in training the new c / h keep the previous value with
+    probability zoneout_factor_cell / _output, else (1 - p) * new + p * prev.
+    """
+
+    def __init__(self, in_dim, out_dim, *, with_bias=True, zoneout_factor_cell=0.0, zoneout_factor_output=0.0,
+                 use_zoneout_output=True, forget_bias=0.0, parts_order="ifco"):
+        super().__init__(in_dim, out_dim, with_bias=with_bias)
+        self.zoneout_factor_cell = zoneout_factor_cell
+        self.zoneout_factor_output = zoneout_factor_output
+        self.use_zoneout_output = use_zoneout_output
+        self.forget_bias = forget_bias
+        self.parts_order = parts_order.replace("c", "j").replace("g", "j")
+        if len(self.parts_order) != 4 or set(self.parts_order) != set("ijfo"):
+            raise error("ZoneoutLSTM", "parts_order=%r must order i, f, o and one of j/c/g" % (parts_order,))
+        from .defaults import dropout_broadcast_default
+
+        self.dropout_broadcast = dropout_broadcast_default()
+
+    def _zoneout(self, prev, cur, factor):
+        if factor == 0.0:
+            return cur
+        from .run_ctx import get_run_ctx
+
+        axis = self.out_dim if self.dropout_broadcast else None
+        return cond(get_run_ctx().train_flag,
+                    lambda: (1 - factor) * dropout(cur - prev, factor, axis=axis) + prev,
+                    lambda: (1 - factor) * cur + factor * prev)
+
+    def _inner_step(self, x, *, state):
+        x = x + math_.matmul(state.h, self.rec_weight, reduce=self.out_dim)
+        parts = dict(zip(self.parts_order, array_.split(x, axis=self.gates_dim, out_dims=[self.out_dim] * 4)))
+        new_c = math_.sigmoid(parts["f"] + self.forget_bias) * state.c + math_.sigmoid(parts["i"]) * math_.tanh(
+            parts["j"])
+        new_h = math_.sigmoid(parts["o"]) * math_.tanh(new_c)
+        c = self._zoneout(state.c, new_c, self.zoneout_factor_cell)
+        h = self._zoneout(state.h, new_h, self.zoneout_factor_output)
+        return (h if self.use_zoneout_output else new_h), LstmState(h=h, c=c)
+
+    def __call__(self, source, *, state, spatial_dim):
+        check_dims_in("ZoneoutLSTM", source, [self.in_dim], what="in_dim")
+        x = math_.matmul(source, self.ff_weight, reduce=self.in_dim)
+        if self.with_bias:
+            x = x + self.bias
+        if spatial_dim is single_step_dim():
+            return self._inner_step(x, state=state)
+        from ..tensor import Tensor
+
+        batch_dims = [d for d in source.dims if d not in (spatial_dim, self.in_dim)]
+        template = Tensor("lstm-out", dims=batch_dims + [self.out_dim], dtype=source.dtype)
+        out, new_state, _ = scan(spatial_dim=spatial_dim, initial=state, xs=x, ys=template,
+                                 body=lambda x_t, s: self._inner_step(x_t, state=s))
+        return out, new_state
+
+
 def single_step_dim():
     from ..tensor import single_step_dim as d
 
@@ -241,7 +264,7 @@ def cross_entropy(*, estimated, target, axis, estimated_type):
         return get_backend_for_tensor(estimated).softmax_cross_entropy_with_logits(
             logits=estimated, targets=target, axis=axis)
     if estimated_type == "probs":
-        log_prob = math_.safe_log(estimated)
+        log_prob = math_.log(estimated)  # (as the original: no eps)
     elif estimated_type == "log-probs":
         log_prob = estimated
     else:
@@ -254,17 +277,17 @@ def cross_entropy(*, estimated, target, axis, estimated_type):
 
 def ctc_loss(*, logits, targets, input_spatial_dim, targets_spatial_dim, blank_index, max_approx=False,
              logits_normalized=False):
-    """CTC: -log p(targets | logits) per sequence (dims of logits without the time and class dims)."""
+    """CTC: -log p(targets | logits) per sequence (dims of logits without the time and class dims). The backends
+    take log_softmax of the logits, which leaves normalized ones (logits_normalized=True) as they are; max_approx
+    (Viterbi): layers backend only (as the original)."""
     check_dims_in("ctc_loss", logits, [input_spatial_dim])
     check_dims_in("ctc_loss", targets, [targets_spatial_dim])
-    if max_approx:
-        raise error("ctc_loss", "max_approx=True is not supported")
     return get_backend_for_tensor(logits).ctc_loss(
         logits=logits, targets=targets, input_spatial_dim=input_spatial_dim,
         targets_spatial_dim=targets_spatial_dim, blank_index=blank_index, max_approx=max_approx)
 
 
-# ---- dropout and random ----
+# ---- dropout ----
 def dropout(source, drop_prob, *, axis=None, on_forward=False):
     """Dropout in training (identity otherwise); axis: the mask varies only along these dims (and batch)."""
     if not drop_prob:
@@ -275,31 +298,6 @@ def dropout(source, drop_prob, *, axis=None, on_forward=False):
     if axes:
         check_dims_in("dropout", source, axes)
     return get_backend_for_tensor(source).dropout(source, drop_prob, axis=axes, on_forward=on_forward)
-
-
-def random(*, dims, dtype="float32", distribution, mean=None, stddev=None, bound=None, minval=None, maxval=None,
-           seed=None, sparse_dim=None, device=None, **kwargs):
-    if kwargs:
-        raise error("random", "unsupported option(s) %s" % sorted(kwargs))
-    return get_selected_backend().random(
-        dims=list(dims), dtype=dtype, distribution=distribution, mean=mean, stddev=stddev, bound=bound,
-        minval=minval, maxval=maxval, seed=seed, sparse_dim=sparse_dim, device=device)
-
-
-def random_normal(dims, *, mean=0.0, stddev=1.0, dtype="float32", seed=None):
-    return random(dims=dims, dtype=dtype, distribution="normal", mean=mean, stddev=stddev, seed=seed)
-
-
-def random_uniform(dims, *, minval=0.0, maxval=1.0, dtype="float32", seed=None, sparse_dim=None):
-    return random(dims=dims, dtype=dtype, distribution="uniform", minval=minval, maxval=maxval, seed=seed,
-                  sparse_dim=sparse_dim)
-
-
-def set_random_seed(seed):
-    from ._backend import _global_backend
-
-    if _global_backend[0] is not None:
-        _global_backend[0].set_random_seed(seed)
 
 
 # ---- control flow ----

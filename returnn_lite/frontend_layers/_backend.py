@@ -178,8 +178,9 @@ class ReturnnLayersBackend(Backend):
             return initial.get_tf_init()
         if isinstance(initial, (int, float)):
             return float(initial)
-        if hasattr(initial, "tolist"):
-            return initial
+        if hasattr(initial, "tolist"):  # a numpy value (e.g. PiecewiseLinear's points)
+            value = initial.tolist()
+            return float(value) if isinstance(value, (int, float)) else {"class": "constant", "value": value}
         raise FrontendError("rf.Parameter.initial: unsupported value %r" % (initial,))
 
     @staticmethod
@@ -231,6 +232,8 @@ class ReturnnLayersBackend(Backend):
     @staticmethod
     def activation(tensor, func):
         dtype = tensor.dtype if func != "logical_not" else "bool"
+        if func == "abs" and dtype.startswith("complex"):  # the magnitude (as torch.abs / tf.abs)
+            dtype = {"complex64": "float32", "complex128": "float64"}[dtype]
         act = _ACTIVATIONS.get(func, func)
         return _emit("activation", [tensor], tensor.dims, dtype, sparse_dim=tensor.sparse_dim, activation=act,
                      name=func)
@@ -254,6 +257,26 @@ class ReturnnLayersBackend(Backend):
     def stop_gradient(tensor):
         return _emit("scaled_grad", [tensor], tensor.dims, tensor.dtype, sparse_dim=tensor.sparse_dim, scale=0,
                      name="stop_gradient")
+
+    @staticmethod
+    def scaled_gradient(tensor, scale):
+        if not is_tensor(scale):  # the scaled_grad layer class
+            return _emit("scaled_grad", [tensor], tensor.dims, tensor.dtype, sparse_dim=tensor.sparse_dim,
+                         scale=float(scale), name="scaled_gradient")
+        return ReturnnLayersBackend.scaled_gradient_ext(tensor, scale=scale)
+
+    @staticmethod
+    def scaled_gradient_ext(tensor, *, scale=1.0, shift=None, scale_shift_by_sum_over_axis=None):
+        """frontend_op: the scaled_grad layer class takes neither Tensor scales nor shift."""
+        values = [tensor, scale] + ([shift] if shift is not None else [])
+        for v in values[1:]:
+            if is_tensor(v) and not set(v.dims) <= set(tensor.dims):
+                raise FrontendError("rf.scaled_gradient_ext at %s: scale/shift dims %s are not all in %s" % (
+                    call_site(), dims_str(v.dims), dims_str(tensor.dims)))
+        sources, specs = _operands(values)
+        return _make("scaled_gradient", sources, tensor.dims, tensor.dtype, sparse_dim=tensor.sparse_dim,
+                     opts={"scale": specs[1], "shift": specs[2] if shift is not None else None,
+                           "axis": scale_shift_by_sum_over_axis})
 
     @staticmethod
     def where(cond, true_, false_, *, allow_broadcast_all_sources=False):
@@ -558,6 +581,52 @@ class ReturnnLayersBackend(Backend):
                            "out_spatial_dims": list(out_spatial_dims), "filter_size": list(filter_size),
                            "padding": padding.lower() if isinstance(padding, str) else list(padding),
                            "strides": strides, "dilation_rate": dilation_rate, "groups": groups or 1})
+
+    @staticmethod
+    def transposed_conv(source, *, in_dim, out_dim, in_spatial_dims, out_spatial_dims, filter,  # noqa: A002
+                        filter_size, padding, remove_padding, output_padding, strides, bias=None):
+        """frontend_op: the transposed_conv layer class takes no filter layer in the rf param's layout."""
+        dims = [out_spatial_dims[in_spatial_dims.index(d)] if d in in_spatial_dims else
+                (out_dim if d == in_dim else d) for d in source.dims]
+        return _make("transposed_conv", [source, filter] + ([bias] if bias is not None else []), dims, source.dtype,
+                     opts={"in_dim": in_dim, "out_dim": out_dim, "in_spatial_dims": list(in_spatial_dims),
+                           "out_spatial_dims": list(out_spatial_dims), "filter_size": list(filter_size),
+                           "padding": padding, "remove_padding": list(remove_padding),
+                           "output_padding": list(output_padding), "strides": list(strides)})
+
+    @staticmethod
+    def stft(x, *, in_spatial_dim, frame_step, frame_size, fft_length, frame_pad_left, window, out_spatial_dim,
+             out_dim):
+        """frontend_op: the stft layer class has no window placement / frame size options of rf.stft."""
+        dims = [d for d in x.dims if d != in_spatial_dim] + [out_spatial_dim, out_dim]
+        return _make("stft", [x], dims, "complex64",
+                     opts={"in_spatial_dim": in_spatial_dim, "out_spatial_dim": out_spatial_dim, "out_dim": out_dim,
+                           "frame_step": frame_step, "frame_size": frame_size, "fft_length": fft_length,
+                           "frame_pad_left": frame_pad_left, "window": [float(v) for v in window]})
+
+    @staticmethod
+    def top_k(source, *, axis, k, k_dim, sorted=True):
+        """frontend_op: the top_k layer class takes one axis (rf.top_k also flattens several)."""
+        rest = [d for d in source.dims if d not in axis]
+        values = _make("top_k", [source], rest + [k_dim], source.dtype,
+                       opts={"axes": list(axis), "k": k, "k_dim": k_dim, "sorted": sorted})
+        indices = [_make("extra", [values], rest + [k_dim], "int32", sparse_dim=d,
+                         opts={"key": "indices%i" % i, "dims": rest + [k_dim]}, name="top_k_indices")
+                   for i, d in enumerate(axis)]
+        return values, indices
+
+    @staticmethod
+    def edit_distance(a, a_spatial_dim, b, b_spatial_dim, *, batch_dims, dtype):
+        """frontend_op: the edit_distance layer class takes [B, T] sparse inputs only."""
+        return _make("edit_distance", [a, b], batch_dims, dtype,
+                     opts={"a_spatial_dim": a_spatial_dim, "b_spatial_dim": b_spatial_dim,
+                           "batch_dims": list(batch_dims)})
+
+    @staticmethod
+    def random_choice_with_replacement(dims, *, probs, axis, common):
+        """frontend_op: tf.random.categorical (no layer class samples from given probs)."""
+        return _make("random_choice", [probs], list(dims), "int32", sparse_dim=axis,
+                     opts={"axis": axis, "common": list(common)})
 
     @staticmethod
     def pool(source, *, mode, pool_size, padding="valid", dilation_rate=1, strides, in_spatial_dims,

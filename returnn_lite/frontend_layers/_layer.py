@@ -212,6 +212,30 @@ def _stop_gradient(layer, inputs, out):
     return tf.stop_gradient(inputs[0].placeholder)
 
 
+@op("scaled_gradient")
+def _scaled_gradient(layer, inputs, out, scale, shift=None, axis=None):
+    """Identity forward; backward grad * scale (+ shift, times sum_axis |grad| with axis), as rf.scaled_gradient_ext.
+    scale / shift: operand specs (Tensors with dims of the input, or constants)."""
+    x = to_out(inputs[0].placeholder, inputs[0].dims, out)
+    scale_t = tf.stop_gradient(tf.cast(operand(inputs, scale, out.dims, out.dtype), x.dtype))
+    shift_t = None if shift is None else tf.stop_gradient(tf.cast(operand(inputs, shift, out.dims, out.dtype),
+                                                                  x.dtype))
+    axis_i = None if axis is None else list(out.dims).index(axis)
+
+    @tf.custom_gradient
+    def f(v):
+        def grad(dy):
+            res = dy * scale_t
+            if shift_t is not None:
+                res = res + shift_t * (tf.reduce_sum(tf.abs(dy), axis=axis_i, keepdims=True) if axis_i is not None
+                                       else 1.0)
+            return res
+
+        return tf.identity(v), grad
+
+    return f(x)
+
+
 @op("where")
 def _where(layer, inputs, out, cond, true_, false_):
     c = operand(inputs, cond, out.dims, "bool")
@@ -641,6 +665,115 @@ def _conv(layer, inputs, out, in_dim, out_dim, in_spatial_dims, out_spatial_dims
     if len(inputs) > 2:
         y = y + align(inputs[2], out.dims)
     return y
+
+
+@op("transposed_conv")
+def _transposed_conv(layer, inputs, out, in_dim, out_dim, in_spatial_dims, out_spatial_dims, filter_size, padding,
+                     remove_padding, output_padding, strides):
+    """TF's conv_transpose without padding (the full (n - 1) * stride + k frames), cropped and zero-padded on the
+    right to the output length of the padding (as the torch backend, see rf.conv.transposed_out_len)."""
+    from ..frontend.conv import transposed_crop_left, transposed_out_len
+
+    src, filt = inputs[:2]
+    fs_dims = list(filter_size)
+    ks = [d.dimension for d in fs_dims]
+    n = len(fs_dims)
+    if list(filt.dims) == [in_dim, out_dim] + fs_dims:  # the rf param's order [in, out, *k]
+        w = tf.transpose(filt.placeholder, list(range(2, 2 + n)) + [1, 0])
+    else:
+        w = align_exact(filt, fs_dims + [out_dim, in_dim])
+    for d_in, d_out, k, st, op_, rp in zip(in_spatial_dims, out_spatial_dims, ks, strides, output_padding,
+                                           remove_padding):
+        if d_out.dimension is None and d_out.complete_dyn_size() is None:
+            d_out.dyn_size = tf.maximum(transposed_out_len(d_in.complete_dyn_size(), k, st, padding, op_, rp), 0)
+
+    def fn(x):
+        shape = tf.shape(x)
+        in_lens = [shape[1 + i] for i in range(n)]
+        full = [(m - 1) * st + k for m, st, k in zip(in_lens, strides, ks)]
+        y = tf.nn.conv_transpose(x, w, output_shape=tf.stack([shape[0]] + full + [out_dim.dimension]),
+                                 strides=list(strides), padding="VALID")
+        for i, (k, st, op_, rp) in enumerate(zip(ks, strides, output_padding, remove_padding)):
+            left = transposed_crop_left(k, st, padding, op_)
+            out_len = transposed_out_len(in_lens[i], k, st, padding, op_)
+            pads = [[0, 0]] * (1 + i) + [[0, tf.maximum(left + out_len - full[i], 0)]] + [[0, 0]] * (n - i)
+            y = tf.pad(y, pads)
+            begin = [0] * (1 + i) + [left + rp] + [0] * (n - i)
+            size = [-1] * (1 + i) + [out_len - 2 * rp] + [-1] * (n - i)
+            y = tf.slice(y, begin, size)
+        return y
+
+    y = _conv_like(layer, src, in_dim, in_spatial_dims, out_spatial_dims, out, fn)
+    if len(inputs) > 2:
+        y = y + align(inputs[2], out.dims)
+    return y
+
+
+@op("stft")
+def _stft(layer, inputs, out, in_spatial_dim, out_spatial_dim, out_dim, frame_step, frame_size, fft_length,
+          frame_pad_left, window):
+    """Frames of frame_size every frame_step, zero-padded to fft_length, times the window, rfft (as the torch
+    backend; the options are rf.stft's)."""
+    x = inputs[0]
+    batch_like = [d for d in x.dims if d != in_spatial_dim]
+    raw = align_exact(x, batch_like + [in_spatial_dim])
+    _set_out_sizes([in_spatial_dim], [out_spatial_dim], [frame_size], "valid", [frame_step], [1])
+    frames = tf.signal.frame(raw, frame_size, frame_step, pad_end=False)  # [..., frames, frame_size]
+    if fft_length > frame_size:
+        pads = [[0, 0]] * len(batch_like) + [[0, 0], [frame_pad_left, fft_length - frame_size - frame_pad_left]]
+        frames = tf.pad(frames, pads)
+    frames = frames * tf.constant(window, dtype=frames.dtype)
+    y = tf.signal.rfft(frames, fft_length=[fft_length])
+    return to_out(y, batch_like + [out_spatial_dim, out_dim], out)
+
+
+@op("top_k")
+def _top_k(layer, inputs, out, axes, k, k_dim, sorted):  # noqa: A002
+    """tf.math.top_k over the axes (flattened; padded frames masked with -inf); the indices per axis in extra."""
+    x = inputs[0]
+    rest = [d for d in x.dims if d not in axes]
+    raw = masked(align_exact(x, rest + list(axes)), rest + list(axes), axes, float("-inf"))
+    raw = tf.reshape(raw, tf.concat([tf.shape(raw)[:len(rest)], [-1]], axis=0))
+    values, flat = tf.math.top_k(raw, k=k, sorted=sorted)
+    for i in reversed(range(len(axes))):
+        n = dim_value(layer, axes[i])
+        layer.extra["indices%i" % i] = tf.cast(flat % n, tf.int32)
+        flat = flat // n
+    return to_out(values, rest + [k_dim], out)
+
+
+@op("edit_distance")
+def _edit_distance(layer, inputs, out, a_spatial_dim, b_spatial_dim, batch_dims):
+    """tf.edit_distance of the sequences within their lengths (other dims flattened into the batch)."""
+
+    def sparse(x, spatial_dim):
+        raw = align_exact(x, list(batch_dims) + [spatial_dim])
+        n = dim_value(layer, spatial_dim)
+        raw = tf.reshape(raw, [-1, n])
+        if spatial_dim.dimension is None:
+            mask = tf.reshape(seq_mask(spatial_dim, list(batch_dims) + [spatial_dim]) & tf.ones_like(
+                align_exact(x, list(batch_dims) + [spatial_dim]), dtype=tf.bool), [-1, n])
+        else:
+            mask = tf.ones_like(raw, dtype=tf.bool)
+        idx = tf.where(mask)
+        return tf.SparseTensor(idx, tf.gather_nd(raw, idx), tf.shape(raw, out_type=tf.int64))
+
+    dist = tf.edit_distance(sparse(inputs[0], a_spatial_dim), sparse(inputs[1], b_spatial_dim), normalize=False)
+    dist = tf.reshape(tf.cast(tf.round(dist), out.dtype), [dim_value(layer, d) for d in batch_dims])
+    return to_out(dist, batch_dims, out)
+
+
+@op("random_choice")
+def _random_choice(layer, inputs, out, axis, common):
+    """tf.random.categorical over axis for each entry of the new dims (out's dims beyond common)."""
+    new = [d for d in out.dims if d not in common]
+    logits = tf.math.log(tf.reshape(align_exact(inputs[0], list(common) + [axis]), [-1, dim_value(layer, axis)]))
+    n_new = 1
+    for d in new:
+        n_new = n_new * dim_value(layer, d)
+    idx = tf.random.categorical(logits, n_new, dtype=tf.int32, seed=layer.network.random.randint(2 ** 31))
+    idx = tf.reshape(idx, [dim_value(layer, d) for d in list(common) + new])
+    return to_out(idx, list(common) + new, out)
 
 
 @op("pool")

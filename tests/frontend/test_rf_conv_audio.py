@@ -221,3 +221,54 @@ def test_reset_eager_forgets_the_lengths_of_derived_dims():
         assert rel.dyn_size_ext.placeholder.tolist() == [2 * ((n + 1) // 2) - 1 for n in lens]
     batch_dim.reset_eager()
     t_dim.reset_eager()
+
+
+samples_dim = Dim(None, name="samples")
+mel_dim = Dim(20, name="mel")
+audio_extern_data = {"audio": {"dims": (batch_dim, samples_dim), "dtype": "float32"}}
+
+
+def _audio_step(*, model, extern_data, **_):
+    x = extern_data["audio"]
+    spec, s_dim, f_dim = rf.stft(x, in_spatial_dim=samples_dim, frame_step=80, frame_length=200, fft_length=256)
+    spec.mark_as_output("stft", shape=[batch_dim, s_dim, f_dim])
+    torch_like, t_dim, t_f_dim = rf.stft(x, in_spatial_dim=samples_dim, frame_step=80, frame_length=199,
+                                         fft_length=256, window_use_frame_length=False, align_window_left=False,
+                                         window_enforce_even=False)
+    torch_like.mark_as_output("stft_centred", shape=[batch_dim, t_dim, t_f_dim])
+    feats, m_dim = rf.audio.log_mel_filterbank_from_raw(x, in_spatial_dim=samples_dim, out_dim=mel_dim,
+                                                        sampling_rate=8000)
+    feats.mark_as_output("log_mel", shape=[batch_dim, m_dim, mel_dim])
+
+
+def test_stft_and_log_mel_on_both_backends_match_numpy():
+    """rf.stft on the layers backend too (frontend_op), both window placements, against numpy per sequence."""
+    pytest.importorskip("tensorflow")
+    lens = np.array([1600, 1200], dtype="int32")
+    audio = np.random.RandomState(4).randn(2, 1600).astype("float32")
+    audio[1, 1200:] = 0.0
+    inputs = {"audio": audio, "size:samples": lens}
+    res_t, _ = run_torch(audio_extern_data, rf.Module, _audio_step, inputs, {}, [samples_dim])
+    res_l, _ = run_layers(audio_extern_data, rf.Module, _audio_step, inputs, {}, [samples_dim])
+    centred_window = np.zeros(256)
+    centred_window[28:28 + 199] = 0.5 - 0.5 * np.cos(2 * np.pi * np.arange(199) / 199)
+    for res in (res_t, res_l):
+        spec = in_order(res, "stft", [d for d in res["stft:dims"]])
+        dims = res["stft:dims"]
+        spec = np.transpose(spec, [dims.index(batch_dim)] + [i for i, d in enumerate(dims) if d != batch_dim])
+        for b, n in enumerate(lens):
+            ref = _np_stft(audio[b, :n], 200, 80, 256)
+            np.testing.assert_allclose(spec[b, :len(ref)], ref, rtol=1e-3, atol=1e-3)
+        dims = res["stft_centred:dims"]
+        centred = np.transpose(res["stft_centred"],
+                               [dims.index(batch_dim)] + [i for i, d in enumerate(dims) if d != batch_dim])
+        n_frames = (1600 - 256) // 80 + 1  # frames of fft_length samples (window_use_frame_length=False)
+        ref = np.fft.rfft(np.stack([audio[0, i * 80:i * 80 + 256] * centred_window for i in range(n_frames)]))
+        np.testing.assert_allclose(centred[0, :n_frames], ref, rtol=1e-3, atol=1e-3)
+        dims = res["log_mel:dims"]
+        log_mel = np.transpose(res["log_mel"], [dims.index(batch_dim)] + [i for i, d in enumerate(dims)
+                                                                            if d != batch_dim and d != mel_dim] +
+                               [dims.index(mel_dim)])
+        ref_feats = np.log10(np.maximum(np.abs(_np_stft(audio[0], 200, 80, 256)) ** 2 @
+                                        _np_mel_matrix(8000, 256, 20), 1e-10))
+        np.testing.assert_allclose(log_mel[0], ref_feats, rtol=1e-4, atol=1e-4)
