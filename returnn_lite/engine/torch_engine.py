@@ -379,6 +379,13 @@ class TorchBackend(EngineBackend):
         return SimpleNamespace(extern_data=view, layers={})
 
     def _check_batch(self, arrays, dataset_name):
+        """Before a step: the batch check, unless the producer of the batch made it (``torch_data.batch_pairs``)."""
+        if not hasattr(arrays, "check_error"):
+            self.check_batch(arrays, dataset_name)
+        elif arrays.check_error is not None:
+            raise EngineError(arrays.check_error)
+
+    def check_batch(self, arrays, dataset_name):
         """Per batch (numpy, cheap): shape, label range of sparse data, finite dense values; names the seq."""
         network = self._extern_data_view()
         for key in self.data_keys:
