@@ -68,8 +68,8 @@ class _BatchStream(torch.utils.data.IterableDataset):
         for i, batch in enumerate(self.engine.batches(self.dataset, self.epoch, self.train)):
             if i % num == worker:
                 arrays = batch_to_arrays(self.dataset, batch, self.keys)
+                check_error = _checked(backend, arrays, self.dataset.name)
                 tensors = _to_tensors(arrays, self.layout, pin=False)
-                check_error = _checked(backend, _with_tensor_data(arrays, tensors), self.dataset.name)
                 arrays.data = {}
                 yield i, batch, arrays, tensors, check_error
 
@@ -77,7 +77,6 @@ class _BatchStream(torch.utils.data.IterableDataset):
 def _with_tensor_data(arrays, tensors):
     """``arrays`` whose data are numpy views of ``tensors`` (as the step feeds them)."""
     arrays.data = {key: t.numpy() for key, t in tensors.items()}
-    return arrays
 
 
 def batch_pairs(engine, backend, dataset, epoch, train, opts):
