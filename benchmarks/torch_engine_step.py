@@ -11,9 +11,11 @@ with ``backend = "torch"``), in one process, min over rounds of one epoch (100 s
 - ``bare``: the config's ``train_step`` on the same model class, extern data set by hand from prebuilt torch
   tensors on the device, the losses' values to the host, backward, Adam (what a hand-written rf loop runs).
 
-The ratio to drive down is engine / bare. On the CPU: CPU time (process_time, all threads). With ``--device
-cuda``: wall time with the device synchronized at the end of each round (CUDA-guarded; ``--amp bfloat16``,
-``--workers N`` as ``torch_dataloader_opts``).
+The ratio to drive down is engine / bare. On the CPU: CPU time (process_time, all threads of this process; with
+``--workers N`` the data is made in the worker processes, outside it). With ``--device cuda``: wall time with the
+device synchronized at the end of each round (CUDA-guarded; ``--amp bfloat16``, ``--workers N`` as
+``torch_dataloader_opts``). With ``--workers N``, also: the main process's CPU time to receive a GPU-sized batch
+(32 seqs x 400 frames x 80 features, DummyDataset) from N loader workers, without training.
 
     python benchmarks/torch_engine_step.py [--rounds 5] [--device cpu|cuda] [--workers 0] [--amp bfloat16]
 """
@@ -120,6 +122,40 @@ def backend_loop(engine, arrays):
     return run
 
 
+def loader_main_cpu(workers, epochs=4):
+    """Main-process CPU ms per batch received from ``workers`` loader workers (and checked), no training."""
+    import returnn_lite.frontend as rf
+    from returnn_lite.config import Config
+    from returnn_lite.engine.engine import Engine
+    from returnn_lite.engine.progress import Log
+    from returnn_lite.tensor import Dim, batch_dim
+
+    time_dim, feat, classes = Dim(None, name="time"), Dim(80, name="feat"), Dim(1000, name="classes")
+
+    def train_step(*, model, extern_data, **_):
+        rf.reduce_sum(model(extern_data["data"]), axis=[classes]).mark_as_loss("x")
+
+    config = Config({
+        "backend": "torch", "task": "train", "device": "cpu", "adam": True, "learning_rate": 1e-4,
+        "extern_data": {"data": {"dims": (batch_dim, time_dim, feat), "dtype": "float32"},
+                        "classes": {"dims": (batch_dim, time_dim), "dtype": "int32", "sparse_dim": classes}},
+        "get_model": lambda **_: rf.Linear(feat, classes), "train_step": train_step,
+        "train": {"class": "DummyDataset", "input_dim": 80, "output_dim": 1000, "num_seqs": 32 * 40, "seq_len": 400},
+        "batch_size": 32 * 400, "max_seqs": 32, "torch_dataloader_opts": {"num_workers": workers}})
+    engine = Engine(config, log=Log(verbosity=0))
+    engine.train_data = engine.load_dataset("train")
+    engine._build(1, engine.train_data, train=True)
+    best, num = float("inf"), 0
+    for epoch in range(1, epochs + 1):
+        t0, num = time.process_time(), 0
+        for _, arrays in engine._prefetched_batches(engine.train_data, epoch, True):
+            engine.backend._check_batch(arrays, "train")
+            num += 1
+        best = min(best, time.process_time() - t0)
+    engine.close()
+    return best / num * 1e3
+
+
 def timed(fn, device):
     if device.type == "cuda":
         torch.cuda.synchronize()
@@ -171,6 +207,13 @@ def main():
     print("  data alone (dataset + batches):      %.3f ms/step" % per["data"])
     print("  backend train_step, prebuilt arrays: %.3f ms/step" % per["backend"])
     print("  bare rf step, prebuilt tensors:      %.3f ms/step" % per["bare"])
+    if args.workers and device.type != "cuda":  # the data is made in the workers: not in this process's CPU time
+        print("  loop overhead (engine - bare):        %.3f ms/step" % (per["engine"] - per["bare"]))
+        print("  main-process CPU per 32x400x80 batch from %i workers: %.3f ms" % (
+            args.workers, loader_main_cpu(args.workers)))
+        print("ratio engine/bare: %.2f   backend step/bare: %.2f" % (
+            per["engine"] / per["bare"], per["backend"] / per["bare"]))
+        return
     print("  loop overhead (engine - data - bare): %.3f ms/step" % (per["engine"] - per["data"] - per["bare"]))
     print("ratio engine/bare: %.2f   backend step/bare: %.2f   engine/(bare+data): %.2f" % (
         per["engine"] / per["bare"], per["backend"] / per["bare"], per["engine"] / (per["bare"] + per["data"])))
