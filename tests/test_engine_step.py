@@ -107,3 +107,16 @@ def test_feed_check_looks_at_the_frames_within_the_lengths_only():
     values[0, 1, 2] = numpy.inf
     with pytest.raises(EngineError, match=r"non-finite input values.* in seq 'seq-a'"):
         check(features, values)
+
+
+def test_engine_step_benchmark_runs():
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = subprocess.run([sys.executable, os.path.join(root, "benchmarks", "engine_step.py"), "--rounds", "1"],
+                         cwd=root, env=dict(os.environ, PYTHONPATH=root), capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    for fragment in ("engine (run_epoch, log_verbosity 5):", "bare session.run, prebuilt feeds:", "ratio engine/bare:"):
+        assert fragment in out.stdout, out.stdout

@@ -50,3 +50,14 @@ def test_loader_workers_feed_the_same_numbers(tmp_path, capsys):
     in_thread = step_costs(tmp_path / "a")
     in_workers = step_costs(tmp_path / "b", "++torch_dataloader_opts", "{'num_workers': 2, 'pin_memory': False}")
     assert len(in_thread) == 6 and in_workers == in_thread
+
+
+def test_torch_engine_step_benchmark_runs():
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "torch_engine_step.py"), "--rounds", "1"],
+                         cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    for fragment in ("backend train_step, prebuilt arrays:", "bare rf step, prebuilt tensors:", "ratio engine/bare:"):
+        assert fragment in out.stdout, out.stdout
