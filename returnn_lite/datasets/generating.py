@@ -25,6 +25,41 @@ def class_idx_seq_to_1_of_k(seq, num_classes):
     return out
 
 
+class _LegacyDraws:
+    """
+    The draws of a ``numpy.random.RandomState`` (MT19937, the legacy stream numpy keeps frozen) read from its
+    32-bit words fetched in blocks: ``random_sample()`` (= ``uniform()``) and ``randint(n)`` (= ``randint(0, n)``
+    and ``choice`` of n items) give exactly the RandomState's numbers, without a call into numpy per draw. The
+    RandomState itself ends up ahead by the rest of the last block.
+    """
+
+    _BLOCK = 256
+
+    def __init__(self, random):
+        self._random = random
+        self._words = []
+        self._pos = 0
+
+    def _word(self):
+        if self._pos == len(self._words):
+            self._words = self._random.randint(0, 1 << 32, size=self._BLOCK, dtype=numpy.uint32).tolist()
+            self._pos = 0
+        self._pos += 1
+        return self._words[self._pos - 1]
+
+    def random_sample(self):
+        """As RandomState's: 53 bits from two words (27 + 26)."""
+        return ((self._word() >> 5) * 67108864.0 + (self._word() >> 6)) / 9007199254740992.0
+
+    def randint(self, n):
+        """As RandomState's ``randint(0, n)`` (n >= 2): a word masked to the bits of n - 1, rejected until < n."""
+        mask = (1 << (n - 1).bit_length()) - 1
+        while True:
+            value = self._word() & mask
+            if value < n:
+                return value
+
+
 class GeneratingDataset(IndexedDataset):
     """
     Base: subclasses implement ``generate_seq(seq_idx) -> dict key -> array`` using ``self.random``
@@ -93,19 +128,18 @@ class Task12AXDataset(GeneratingDataset):
 
     def generate_input_seq(self, seq_len):
         """Skewed towards "1AX"/"2BY" patterns; otherwise "R" would be very rare."""
-        # The draws of RandomState.choice(list) and .uniform(), as randint / random_sample (the same stream, a
-        # few times cheaper)
-        rand, randint = self.random.random_sample, self.random.randint
+        draws = _LegacyDraws(self.random)  # RandomState.choice(list) / .uniform(), a few times cheaper
+        rand, randint = draws.random_sample, draws.randint
         symbols = self._input_classes
         num_symbols = len(symbols)
-        seq = ("", "1", "2")[randint(0, 3)]
+        seq = ("", "1", "2")[randint(3)]
         while len(seq) < seq_len:
             if rand() < 0.5:
-                seq += "12"[randint(0, 2)]
+                seq += "12"[randint(2)]
             if rand() < 0.9:
-                seq += ("AX", "BY")[randint(0, 2)]
+                seq += ("AX", "BY")[randint(2)]
             while rand() < 0.5:
-                seq += symbols[randint(0, num_symbols)]
+                seq += symbols[randint(num_symbols)]
         return [symbols.index(c) for c in seq[:seq_len]]
 
     @classmethod
