@@ -25,6 +25,41 @@ def class_idx_seq_to_1_of_k(seq, num_classes):
     return out
 
 
+class _LegacyDraws:
+    """
+    The draws of a ``numpy.random.RandomState`` (MT19937, the legacy stream numpy keeps frozen) read from its
+    32-bit words fetched in blocks: ``random_sample()`` (= ``uniform()``) and ``randint(n)`` (= ``randint(0, n)``
+    and ``choice`` of n items) give exactly the RandomState's numbers, without a call into numpy per draw. The
+    RandomState itself ends up ahead by the rest of the last block.
+    """
+
+    _BLOCK = 256
+
+    def __init__(self, random):
+        self._random = random
+        self._words = []
+        self._pos = 0
+
+    def _word(self):
+        if self._pos == len(self._words):
+            self._words = self._random.randint(0, 1 << 32, size=self._BLOCK, dtype=numpy.uint32).tolist()
+            self._pos = 0
+        self._pos += 1
+        return self._words[self._pos - 1]
+
+    def random_sample(self):
+        """As RandomState's: 53 bits from two words (27 + 26)."""
+        return ((self._word() >> 5) * 67108864.0 + (self._word() >> 6)) / 9007199254740992.0
+
+    def randint(self, n):
+        """As RandomState's ``randint(0, n)`` (n >= 2): a word masked to the bits of n - 1, rejected until < n."""
+        mask = (1 << (n - 1).bit_length()) - 1
+        while True:
+            value = self._word() & mask
+            if value < n:
+                return value
+
+
 class GeneratingDataset(IndexedDataset):
     """
     Base: subclasses implement ``generate_seq(seq_idx) -> dict key -> array`` using ``self.random``
@@ -61,7 +96,8 @@ class GeneratingDataset(IndexedDataset):
         self._epoch_seed = self.get_random_seed_for_epoch(epoch)
 
     def _load_corpus_seq(self, corpus_idx):
-        self.random = numpy.random.RandomState([self._epoch_seed & 0xFFFFFFFF, corpus_idx & 0xFFFFFFFF])
+        # reseeding in place gives the state of a new RandomState([...]) at a tenth of its cost
+        self.random.seed([self._epoch_seed & 0xFFFFFFFF, corpus_idx & 0xFFFFFFFF])
         seq = self.generate_seq(corpus_idx)
         out = {}
         for key, value in seq.items():
@@ -92,15 +128,19 @@ class Task12AXDataset(GeneratingDataset):
 
     def generate_input_seq(self, seq_len):
         """Skewed towards "1AX"/"2BY" patterns; otherwise "R" would be very rare."""
-        seq = str(self.random.choice(["", "1", "2"]))
+        draws = _LegacyDraws(self.random)  # RandomState.choice(list) / .uniform(), a few times cheaper
+        rand, randint = draws.random_sample, draws.randint
+        symbols = self._input_classes
+        num_symbols = len(symbols)
+        seq = ("", "1", "2")[randint(3)]
         while len(seq) < seq_len:
-            if self.random.uniform() < 0.5:
-                seq += str(self.random.choice(list("12")))
-            if self.random.uniform() < 0.9:
-                seq += str(self.random.choice(["AX", "BY"]))
-            while self.random.uniform() < 0.5:
-                seq += str(self.random.choice(list(self._input_classes)))
-        return [self._input_classes.index(c) for c in seq[:seq_len]]
+            if rand() < 0.5:
+                seq += "12"[randint(2)]
+            if rand() < 0.9:
+                seq += ("AX", "BY")[randint(2)]
+            while rand() < 0.5:
+                seq += symbols[randint(num_symbols)]
+        return [symbols.index(c) for c in seq[:seq_len]]
 
     @classmethod
     def make_output_seq(cls, input_seq):
@@ -108,17 +148,17 @@ class Task12AXDataset(GeneratingDataset):
         out = []
         for i in input_seq:
             c = cls._input_classes[i]
-            o = "L"
+            o = 0  # "L"
             if c in "12":
                 outer = c
             elif c in "AB":
                 inner = c
             elif c in "XY":
                 if outer + inner + c in ("1AX", "2BY"):
-                    o = "R"
+                    o = 1  # "R"
                 inner = ""
             # "3", "C", "Z" are distractors
-            out.append(cls._output_classes.index(o))
+            out.append(o)
         return out
 
     def generate_seq(self, seq_idx):

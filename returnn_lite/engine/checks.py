@@ -11,6 +11,7 @@ of a TF traceback:
 
 from __future__ import annotations
 
+import math
 import os
 import tempfile
 
@@ -109,8 +110,14 @@ def check_feed_value(data, value, lens, key, dataset_name, network, seq_tags, er
             where, value.shape, key, tuple(expected), _layers_text(network, key)))
     if not value.size:
         return
+    sparse_labels = data.sparse and data.dim is not None and numpy.issubdtype(value.dtype, numpy.integer)
+    # per step: the whole array (padding too) first; only a failing batch pays for the frame mask
+    if sparse_labels and 0 <= value.min() and value.max() < data.dim:
+        return
+    if not sparse_labels and numpy.issubdtype(value.dtype, numpy.floating) and math.isfinite(value.sum()):
+        return  # a nan/inf anywhere makes the sum non-finite
     valid = _valid_frames_mask(data, value, lens)
-    if data.sparse and data.dim is not None and numpy.issubdtype(value.dtype, numpy.integer):
+    if sparse_labels:
         vals = value[valid] if valid is not None else value
         if vals.size and (vals.max() >= data.dim or vals.min() < 0):
             bad = vals.max() if vals.max() >= data.dim else vals.min()

@@ -58,6 +58,8 @@ class TFBackend(EngineBackend):
         self._net_dict_learning_rates = {}
         self._net_dict_config_saved = {}
         self._out = None  # forward: (layer name, out Data, values tensor, seq lens tensor)
+        self._feed_plan_cache = None  # per graph (see _feed_plan)
+        self._step_callables = {}  # per session: (step kind, feed tensors) -> _StepCallable or None
 
     # ---- setup
 
@@ -220,6 +222,8 @@ class TFBackend(EngineBackend):
         return session_config
 
     def close_session(self):
+        self._feed_plan_cache = None
+        self._step_callables = {}
         if self.session is not None:
             self.session.close()
             self.session = None
@@ -259,12 +263,26 @@ class TFBackend(EngineBackend):
 
     # ---- feeding and running
 
+    def _feed_plan(self):
+        """Per data key, once per graph: (key, Data, its placeholder, [(dyn_size tensor, axis or None for the
+        batch's seq lens)])."""
+        if self._feed_plan_cache is None:
+            plan = []
+            for key in self.data_keys:
+                data = self.network.extern_data.get_data(key)
+                sizes = []
+                for axis, dim in enumerate(data.dims):
+                    if dim.is_batch_dim() or not dim.is_dynamic() or dim.dyn_size is None:
+                        continue
+                    sizes.append((dim.dyn_size, None if not sizes else axis))  # later dyn axes: the padded length
+                plan.append((key, data, data.placeholder, sizes))
+            self._feed_plan_cache = plan
+        return self._feed_plan_cache
+
     def feed_dict(self, arrays, dataset_name=None):
         """The placeholders of the network's data keys (and their sequence lengths) -> the batch's arrays."""
         feed = {}
-        extern_data = self.network.extern_data
-        for key in self.data_keys:
-            data = extern_data.get_data(key)
+        for key, data, placeholder, sizes in self._feed_plan():
             value = arrays.data[key]
             lens = arrays.seq_lens[key]
             if not data.have_time_axis() and value.ndim == data.batch_ndim + 1:
@@ -274,24 +292,22 @@ class TFBackend(EngineBackend):
             value = value.astype(data.dtype, copy=False)
             check_feed_value(data, value, lens if data.have_time_axis() else None, key, dataset_name, self.network,
                              arrays.seq_tags, EngineError)
-            feed[data.placeholder] = value
-            first = True
-            for axis, dim in enumerate(data.dims):
-                if dim.is_batch_dim() or not dim.is_dynamic() or dim.dyn_size is None:
-                    continue
-                if first:
-                    feed[dim.dyn_size] = lens
-                    first = False
-                else:
-                    feed[dim.dyn_size] = numpy.full(lens.shape, value.shape[axis], dtype=numpy.int32)
+            feed[placeholder] = value
+            for size, axis in sizes:
+                feed[size] = lens if axis is None else numpy.full(lens.shape, value.shape[axis], dtype=numpy.int32)
         return feed
 
-    def run_fetches(self, fetches, arrays, dataset_name, step, extra_feed=None):
+    def run_fetches(self, fetches, arrays, dataset_name, step, extra_feed=None, runner_key=None):
         """session.run of ``fetches`` on a batch; TF errors (feeds, label ranges, ...) end as one line naming the
-        dataset and the layer."""
+        dataset and the layer. ``runner_key``: the fetches are the same on every call with this key (the train and
+        eval steps): they run as one TF callable (:class:`_StepCallable`)."""
         feed = self.feed_dict(arrays, dataset_name)
         feed.update(extra_feed or {})
         try:
+            if runner_key is not None:
+                runner = self._step_callable(runner_key, fetches, feed)
+                if runner is not None:
+                    return runner(feed)
             return self.session.run(fetches, feed_dict=feed)
         except (tf.errors.OpError, ValueError, TypeError) as exc:
             if isinstance(exc, (ValueError, TypeError)) and "feed" not in str(exc).lower():
@@ -299,6 +315,14 @@ class TFBackend(EngineBackend):
             if self.dist is not None and self.dist.lost_contact_error(exc) is not None:
                 raise self.dist.lost_contact_error(exc, "step %i of dataset %r" % (step, dataset_name)) from None
             raise EngineError(describe_run_error(exc, self.network, dataset_name, step)) from exc
+
+    def _step_callable(self, runner_key, fetches, feed):
+        """The cached :class:`_StepCallable` of these fetches and feed keys (None: session.run does it)."""
+        key = (runner_key, tuple(feed))
+        runner = self._step_callables.get(key, _NOT_SET)
+        if runner is _NOT_SET:
+            runner = self._step_callables[key] = _StepCallable.make(self.session, fetches, list(feed))
+        return runner
 
     def train_step(self, arrays, *, dataset_name, step, epoch, epoch_step, learning_rate, have_next=None):
         fetches = dict(self.fetches)
@@ -310,7 +334,7 @@ class TFBackend(EngineBackend):
         if have_next is not None:  # "do all workers have another batch?", fused into the step
             fetches["_dist_more"] = self.dist.more_sum
             feed[self.dist.more_ph] = float(have_next)
-        results = self.run_fetches(fetches, arrays, dataset_name, step, feed)
+        results = self.run_fetches(fetches, arrays, dataset_name, step, feed, runner_key="train")
         results.pop("_train_op", None)
         if have_next is not None:
             results["all_have_next"] = results.pop("_dist_more") >= self.dist.setup.size - 0.5
@@ -325,7 +349,7 @@ class TFBackend(EngineBackend):
         post = self.network.get_post_control_dependencies()  # e.g. batch norm statistics (behavior v0)
         if post:
             fetches["_post_deps"] = post
-        results = self.run_fetches(fetches, arrays, dataset_name, step, feed)
+        results = self.run_fetches(fetches, arrays, dataset_name, step, feed, runner_key="eval")
         results.pop("_post_deps", None)
         return results
 
@@ -427,3 +451,57 @@ class TFBackend(EngineBackend):
                     loader.load_now(self.session)
             except (IOError, KeyError, ValueError) as exc:
                 raise EngineError("preload_from_files %r: %s" % (name, exc)) from None
+
+
+class _StepCallable:
+    """
+    A step of fixed fetches and feed tensors as one TF callable (C++ ``Session::MakeCallable``): per step, no
+    feed conversion and shape checks in Python, no fetch handler, no graph-extension check (about 0.3 ms of the
+    12AX step, benchmarks/engine_step.py). The feeds are cast to the tensors' dtypes as ``session.run`` would; the
+    data arrays were checked against their placeholders' shapes before (``check_feed_value``).
+    """
+
+    def __init__(self, session, call, feed_dtypes, results_of):
+        self._session = session
+        self._call = call
+        self._feed_dtypes = feed_dtypes  # [(tensor, numpy dtype)]
+        self._results_of = results_of  # [(fetch key, index into the callable's outputs or None for ops)]
+
+    @classmethod
+    def make(cls, session, fetches, feed_tensors):
+        """The callable, or None where session.run must do it (fetches other than tensors/ops or lists of ops,
+        string feeds, a TF without the callable API)."""
+        from tensorflow.core.protobuf import config_pb2
+
+        if not hasattr(session, "_make_callable_from_options") or not hasattr(session, "_do_call"):
+            return None
+        if any(t.dtype == tf.string for t in feed_tensors):
+            return None
+        options = config_pb2.CallableOptions()
+        results_of, fetch_index = [], {}
+        for key, value in fetches.items():
+            ops = value if isinstance(value, (list, tuple)) else [value]
+            if all(isinstance(op, tf.Operation) for op in ops):
+                options.target.extend(op.name for op in ops)
+                results_of.append((key, None))
+            elif isinstance(value, tf.Tensor):
+                if value.name not in fetch_index:  # one output per tensor, also when fetched under two keys
+                    fetch_index[value.name] = len(fetch_index)
+                    options.fetch.append(value.name)
+                results_of.append((key, fetch_index[value.name]))
+            else:
+                return None
+        options.feed.extend(t.name for t in feed_tensors)
+        call = session._make_callable_from_options(options)
+        return cls(session, call, [(t, t.dtype.as_numpy_dtype) for t in feed_tensors], results_of)
+
+    def __call__(self, feed):
+        values = []
+        for tensor, dtype in self._feed_dtypes:
+            value = feed[tensor]
+            if type(value) is not numpy.ndarray or value.dtype != dtype:
+                value = numpy.asarray(value, dtype=dtype)
+            values.append(value)
+        # _do_call: TF errors name their op, as from session.run (describe_run_error finds the layer)
+        outputs = self._session._do_call(self._call, *values)
+        return {key: None if index is None else outputs[index] for key, index in self._results_of}

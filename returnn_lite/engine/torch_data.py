@@ -39,8 +39,22 @@ def _to_tensors(arrays, layout, pin):
     return tensors
 
 
+def _checked(backend, arrays, dataset_name):
+    """The batch check (label range, finite values, shapes) made by the producer, ahead of the step: None, or the
+    error text (the loop raises it at the batch's turn, as the step would)."""
+    from .backend import EngineError
+
+    try:
+        backend.check_batch(arrays, dataset_name)
+    except EngineError as exc:
+        return str(exc)
+    return None
+
+
 class _BatchStream(torch.utils.data.IterableDataset):
-    """In worker k of N: batches k, k + N, ... of the epoch, as (index, batch, arrays, tensors)."""
+    """In worker k of N: batches k, k + N, ... of the epoch, as (index, batch, arrays without their data, tensors,
+    check error text or None). The data goes over once: as the tensors (shared memory); the main process takes
+    ``arrays.data`` as numpy views of them."""
 
     def __init__(self, engine, dataset, epoch, train, keys, layout):
         super().__init__()
@@ -50,14 +64,24 @@ class _BatchStream(torch.utils.data.IterableDataset):
     def __iter__(self):
         info = torch.utils.data.get_worker_info()
         worker, num = (info.id, info.num_workers) if info is not None else (0, 1)
+        backend = self.engine.backend
         for i, batch in enumerate(self.engine.batches(self.dataset, self.epoch, self.train)):
             if i % num == worker:
                 arrays = batch_to_arrays(self.dataset, batch, self.keys)
-                yield i, batch, arrays, _to_tensors(arrays, self.layout, pin=False)
+                check_error = _checked(backend, arrays, self.dataset.name)
+                tensors = _to_tensors(arrays, self.layout, pin=False)
+                arrays.data = {}
+                yield i, batch, arrays, tensors, check_error
+
+
+def _with_tensor_data(arrays, tensors):
+    """``arrays`` whose data are numpy views of ``tensors`` (as the step feeds them)."""
+    arrays.data = {key: t.numpy() for key, t in tensors.items()}
 
 
 def batch_pairs(engine, backend, dataset, epoch, train, opts):
-    """(batch, arrays) pairs; ``arrays.torch_tensors``: the step's input tensors (pinned where asked)."""
+    """(batch, arrays) pairs; ``arrays.torch_tensors``: the step's input tensors (pinned where asked);
+    ``arrays.check_error``: the batch check's error text or None (checked ahead of the step)."""
     num_workers = int(opts.get("num_workers", 0) or 0)
     pin = bool(opts.get("pin_memory", backend.device.type == "cuda")) and torch.cuda.is_available()
     keys = backend.data_keys
@@ -67,6 +91,7 @@ def batch_pairs(engine, backend, dataset, epoch, train, opts):
             for batch in engine.batches(dataset, epoch, train):
                 arrays = batch_to_arrays(dataset, batch, keys)
                 arrays.torch_tensors = _to_tensors(arrays, layout, pin)
+                arrays.check_error = _checked(backend, arrays, dataset.name)
                 yield batch, arrays
 
         return prefetch(make(), size=engine.config.int("prefetch_batches", 2))
@@ -87,8 +112,10 @@ def _ordered(loader, dataset):
     index = -1
     batches = iter(loader)
     try:
-        for index, batch, arrays, tensors in batches:
+        for index, batch, arrays, tensors, check_error in batches:
+            _with_tensor_data(arrays, tensors)
             arrays.torch_tensors = tensors
+            arrays.check_error = check_error
             yield batch, arrays
     except (RuntimeError, EOFError, ConnectionError) as exc:
         # "DataLoader worker (pid N) is killed by signal: Killed.", or (a race) the closed pipe of the dead worker

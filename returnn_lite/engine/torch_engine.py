@@ -252,6 +252,7 @@ class TorchBackend(EngineBackend):
         self._oom_retry = self._oom_retry_opt()
         self._oom_where = "step"
         self._backward_started = False
+        self._in_train_mode = False  # pt_module.train(True) was called since the last build / eval / forward
 
     # ---- options
 
@@ -330,6 +331,7 @@ class TorchBackend(EngineBackend):
 
             self.pt_module = rf_module_to_pt_module(self.model)
         self.pt_module.to(self.device)
+        self._in_train_mode = False
         self.data_keys = sorted(k for k in self.extern_data.data if k in dataset.get_data_keys()) \
             if dataset is not None else sorted(self.extern_data.data)
         self.optimizer = None
@@ -379,6 +381,13 @@ class TorchBackend(EngineBackend):
         return SimpleNamespace(extern_data=view, layers={})
 
     def _check_batch(self, arrays, dataset_name):
+        """Before a step: the batch check, unless the producer of the batch made it (``torch_data.batch_pairs``)."""
+        if not hasattr(arrays, "check_error"):
+            self.check_batch(arrays, dataset_name)
+        elif arrays.check_error is not None:
+            raise EngineError(arrays.check_error)
+
+    def check_batch(self, arrays, dataset_name):
         """Per batch (numpy, cheap): shape, label range of sparse data, finite dense values; names the seq."""
         network = self._extern_data_view()
         for key in self.data_keys:
@@ -541,7 +550,9 @@ class TorchBackend(EngineBackend):
 
         self._set_extern_data(arrays)
         rf.init_train_step_run_ctx(train_flag=True, step=self.global_step, epoch=epoch)
-        self.pt_module.train(True)
+        if not self._in_train_mode:  # (a walk over all submodules: after a build, eval or forward only)
+            self.pt_module.train(True)
+            self._in_train_mode = True
         with self._device_ctx(), sync:
             with self._autocast():
                 total, items = self._step_module(self.config.typed_value("train_step"), self.extern_data)
@@ -637,6 +648,7 @@ class TorchBackend(EngineBackend):
         self._set_extern_data(arrays)
         rf.init_train_step_run_ctx(train_flag=False, step=self.global_step, epoch=epoch)
         self.pt_module.train(False)
+        self._in_train_mode = False
         with torch.no_grad(), self._device_ctx(), self._autocast():
             step_func(model=self.model, extern_data=self.extern_data)
             _, items = _collect_losses()
@@ -659,6 +671,7 @@ class TorchBackend(EngineBackend):
 
         rf.init_forward_step_run_ctx(epoch=epoch or 1, step=step, expected_outputs=expected_outputs(self.config))
         self.pt_module.eval()
+        self._in_train_mode = False
         with torch.no_grad(), self._device_ctx(), self._autocast():
             forward_step(model=self.model, extern_data=self.extern_data)
         return rf.get_run_ctx().outputs
