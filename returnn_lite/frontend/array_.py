@@ -427,7 +427,6 @@ def window(source, *, spatial_dim, window_dim, window_right=None, window_left=No
     the smaller half); "valid": no padding, out_spatial_dim = spatial_dim - window + 1 (then strided).
     """
     from . import math_
-    from .dims import range_over_dim_strided
 
     check_dims_in("window", source, [spatial_dim])
     if window_dim.dimension is None:
@@ -447,9 +446,9 @@ def window(source, *, spatial_dim, window_dim, window_right=None, window_left=No
         left, out_dim = 0, spatial_dim - (size - 1)
     else:
         raise error("window", "padding must be 'same' or 'valid', got %r" % (padding,))
-    starts = range_over_dim(out_dim)
     if stride > 1:
-        starts, out_dim = range_over_dim_strided(out_dim, stride=stride)
+        out_dim = out_dim.ceildiv_right(stride)
+    starts = range_over_dim(out_dim) * stride if stride > 1 else range_over_dim(out_dim)
     positions = math_.combine(starts - left, "+", range_over_dim(window_dim), allow_broadcast_all_sources=True)
     frames = gather(source, indices=positions, axis=spatial_dim, clip_to_valid=True)
     within = math_.compare(positions, "less", spatial_dim.get_size_tensor(), allow_broadcast_all_sources=True)
