@@ -180,3 +180,42 @@ def test_replace_dim_v2_expand_and_shrink_torch():
     np.testing.assert_array_equal(rf.replace_dim_v2(x, in_dim=a, out_dim=shorter).raw_tensor.numpy(), [1, 2])
     with pytest.raises(rf.FrontendError, match="not allowed to shrink"):
         rf.replace_dim_v2(x, in_dim=a, out_dim=shorter, allow_shrink=False)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_masked_select_and_scatter_per_sequence(backend):
+    def step(*, model, extern_data, **_):
+        x = extern_data["data"]
+        mask = rf.reduce_sum(x, axis=feat_dim) > 0.0  # [B, T]
+        per_seq, per_seq_dim = rf.masked_select(x, mask=mask, dims=[time_dim])  # [B, T' (per sequence), F]
+        per_seq.mark_as_output("per_seq", shape=[batch_dim, per_seq_dim, feat_dim])
+        per_seq_dim.get_size_tensor().mark_as_output("per_seq_len", shape=[batch_dim])
+        packed, packed_dim = rf.pack_padded(x, dims=[time_dim])  # (per sequence: the frames within its length)
+        back = rf.masked_scatter(packed, mask=rf.sequence_mask([batch_dim, time_dim]), dims=[time_dim],
+                                 in_dim=packed_dim)
+        back.mark_as_output("back", shape=[batch_dim, time_dim, feat_dim])
+
+    x = _inputs()
+    res = _run(backend, step)
+    sel = (x.sum(-1) > 0) & MASK
+    np.testing.assert_array_equal(res["per_seq_len"], sel.sum(-1))
+    for b in range(2):
+        np.testing.assert_allclose(res["per_seq"][b, :sel[b].sum()], x[b][sel[b]], rtol=1e-6)
+    np.testing.assert_allclose(res["back"][MASK], x[MASK], rtol=1e-6)
+
+
+def test_pack_padded_over_batch_and_time_and_back_torch():
+    def step(*, model, extern_data, **_):
+        x = extern_data["data"]
+        packed, packed_dim = rf.pack_padded(x, dims=[batch_dim, time_dim])  # [B*T within lengths, F]
+        packed.mark_as_output("packed", shape=[packed_dim, feat_dim])
+        back = rf.masked_scatter(packed, mask=rf.sequence_mask([batch_dim, time_dim]), dims=[batch_dim, time_dim],
+                                 in_dim=packed_dim)
+        back.mark_as_output("back", shape=[batch_dim, time_dim, feat_dim])
+
+    x = _inputs()
+    res = _run("torch", step)
+    np.testing.assert_allclose(res["packed"], x[MASK], rtol=1e-6)
+    np.testing.assert_allclose(res["back"][MASK], x[MASK], rtol=1e-6)
+    with pytest.raises(Exception, match="packing the batch dim"):
+        _run("layers", step)
