@@ -31,6 +31,7 @@ from .nn import (  # noqa: F401
     random_normal, random_uniform, scan, set_random_seed, while_loop)
 from .loop import TensorArray  # noqa: F401
 from .packing import masked_scatter, masked_select, pack_padded  # noqa: F401
+from .scatter import scatter, scatter_argmax, search_sorted  # noqa: F401
 from .conv import Conv3d, gating, pool3d, use_mask_default  # noqa: F401
 from .signal import stft  # noqa: F401
 from .run_ctx import Loss, RunCtx, get_run_ctx, init_forward_step_run_ctx, init_train_step_run_ctx  # noqa: F401

@@ -219,3 +219,42 @@ def test_pack_padded_over_batch_and_time_and_back_torch():
     np.testing.assert_allclose(res["back"][MASK], x[MASK], rtol=1e-6)
     with pytest.raises(Exception, match="packing the batch dim"):
         _run("layers", step)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_scatter_modes_argmax_and_search_sorted(backend):
+    three = Dim(3, name="three")
+    two, three_b = Dim(2, name="two"), Dim(3, name="three_b")
+
+    def step(*, model, extern_data, **_):
+        x = extern_data["data"]
+        idx = rf.set_sparse_dim(rf.range_over_dim(time_dim) % 3, three)  # [T] -> frame t goes to t % 3
+        rf.scatter(x, indices=idx, indices_dim=time_dim).mark_as_output("sum", shape=[batch_dim, three, feat_dim])
+        rf.scatter(x, indices=idx, indices_dim=time_dim, mode="max").mark_as_output(
+            "max", shape=[batch_dim, three, feat_dim])
+        rf.scatter(x, indices=idx + 1, indices_dim=time_dim, out_dim=[two, three_b], fill_value=0.5).mark_as_output(
+            "two_dims", shape=[batch_dim, two, three_b, feat_dim])
+        score = rf.reduce_sum(x, axis=feat_dim)  # [B, T]
+        rf.scatter_argmax(score, indices=idx, indices_dim=time_dim).mark_as_output("argmax", shape=[batch_dim, three])
+        sorted_seq = rf.cast(rf.range_over_dim(feat_dim), "float32") * 0.5  # 0, 0.5, 1, 1.5
+        for side in ("left", "right"):
+            rf.search_sorted(sorted_seq, rf.round(score * 2.0) * 0.5, axis=feat_dim, side=side).mark_as_output(
+                side, shape=[batch_dim, time_dim])
+
+    x = _inputs()
+    res = _run(backend, step)
+    score = x.sum(-1)
+    for b in range(2):
+        for o in range(3):
+            ts = [t for t in range(LENS[b]) if t % 3 == o]
+            np.testing.assert_allclose(res["sum"][b, o], x[b, ts].sum(0), rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(res["max"][b, o], x[b, ts].max(0), rtol=1e-6)
+            assert res["argmax"][b, o] == ts[int(np.argmax(score[b, ts]))]
+        flat = np.full((6, 4), 0.5, "float32")
+        for t in range(LENS[b]):
+            flat[t % 3 + 1] += x[b, t]
+        np.testing.assert_allclose(res["two_dims"][b], flat.reshape(2, 3, 4), rtol=1e-5)
+    values = np.round(score * 2.0) * 0.5
+    grid = np.arange(4) * 0.5
+    np.testing.assert_array_equal(res["left"][MASK], np.searchsorted(grid, values, side="left")[MASK])
+    np.testing.assert_array_equal(res["right"][MASK], np.searchsorted(grid, values, side="right")[MASK])
