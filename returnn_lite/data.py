@@ -220,8 +220,7 @@ class Data(Tensor):
         if tag.dyn_size is None:
             raise ValueError("%s: axis %i has no sequence lengths" % (self.short_repr(), axis))
         mask = tag.get_mask(self.get_dim(axis) if max_len is None else max_len)
-        ext = tag.get_same_base()._dyn_size_ext
-        size_dims = list(ext.dims) if ext is not None else []
+        size_dims = tag.lengths_dims()
         if size_dims and not (len(size_dims) == 1 and size_dims[0].is_batch_dim()) and \
                 all(d in self.dims for d in size_dims):
             # lengths over other dims (e.g. a causal history: length i + 1 at query frame i): mask [size dims..., axis]

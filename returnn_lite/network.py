@@ -17,6 +17,7 @@ import numpy as np
 import tensorflow as tf
 
 from .data import Data, Dim, graph_cached, tensor_dim
+from .tensor.tensor import with_arith_operands
 from .data import batch_dim as _batch_dim
 from .error_hints import check_unreached_layers, describe_build_error, precheck_layer_desc
 from .errors import (  # noqa: F401 (re-exported: part of this module's API, as in the original)
@@ -813,10 +814,10 @@ NotGiven = _NotGiven()
 def _construct_dim_size_layers(desc, get_layer):
     """
     A Dim made by rf's ``Dim(size_tensor)`` (layers backend) has as lengths the output of a layer of the net dict:
-    it is built first, before a layer with that dim in its output needs the lengths.
+    it is built first, before a layer with that dim (or a dim of dim arithmetic on it) in its output needs them.
     """
     dims = desc.get("out_shape") or (desc["out"].dims if isinstance(desc.get("out"), Data) else ())
-    for d in dims:
+    for d in with_arith_operands(dims):
         if d.dimension is not None or d.is_batch_dim():
             continue
         ext = d.dyn_size_ext

@@ -17,11 +17,11 @@ from ._backend import (  # noqa: F401
     is_backend_selected, select_backend_returnn_layers_tf, select_backend_tf, select_backend_torch)
 from ._utils import FrontendError  # noqa: F401
 from .device import copy_to_device, get_default_device, set_default_device, set_default_device_ctx  # noqa: F401
-from .dims import dim_match_priority_when_needed  # noqa: F401
 from .array_ import *  # noqa: F401,F403
 from .array_ import slice  # noqa: F401 (shadows the builtin on purpose, as the original)
 from .math_ import *  # noqa: F401,F403
 from .math_ import abs, reduce, round  # noqa: F401
+from .dims import *  # noqa: F401,F403 (after math_: dims' num_elements_of_shape has the original's options)
 from .module import (  # noqa: F401
     Functional, Glorot, He, HeNormal, HeUniform, Module, ModuleList, Parameter, ParameterList, ParamInit, Sequential,
     VarianceScaling, init, sequential)
@@ -32,6 +32,9 @@ from .nn import (  # noqa: F401
 from .conv import (  # noqa: F401
     Conv3d, TransposedConv1d, TransposedConv2d, TransposedConv3d, gating, make_transposed_conv_out_spatial_dims, pool3d,
     transposed_conv, use_mask_default)
+from .loop import TensorArray  # noqa: F401
+from .packing import masked_scatter, masked_select, pack_padded  # noqa: F401
+from .scatter import scatter, scatter_argmax, search_sorted  # noqa: F401
 from .signal import stft  # noqa: F401
 from .gradient import *  # noqa: F401,F403
 from .label_smoothing import *  # noqa: F401,F403

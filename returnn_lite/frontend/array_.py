@@ -6,10 +6,23 @@ from ._backend import get_backend_for_tensor, get_selected_backend
 from ._utils import as_dims, check_dims_in, dims_str, error, is_tensor
 
 
-def convert_to_tensor(value, *, dims=(), dtype=None, sparse_dim=None, name=None, device=None, _backend=None):
-    """A Tensor from a Python/numpy value (dims must match its shape); a Tensor is returned as it is."""
+def convert_to_tensor(value, *, dims=None, dtype=None, sparse_dim=None, shape=None, device=None,
+                      keep_scalar_on_cpu=False, name=None, _backend=None):
+    """
+    A Tensor from a Python/numpy value (dims must match its shape; ``shape`` is the old name of dims; a numpy
+    array without dims gets a new static dim per axis); a Tensor is returned as it is. keep_scalar_on_cpu: a Python
+    scalar stays on the CPU whatever the device.
+    """
     if is_tensor(value):
         return value
+    if dims is None:
+        dims = shape
+    if dims is None:
+        from ..tensor import Dim
+
+        dims = [Dim(int(n), name="%s_dim%i" % (name or "const", i)) for i, n in enumerate(getattr(value, "shape", ()))]
+    if keep_scalar_on_cpu and isinstance(value, (int, float, bool)):
+        device = "cpu"
     if dtype is None:
         dtype = "float32" if isinstance(value, float) else "bool" if isinstance(value, bool) else \
             "int32" if isinstance(value, int) else str(getattr(value, "dtype", "float32"))
@@ -115,8 +128,9 @@ def concat_features(*sources, allow_broadcast=False):
 def pad(source, *, axes, padding, out_dims=None, mode="constant", value=None, handle_dynamic_dims=None):
     """
     Pad each of ``axes`` by (left, right) ints; -> (Tensor, out_dims) with ``left + dim + right`` dims.
-    handle_dynamic_dims (default False, as the original's at behavior version 0): True puts the right padding after
-    each sequence's end, False after the padded end (the frames in between keep the source's padding values).
+    handle_dynamic_dims (default: True from behavior version 21, else False, as the original): True puts the right
+    padding after each sequence's end, False after the padded end (the frames in between keep the source's padding
+    values).
     """
     axes = as_dims(axes)
     check_dims_in("pad", source, axes)
@@ -128,8 +142,10 @@ def pad(source, *, axes, padding, out_dims=None, mode="constant", value=None, ha
             raise error("pad", "only int paddings are supported, got %r" % (p,))
     if mode not in ("constant", "reflect", "replicate"):
         raise error("pad", "unknown mode %r" % mode)
-    if handle_dynamic_dims is None:
-        handle_dynamic_dims = False  # the original's default at behavior version 0 (True from version 21)
+    if handle_dynamic_dims is None:  # as the original: True from behavior version 21 on
+        from ..compat.util_basic import BehaviorVersion
+
+        handle_dynamic_dims = BehaviorVersion.get() >= 21
     if out_dims is None:
         # (handle_dynamic_dims=False with right padding of a dynamic dim: each sequence's length grows by
         # left + right, the pad values follow the padded end, as the original's torch backend)
@@ -252,12 +268,25 @@ def merge_dims(source, *, dims, out_dim=None):
 
 
 def split_dims(source, *, axis, dims, pad_to_multiples=None, pad_value=None):
-    """Split ``axis`` into ``dims`` (row-major); at most one of dims may be dynamic."""
+    """Split ``axis`` into ``dims`` (row-major); at most one of dims may be dynamic. pad_to_multiples: a static axis
+    is padded at the end (with pad_value, default 0) to the product of the (static) dims first."""
     dims = list(dims)
     check_dims_in("split_dims", source, [axis])
-    if pad_to_multiples:
-        raise error("split_dims", "pad_to_multiples is not supported")
     static = [d.dimension for d in dims if d.dimension is not None]
+    if pad_to_multiples and axis.dimension is not None:
+        # (a static axis padded at the end, with pad_value (default 0), to the product of the static dims)
+        n = 1
+        for v in static:
+            n *= v
+        if len(static) < len(dims) or n < axis.dimension:
+            raise error("split_dims", "pad_to_multiples of %s: dims %s must be static and multiply to at least its size"
+                        % (axis.short_repr(), dims_str(dims)))
+        if n > axis.dimension:
+            source, (axis,) = pad(source, axes=[axis], padding=[(0, n - axis.dimension)],
+                                  value=0 if pad_value is None else pad_value)
+    elif pad_value is not None:
+        raise error("split_dims", "pad_value is only used with pad_to_multiples=True on a static axis (axis %s)" %
+                    axis.short_repr())
     if axis.dimension is not None:
         n = 1
         for s in static:
@@ -346,3 +375,83 @@ def last_frame_position_of_dim(dim, *, device=None, allow_scalar_on_cpu=True):
     if dim.dimension is not None:
         return max(dim.dimension - 1, 0)
     return math_.maximum(dim.get_size_tensor() - 1, 0)
+
+
+def shift_right(source, *, axis, pad_value, amount=1):
+    """source shifted right by amount frames along axis (the first frames are pad_value); the same dims."""
+    padded, (padded_dim,) = pad(source, axes=[axis], padding=[(amount, 0)], value=pad_value)
+    return slice(padded, axis=padded_dim, size=axis)[0]
+
+
+def reverse_sequence(tensor, *, axis, handle_dynamic_dims=True):
+    """
+    tensor reversed along axis; for a dynamic axis per sequence within its length (``a b c <pad>`` -> ``c b a <pad>``)
+    with handle_dynamic_dims, else over the padded length (-> ``<pad> c b a``).
+    """
+    from . import math_
+
+    check_dims_in("reverse_sequence", tensor, [axis])
+    positions = range_over_dim(axis)
+    if handle_dynamic_dims and axis.dimension is None and not axis.is_batch_dim():
+        size = axis.get_size_tensor()
+        indices = math_.combine(size - 1, "-", positions, allow_broadcast_all_sources=True)
+        return gather(tensor, indices=indices, axis=axis, clip_to_valid=True)
+    return gather(tensor, indices=axis.get_dim_value_tensor() - 1 - positions, axis=axis)
+
+
+def sparse_to_dense(labels, *, label_value, other_value, axis=None):
+    """Dense over ``axis`` (default: the labels' sparse dim): label_value where the position is the label, else
+    other_value (one_hot is label_value 1.0, other_value 0.0)."""
+    from . import math_
+
+    labels = convert_to_tensor(labels)
+    if axis is None:
+        if labels.sparse_dim is None:
+            raise error("sparse_to_dense", "needs axis= or labels with a sparse dim, got %r" % (labels,))
+        axis = labels.sparse_dim
+    hit = math_.compare(labels, "equal", range_over_dim(axis, dtype=labels.dtype), allow_broadcast_all_sources=True)
+    return math_.where(hit, label_value, other_value, allow_broadcast_all_sources=True)
+
+
+def one_hot(source):
+    """float32 one-hot of the sparse source over its sparse dim."""
+    return sparse_to_dense(source, label_value=1.0, other_value=0.0)
+
+
+def window(source, *, spatial_dim, window_dim, window_right=None, window_left=None, padding="same", pad_value=None,
+           stride=1):
+    """
+    -> (windows, out_spatial_dim): windows[t, w] = source[t * stride + w - window_left] over ``window_dim`` frames,
+    pad_value (default 0) outside the sequence (its length for a dynamic dim). padding "same": out_spatial_dim is
+    spatial_dim (ceil(len / stride) with a stride), window_left/right default to the window centered (left gets
+    the smaller half); "valid": no padding, out_spatial_dim = spatial_dim - window + 1 (then strided).
+    """
+    from . import math_
+
+    check_dims_in("window", source, [spatial_dim])
+    if window_dim.dimension is None:
+        raise error("window", "window_dim must be static, got %s" % window_dim.short_repr())
+    size = window_dim.dimension
+    as_int = [v.dimension if hasattr(v, "dimension") else v for v in (window_left, window_right)]
+    if any(v is not None and not isinstance(v, int) for v in as_int):
+        raise error("window", "window_left/window_right must be ints or static Dims, got %r" % (as_int,))
+    left, right = as_int
+    if padding == "same":
+        if left is None:
+            left = (size - 1) // 2 if right is None else size - right - 1
+        out_dim = spatial_dim
+    elif padding == "valid":
+        if left not in (None, 0) or right not in (None, size - 1):
+            raise error("window", "padding='valid' takes no window_left/window_right")
+        left, out_dim = 0, spatial_dim - (size - 1)
+    else:
+        raise error("window", "padding must be 'same' or 'valid', got %r" % (padding,))
+    if stride > 1:
+        out_dim = out_dim.ceildiv_right(stride)
+    starts = range_over_dim(out_dim) * stride if stride > 1 else range_over_dim(out_dim)
+    positions = math_.combine(starts - left, "+", range_over_dim(window_dim), allow_broadcast_all_sources=True)
+    frames = gather(source, indices=positions, axis=spatial_dim, clip_to_valid=True)
+    within = math_.compare(positions, "less", spatial_dim.get_size_tensor(), allow_broadcast_all_sources=True)
+    valid = math_.logical_and(positions >= 0, within, allow_broadcast_all_sources=True)
+    return math_.where(valid, frames, 0 if pad_value is None else pad_value, allow_broadcast_all_sources=True), out_dim
+

@@ -6,7 +6,8 @@ import contextlib
 
 from ._utils import error
 
-__all__ = ["get_default_float_dtype", "set_default_float_dtype", "control_flow_ctx", "dropout_broadcast_default"]
+__all__ = ["get_default_float_dtype", "set_default_float_dtype", "get_default_int_dtype",
+           "get_default_array_index_dtype", "control_flow_ctx", "dropout_broadcast_default"]
 
 _default_float_dtype = ["float32"]
 
@@ -20,6 +21,16 @@ def set_default_float_dtype(dtype):
     if dtype not in ("float16", "bfloat16", "float32", "float64"):
         raise error("set_default_float_dtype", "not a float dtype: %r" % (dtype,))
     _default_float_dtype[0] = dtype
+
+
+def get_default_int_dtype():
+    """The dtype of new int constants ("int32", as the original)."""
+    return "int32"
+
+
+def get_default_array_index_dtype():
+    """The dtype of indices (loop counters, range_over_dim): the default int dtype, as the original."""
+    return get_default_int_dtype()
 
 
 @contextlib.contextmanager

@@ -3,16 +3,9 @@
 
 from __future__ import annotations
 
+from .defaults import get_default_array_index_dtype, get_default_int_dtype  # noqa: F401 (re-exported)
+
 __all__ = ["get_default_int_dtype", "get_default_array_index_dtype", "is_float_dtype"]
-
-
-def get_default_int_dtype():
-    return "int32"
-
-
-def get_default_array_index_dtype():
-    """The dtype of indices (as the int default)."""
-    return get_default_int_dtype()
 
 
 def is_float_dtype(dtype):

@@ -13,6 +13,7 @@ from .conv import (  # noqa: F401 (conv and pooling live in conv.py; re-exported
 from .dims import dim_match_priority_when_needed
 from .module import Glorot, Module, Parameter, State  # noqa: F401 (State: also rf.State from here)
 from .rand import random, random_normal, random_uniform, set_random_seed  # noqa: F401 (the old import path)
+from .loop import Loop, scan, while_loop  # noqa: F401 (the loops live in loop.py; re-exported)
 
 
 # ---- linear ----
@@ -310,47 +311,3 @@ def cond(pred, true_fn, false_fn):
     return get_backend_for_tensor(pred).cond(pred, true_fn, false_fn)
 
 
-def while_loop(cond, body, initial):  # noqa: A002
-    return get_selected_backend().while_loop(cond, body, initial)
-
-
-def scan(*, spatial_dim=None, cond_dims=None, cond_before_body=True, initial=None, xs=None, ys=None, cond=None,
-         body, max_seq_len=None, return_tensor_arrays=False):
-    """
-    Loop over ``spatial_dim``: ``body(xs_t, state) -> (ys_t, new_state)`` per frame (xs: tensors with spatial_dim,
-    unstacked; ys: per-frame templates or None). Returns ``(ys, final_state, spatial_dim)``; the state of a sequence
-    stays as it is after its length.
-
-    Without spatial_dim (or with a new dynamic one): ``cond(None, state)`` (a bool Tensor with ``cond_dims``, e.g.
-    [batch]) and ``body(None, state)``; a sequence runs while its cond is True (checked before each body call with
-    cond_before_body, else after it: at least one call), at most ``max_seq_len`` (int or int Tensor) calls. Returns
-    ys over a new dim whose lengths are the number of body calls per sequence, and per sequence its state after them.
-    """
-    if return_tensor_arrays:
-        raise error("scan", "return_tensor_arrays=True is not supported (ys are stacked Tensors)")
-    backend = get_selected_backend()
-    if cond is None:
-        if spatial_dim is None:
-            raise error("scan", "needs spatial_dim (a loop over it) or cond and cond_dims (a loop while cond)")
-        if max_seq_len is not None or cond_dims is not None:
-            raise error("scan", "max_seq_len / cond_dims are only for a loop with cond (spatial_dim %s is given)" %
-                        spatial_dim.short_repr())
-        return backend.scan(spatial_dim=spatial_dim, initial=initial, xs=xs, ys=ys, body=body)
-    if cond_dims is None:
-        raise error("scan", "with cond, cond_dims (the dims of cond's result, e.g. [batch_dim]) must be given")
-    if xs is not None:
-        raise error("scan", "with cond there is no spatial_dim to unstack xs over (xs must be None)")
-    if max_seq_len is not None and not is_tensor(max_seq_len) and (
-            not isinstance(max_seq_len, int) or isinstance(max_seq_len, bool) or max_seq_len < 0):
-        raise error("scan", "max_seq_len must be an int >= 0 or an int Tensor, got %r" % (max_seq_len,))
-    if spatial_dim is not None and spatial_dim.dimension is not None:
-        raise error("scan", "with cond, spatial_dim must be a new dynamic dim (the loop sets its lengths), got %s" %
-                    spatial_dim.short_repr())
-    return backend.scan(spatial_dim=spatial_dim, initial=initial, xs=None, ys=ys, body=body, cond=cond,
-                        cond_dims=list(cond_dims), cond_before_body=bool(cond_before_body), max_seq_len=max_seq_len)
-
-
-def Loop(*, axis=None, max_seq_len=None):  # noqa: N802 (original's class name)
-    """``loop = rf.Loop(axis=time_dim)``; ``loop.state.h = ...``; ``with loop: x_t = loop.unstack(x); ...;
-    loop.state.h = new_h; y = loop.stack(y_t)`` (see the backend's loop)."""
-    return get_selected_backend().loop(axis=axis, max_seq_len=max_seq_len)

@@ -7,6 +7,7 @@ Config entry points on the layers backend: ``get_net_dict(epoch=, step=) -> (net
 from __future__ import annotations
 
 from ..data import Data
+from ..tensor.tensor import with_arith_operands
 from ..tensor.tensor_dict import TensorDict
 from ._net import Layer, NetDictBuilder
 
@@ -94,7 +95,7 @@ def _dim_size_layer_names(layer_dict):
     """The layers whose outputs are the lengths of the output dims made by ``Dim(size_tensor)`` (kept with it)."""
     out = layer_dict.get("out_shape") or getattr(layer_dict.get("out"), "dims", ())
     names = []
-    for d in out:
+    for d in with_arith_operands(out):
         ext = d.dyn_size_ext if d.dimension is None and not d.is_batch_dim() else None
         if ext is not None and isinstance(ext.placeholder, Layer):
             names.append(ext.placeholder.name)

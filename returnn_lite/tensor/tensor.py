@@ -57,6 +57,21 @@ def _apply_arith(kind, a, b):
     raise ValueError(kind)
 
 
+def _align_size_raw(raw, dims, out_dims, dim):
+    """Raw lengths with ``dims`` transposed/expanded to broadcast against ``out_dims`` (a superset of ``dims``)."""
+    if isinstance(raw, int) or not dims or list(dims) == list(out_dims)[len(out_dims) - len(dims):]:
+        return raw  # (the trailing dims in order: broadcasting does the rest)
+    backend = raw_backend(raw, "lengths of the dim %r" % (dim,))
+    perm = sorted(range(len(dims)), key=lambda i: list(out_dims).index(dims[i]))
+    if perm != list(range(len(dims))):
+        raw = backend.transpose_raw(raw, perm)
+    present = [d for d in out_dims if d in dims]
+    for axis, d in enumerate(out_dims):
+        if d not in present:
+            raw = backend.expand_dims_raw(raw, axis)
+    return raw
+
+
 def _raw_ndim(raw):
     try:
         return len(raw.shape)
@@ -105,6 +120,7 @@ class Dim:
         self._dyn_size = dyn_size  # the lengths as a raw tensor of the TF compiler (see dyn_size)
         self._derived_cache = None  # operation key -> Dim (get_derived)
         self.arith_of = None  # (kind, (a, b)) of a dim made by dim arithmetic, also static (see _undo_mul)
+        self._derived_size_dims = None  # dims of the lengths complete_dyn_size computed (derived dims)
         if size_tensor is not None:
             self.dyn_size_ext = size_tensor
 
@@ -191,8 +207,10 @@ class Dim:
         size = base.complete_dyn_size()
         if size is None:
             return None
-        return Tensor("%s:size" % base.description, dims=[] if _raw_ndim(size) == 0 else [batch_dim], dtype="int32",
-                      raw_tensor=size)
+        dims = base._derived_size_dims
+        if dims is None or len(dims) != _raw_ndim(size):
+            dims = [] if _raw_ndim(size) == 0 else [batch_dim]
+        return Tensor("%s:size" % base.description, dims=list(dims), dtype="int32", raw_tensor=size)
 
     @dyn_size_ext.setter
     def dyn_size_ext(self, value):
@@ -250,16 +268,45 @@ class Dim:
         values = []
         for x in operands:
             if isinstance(x, int):
-                values.append(x)
+                values.append((x, ()))
             elif x.dimension is not None:
-                values.append(x.dimension)
+                values.append((x.dimension, ()))
             else:
-                v = x.complete_dyn_size()
-                if v is None:
+                value = x._size_value()
+                if value is None:
                     return None
-                values.append(v)
-        base._dyn_size = _apply_arith(kind, values[0], values[1])
+                values.append(value)
+        (raw_a, dims_a), (raw_b, dims_b) = values
+        # lengths over different dims broadcast (e.g. [B] and [T] give [B, T], as the original's dim math)
+        dims = list(dims_a) + [d for d in dims_b if d not in dims_a]
+        raw_a, raw_b = _align_size_raw(raw_a, dims_a, dims, base), _align_size_raw(raw_b, dims_b, dims, base)
+        base._dyn_size = _apply_arith(kind, raw_a, raw_b)
+        base._derived_size_dims = tuple(dims)
         return base._dyn_size
+
+    def lengths_dims(self):
+        """The dims of the lengths as known without computing them (those of ``dyn_size_ext``; a derived dim's
+        once computed), else []."""
+        base = self.get_same_base()
+        if base._dyn_size_ext is not None:
+            return list(base._dyn_size_ext.dims)
+        return list(base._derived_size_dims or ())
+
+    def _size_value(self):
+        """(raw lengths, their dims) of this dynamic dim, or None: the values (TF compiler) of lengths that the
+        layers backend gave as a layer (``Dim(size_tensor)``) have the dims of that layer."""
+        base = self.get_same_base()
+        ext = base._dyn_size_ext
+        if ext is not None and ext.raw_tensor is not None:
+            backend = backend_for_raw(ext.raw_tensor)
+            if backend is None or not backend.builds_net_dict:
+                return ext.raw_tensor, tuple(ext.dims)
+            raw = base.complete_dyn_size()
+            return None if raw is None or _raw_ndim(raw) != len(ext.dims) else (raw, tuple(ext.dims))
+        ext = self.dyn_size_ext
+        if ext is None or ext.raw_tensor is None:
+            return None
+        return ext.raw_tensor, tuple(ext.dims)
 
     def get_dim_value(self, like=None, axis=None):
         """Static int, or a scalar raw tensor: the padded length (from the shape of the raw tensor ``like``)."""
@@ -403,6 +450,20 @@ class Dim:
             return "B"
         size = "?" if self.dimension is None else str(self.dimension)
         return "%s'%s'(%s)" % ("F" if self.is_feature_dim() else "", self.description, size)
+
+
+def with_arith_operands(dims):
+    """The dims and, recursively, the Dim operands of the dim arithmetic that made them (``(T - 1) + T'`` ->
+    also T and T'): their lengths are computed from the operands' lengths."""
+    res, todo = [], list(dims)
+    while todo:
+        d = todo.pop(0)
+        if isinstance(d, int) or any(d is r for r in res):
+            continue
+        res.append(d)
+        derived = d.get_same_base().derived_from
+        todo.extend(derived[1] if derived else ())
+    return res
 
 
 def axes_of(dims, wanted, taken=()):

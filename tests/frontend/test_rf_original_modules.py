@@ -402,10 +402,6 @@ def test_causal_self_attention_full_sequence_and_steps(orig, name, mode):
     if name == "RelPosCausalSelfAttention" and mode == "steps":
         pytest.skip("the original's relative_positional_encoding passes query_offset=0 to _make_indices, which "
                     "asserts None for a single step: the original itself fails here")
-    if name == "RelPosCausalSelfAttention" and mode == "full":
-        pytest.xfail("known gap: the dim (T - 1) + history, whose operands' lengths have different dims ([B] and "
-                     "[T]), gets no broadcast lengths in our Dim arithmetic (our own RelPosCausalSelfAttention "
-                     "indexes relative positions without that dim)")
     if mode == "full" and inspect.signature(cls.__call__).parameters["state"].default is inspect.Parameter.empty:
         pytest.skip("this version of the original's %s works step-wise only" % name)
 

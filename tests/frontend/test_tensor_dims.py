@@ -217,3 +217,49 @@ def test_get_dim_value_of_eager_lengths_is_their_max():
         assert Dim(3, name="static").get_dim_value() == 3
     finally:
         dim.reset_eager()
+
+
+def _broadcast_sizes_step(*, model, extern_data, **_):
+    """(T - 1) + hist: the lengths of T - 1 have dims [B], those of hist (i + 1 at frame i) dims [T]."""
+    hist_dim = Dim(rf.range_over_dim(time_dim) + 1, name="hist")
+    total = (time_dim - 1) + hist_dim
+    x = rf.reduce_sum(extern_data["data"], axis=feat_dim)  # [B, T]
+    ones = rf.expand_dim(rf.ones([batch_dim, time_dim]), total)  # [B, T, total], masked below by the [B, T] lengths
+    rf.reduce_sum(ones, axis=total).mark_as_output("n", shape=[batch_dim, time_dim])
+    rf.reduce_sum(ones * x, axis=total).mark_as_output("nx", shape=[batch_dim, time_dim])
+
+
+@pytest.mark.parametrize("backend", ["torch", "layers"])
+def test_dim_arithmetic_broadcasts_lengths_of_different_dims(backend):
+    x = _inputs()
+    run = _run_torch if backend == "torch" else _run_layers
+    res, _ = run(lambda **_: rf.Module(), _broadcast_sizes_step, x, {})
+    expected = LENS[:, None] - 1 + np.arange(1, 6)[None, :]  # [B, T]: (len_b - 1) + (t + 1)
+    mask = np.arange(5)[None, :] < LENS[:, None]
+    np.testing.assert_array_equal(res["n"][mask], expected[mask])
+    np.testing.assert_allclose(res["nx"][mask], (expected * x.sum(-1))[mask], rtol=1e-5)
+
+
+def test_dim_arithmetic_lengths_dims_torch():
+    """The lengths of a derived dim are a Tensor over the union of its operands' length dims, padded to their max."""
+    rf.select_backend_torch()
+    steps = Dim(None, name="steps")
+    steps.dyn_size_ext = Tensor("steps_size", dims=[batch_dim], dtype="int32",
+                                raw_tensor=torch.tensor([4, 6, 2], dtype=torch.int32))
+    other = Dim(None, name="other")
+    other.dyn_size_ext = Tensor("other_size", dims=[feat_dim], dtype="int32",
+                                raw_tensor=torch.tensor([1, 2, 3, 4], dtype=torch.int32))
+    try:
+        for total, dims in (((steps - 1) + other, [batch_dim, feat_dim]), (other + 2 * steps, [feat_dim, batch_dim])):
+            ext = total.dyn_size_ext
+            assert list(ext.dims) == dims
+            got = ext.raw_tensor.numpy()
+            if dims[0] == feat_dim:
+                got = got.T
+            ref = (np.array([4, 6, 2])[:, None] - 1 + np.array([1, 2, 3, 4])[None, :]) if dims[0] == batch_dim \
+                else np.array([1, 2, 3, 4])[None, :] + 2 * np.array([4, 6, 2])[:, None]
+            np.testing.assert_array_equal(got, ref)
+            assert int(total.get_dim_value()) == ref.max()
+    finally:
+        steps.reset_eager()
+        other.reset_eager()
