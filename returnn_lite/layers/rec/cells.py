@@ -85,8 +85,13 @@ class CellBase:
         return get_activation_function(a)(x)
 
     def rec_part(self, h):
-        """h_prev @ W_rec (see rec_weight)."""
-        return tf.matmul(h, self.rec_weight if self._loop_rec_weight is None else self._loop_rec_weight)
+        """h_prev @ W_rec (see rec_weight); in run_cell_loop with a gradient for h_prev only."""
+        if self._loop_rec_weight is None:
+            return tf.matmul(h, self.rec_weight)
+        _register_matmul_grad_a_only()
+        # (TF's MatMul gradient would also push h_prev per frame for W_rec's gradient, which is taken outside)
+        with tf1.get_default_graph().gradient_override_map({"MatMul": _MATMUL_GRAD_A_ONLY}):
+            return tf.matmul(h, self._loop_rec_weight)
 
     def _matmul_in(self, x, w):
         if x.dtype.is_integer:
@@ -617,15 +622,15 @@ def _run_cell_loop(cell, z, seq_len, initial_state, reverse=False):
         z = _with_rec_weight_grad(z, w_rec, hprev_holder)
     z_ta = tf.TensorArray(z.dtype, size=n_time, element_shape=z.shape[1:]).unstack(z)
     out_ta = tf.TensorArray(z.dtype, size=n_time, element_shape=tf.TensorShape([z.shape[1], cell.out_dim]))
-    seq_len_b1 = tf.expand_dims(seq_len, 1)  # [B, 1]: the per-frame mask is one op
 
     def body(s, out_ta, *states):
         t = n_time - 1 - s if reverse else s
         state = dict(zip(names, states))
         y, new = cell.step(z_ta.read(t), state)
-        mask = t < seq_len_b1
-        new_states = [tf.where(mask, new[k], state[k]) for k in names]
-        out = new_states[names.index("h")] if output_is_h else tf.where(mask, y, tf.zeros_like(y))
+        # Select with a [B] condition (tf1.where): its gradient is 3 ops, SelectV2's (broadcasting) about 12
+        mask = t < seq_len
+        new_states = [tf1.where(mask, new[k], state[k]) for k in names]
+        out = new_states[names.index("h")] if output_is_h else tf1.where(mask, y, tf.zeros_like(y))
         return [s + 1, out_ta.write(t, out)] + new_states
 
     cell._loop_rec_weight = tf.stop_gradient(w_rec) if w_rec is not None else None
@@ -642,6 +647,23 @@ def _run_cell_loop(cell, z, seq_len, initial_state, reverse=False):
         mask = tf.range(n_time)[:, None, None] < seq_len[None, :, None]  # [T, B, 1]
         y = tf.where(mask, y, tf.zeros([], y.dtype))
     return y, dict(zip(names, res[2:]))
+
+
+_MATMUL_GRAD_A_ONLY = "ReturnnLiteMatMulGradAOnly"
+_matmul_grad_registered = False
+
+
+def _register_matmul_grad_a_only():
+    """Gradient of a @ b (no transposes) for a only: b is W_rec without gradient (see CellBase.rec_part)."""
+    global _matmul_grad_registered
+    if _matmul_grad_registered:
+        return
+
+    @tf.RegisterGradient(_MATMUL_GRAD_A_ONLY)
+    def _grad(op, grad):
+        return tf.matmul(grad, op.inputs[1], transpose_b=True), None
+
+    _matmul_grad_registered = True
 
 
 def _with_rec_weight_grad(z, w_rec, hprev_holder):
