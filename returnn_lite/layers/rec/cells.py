@@ -93,6 +93,10 @@ class CellBase:
         with tf1.get_default_graph().gradient_override_map({"MatMul": _MATMUL_GRAD_A_ONLY}):
             return tf.matmul(h, self._loop_rec_weight)
 
+    def _affine_in(self, x, w, b):
+        """x @ w + b (BiasAdd: its gradient is one fast reduction, the broadcasting add's a generic Sum)."""
+        return tf.nn.bias_add(self._matmul_in(x, w), b)
+
     def _matmul_in(self, x, w):
         if x.dtype.is_integer:
             return tf.gather(w, x)
@@ -126,12 +130,12 @@ class NativeLstm2Cell(CellBase):
         return self.W_re
 
     def project(self, x):
-        z = self._matmul_in(x, self.W) + self.b
-        if self.opts["forget_bias"]:  # gates j, i, f, o: added to the f part
+        b = self.b
+        if self.opts["forget_bias"]:  # gates j, i, f, o: added to the f part (of the bias, not of every frame)
             n = self.n_out
-            z = z + tf.concat([tf.zeros([2 * n], z.dtype), tf.fill([n], tf.cast(self.opts["forget_bias"], z.dtype)),
-                               tf.zeros([n], z.dtype)], 0)
-        return z
+            b = b + tf.concat([tf.zeros([2 * n], b.dtype), tf.fill([n], tf.cast(self.opts["forget_bias"], b.dtype)),
+                               tf.zeros([n], b.dtype)], 0)
+        return self._affine_in(x, self.W, b)
 
     def step(self, z, state):
         z = z + self.rec_part(state["h"])
@@ -162,7 +166,7 @@ class _KernelCell(CellBase):
         return self.n_out
 
     def project(self, x):
-        return self._matmul_in(x, self.kernel_in) + self.bias
+        return self._affine_in(x, self.kernel_in, self.bias)
 
     def _bias_with_forget_bias(self):
         """bias + forget_bias on the f part (gates i, j, f, o): added once to the projection, not per frame."""
@@ -182,7 +186,7 @@ class BasicLSTMCell(_KernelCell):
     default_opts = {"forget_bias": 1.0, "state_is_tuple": True, "activation": None}
 
     def project(self, x):
-        return self._matmul_in(x, self.kernel_in) + self._bias_with_forget_bias()
+        return self._affine_in(x, self.kernel_in, self._bias_with_forget_bias())
 
     def step(self, z, state):  # (z includes the forget bias)
         i, j, f, o = tf.split(z + self.rec_part(state["h"]), 4, axis=-1)
@@ -222,7 +226,7 @@ class LSTMCell(_KernelCell):
             self.proj = self.layer.create_param(self.prefix + "projection/kernel", (n, self.opts["num_proj"]))
 
     def project(self, x):
-        return self._matmul_in(x, self.kernel_in) + self._bias_with_forget_bias()
+        return self._affine_in(x, self.kernel_in, self._bias_with_forget_bias())
 
     def step(self, z, state):  # (z includes the forget bias)
         c_prev = state["c"]
@@ -263,7 +267,7 @@ class GRUCell(CellBase):
         self.gk_rec, self.ck_rec = self.gk[n_in:], self.ck[n_in:]
 
     def project(self, x):
-        return self._matmul_in(x, self.w_in) + self.b_in
+        return self._affine_in(x, self.w_in, self.b_in)
 
     def step(self, z, state):
         n = self.n_out
@@ -471,7 +475,7 @@ class RHNCell(CellBase):
                 self._mask = mask()
             else:
                 self._mask = tf.cond(flag, mask, lambda: tf.ones((batch, self.n_out)))
-        return self._matmul_in(x, self.W) + self.b
+        return self._affine_in(x, self.W, self.b)
 
     def step(self, z, state):
         s = state["h"]
