@@ -30,8 +30,13 @@ constexpr int kVecBytes = 32;
 #else
 constexpr int kVecBytes = 16;  // SSE2 (the x86-64 baseline), NEON (aarch64), ...
 #endif
-constexpr int kMR = 4;     // rows of a register tile
-constexpr int kKC = 256;   // depth of a packed block (a B block of kKC x NR stays in L1)
+// rows of a register tile (2 * kMR accumulators, see MicroKernel)
+#if defined(__AVX512F__)
+constexpr int kMR = 8;
+#else
+constexpr int kMR = 4;
+#endif
+constexpr int kKC = 128;   // depth of a packed block (a B block of kKC x NR and the A rows it meets stay in L1)
 
 // Vector types (GCC/Clang vector extensions; lowered to AVX-512, AVX, SSE or NEON as the target has them), and
 // their unaligned twins for loads and stores (declared directly: attributes on template arguments are dropped).
@@ -93,9 +98,15 @@ struct PackedB {
   // the block (pc, jp), packed into *buf if B is in place
   const T* Block(int64_t pc, int64_t jp, std::vector<T>* buf) const {
     if (!rows) return data.data() + Offset(pc, jp);
-    buf->assign(static_cast<size_t>(std::min<int64_t>(kKC, K - pc) * Tile<T>::kNR), T(0));
-    PackBlock(View<T>{rows, N, 1}, pc, jp, buf->data());
-    return buf->data();
+    constexpr int NR = Tile<T>::kNR;
+    const int64_t kc = std::min<int64_t>(kKC, K - pc), j0 = jp * NR, nr = std::min<int64_t>(NR, N - j0);
+    buf->resize(static_cast<size_t>(kc * NR));
+    T* dst = buf->data();
+    for (int64_t k = 0; k < kc; ++k) {  // rows of the block: contiguous copies
+      std::copy_n(rows + (pc + k) * N + j0, nr, dst + k * NR);
+      std::fill(dst + k * NR + nr, dst + (k + 1) * NR, T(0));
+    }
+    return dst;
   }
 
  private:
@@ -131,40 +142,36 @@ void PackA(View<T> a, int64_t m_dim, int64_t k_dim, std::vector<T>* out) {
   }
 }
 
-// One register tile: C[mr, nr] (+)= Ap[kc][MR] @ Bp[kc][NR]. The 8 accumulators are separate variables so that
-// they stay in registers.
+// One register tile: C[mr, nr] (+)= Ap[kc][MR] @ Bp[kc][NR]: 2 * MR vector accumulators (fully unrolled, so that
+// they stay in registers: 16 of AVX-512's 32, 8 of AVX's or SSE's 16).
 template <typename T>
 inline void MicroKernel(int64_t kc, const T* __restrict ap, const T* __restrict bp, T* c, int64_t ldc, int64_t mr,
                         int64_t nr, bool accumulate) {
-  static_assert(kMR == 4, "the tile below is written out for 4 rows");
   typedef typename Tile<T>::V V;
   constexpr int L = Tile<T>::kLanes, NR = Tile<T>::kNR;
-  V c00{}, c01{}, c10{}, c11{}, c20{}, c21{}, c30{}, c31{};
+  V acc0[kMR] = {}, acc1[kMR] = {};
   for (int64_t k = 0; k < kc; ++k) {
     const V b0 = Load(bp + k * NR), b1 = Load(bp + k * NR + L);
     const T* a = ap + k * kMR;
-    c00 += a[0] * b0;
-    c01 += a[0] * b1;
-    c10 += a[1] * b0;
-    c11 += a[1] * b1;
-    c20 += a[2] * b0;
-    c21 += a[2] * b1;
-    c30 += a[3] * b0;
-    c31 += a[3] * b1;
+#pragma GCC unroll 8
+    for (int i = 0; i < kMR; ++i) {
+      acc0[i] += a[i] * b0;
+      acc1[i] += a[i] * b1;
+    }
   }
-  const V acc[kMR][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}};
   if (mr == kMR && nr == NR) {
+#pragma GCC unroll 8
     for (int i = 0; i < kMR; ++i) {
       T* row = c + i * ldc;
-      Store(row, accumulate ? Load(row) + acc[i][0] : acc[i][0]);
-      Store(row + L, accumulate ? Load(row + L) + acc[i][1] : acc[i][1]);
+      Store(row, accumulate ? Load(row) + acc0[i] : acc0[i]);
+      Store(row + L, accumulate ? Load(row + L) + acc1[i] : acc1[i]);
     }
     return;
   }
   T tmp[kMR][NR];
   for (int i = 0; i < kMR; ++i) {
-    Store(tmp[i], acc[i][0]);
-    Store(tmp[i] + L, acc[i][1]);
+    Store(tmp[i], acc0[i]);
+    Store(tmp[i] + L, acc1[i]);
   }
   for (int64_t i = 0; i < mr; ++i)
     for (int64_t j = 0; j < nr; ++j) c[i * ldc + j] = accumulate ? c[i * ldc + j] + tmp[i][j] : tmp[i][j];
@@ -195,10 +202,12 @@ void Gemm(const Parallel& par, bool use_pool, View<T> a, int64_t m_dim, const Pa
   const int64_t tiles = (m_dim + kMR - 1) / kMR;
   auto shard = [&](int64_t p0, int64_t p1) {
     std::vector<T> b_buf;  // one packed block of an in-place B
-    for (int64_t jp = p0; jp < p1; ++jp) {
-      const int64_t j0 = jp * NR, nr = std::min<int64_t>(NR, N - j0);
-      for (int64_t pc = 0; pc < K; pc += kKC) {
-        const int64_t kc = std::min<int64_t>(kKC, K - pc);
+    // depth blocks outside: the packed A rows of one block ([M, kc]) stay in L2 over all panels (with the panels
+    // outside, a long A, e.g. the [n, T*B] of dW_re's GEMM, would stream from memory once per panel)
+    for (int64_t pc = 0; pc < K; pc += kKC) {
+      const int64_t kc = std::min<int64_t>(kKC, K - pc);
+      for (int64_t jp = p0; jp < p1; ++jp) {
+        const int64_t j0 = jp * NR, nr = std::min<int64_t>(NR, N - j0);
         const T* bp = b.Block(pc, jp, &b_buf);
         for (int64_t it = 0; it < tiles; ++it) {
           const int64_t i0 = it * kMR;
