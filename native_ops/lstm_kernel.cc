@@ -11,8 +11,12 @@
 #include "lstm_kernel.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
+#include <thread>
 #include <vector>
 
 namespace returnn_lite {
@@ -177,6 +181,120 @@ inline void MicroKernel(int64_t kc, const T* __restrict ap, const T* __restrict 
     for (int64_t j = 0; j < nr; ++j) c[i * ldc + j] = accumulate ? c[i * ldc + j] + tmp[i][j] : tmp[i][j];
 }
 
+
+// ------------------------------------------------------------------------------------------------------------
+// A helper thread for an op that runs alone (see HelperParallel in lstm_kernel.h).
+
+std::atomic<int> g_active_ops{0};  // Forward/Backward calls running now, in all threads
+
+struct ActiveOp {
+  ActiveOp() { g_active_ops.fetch_add(1, std::memory_order_relaxed); }
+  ~ActiveOp() { g_active_ops.fetch_sub(1, std::memory_order_relaxed); }
+};
+
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+// One job at a time: the caller and the helper take chunks of [0, n) from a counter that carries the job's
+// generation in its high bits, so that a helper that comes late can never take a chunk of a later job; the caller
+// does every chunk that nobody took, so a helper that is not scheduled only costs the wake-up call.
+class Helper {
+ public:
+  static Helper* Get() {
+    static Helper* helper = [] {
+      Helper* h = new Helper;  // never deleted: the detached thread may use it until the process ends
+      try {
+        std::thread([h] { h->Loop(); }).detach();
+      } catch (...) {
+        h->broken_ = true;  // no thread: every job runs on its caller
+      }
+      return h;
+    }();
+    return helper;
+  }
+
+  // false if the helper is busy with another job (or has no thread): then the caller runs the work alone
+  bool Run(int64_t n, int64_t chunk, ShardFn fn, void* arg) {
+    if (broken_ || in_use_.exchange(true, std::memory_order_acquire)) return false;
+    uint64_t gen;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      gen = ++gen_;
+      fn_ = fn;
+      arg_ = arg;
+      n_ = n;
+      chunk_ = chunk;
+      done_.store(0, std::memory_order_relaxed);
+      next_.store(gen << 32, std::memory_order_release);
+      pending_.store(gen, std::memory_order_release);
+    }
+    cv_.notify_one();
+    Work(gen, fn, arg, n, chunk);
+    for (int spins = 0; done_.load(std::memory_order_acquire) < n; ++spins) {
+      if (spins < 4000) CpuRelax();
+      else std::this_thread::yield();  // the helper holds a chunk but lost its CPU
+    }
+    in_use_.store(false, std::memory_order_release);
+    return true;
+  }
+
+ private:
+  void Work(uint64_t gen, ShardFn fn, void* arg, int64_t n, int64_t chunk) {
+    uint64_t v = next_.load(std::memory_order_acquire);
+    for (;;) {
+      if ((v >> 32) != gen) return;
+      const int64_t b = static_cast<int64_t>(v & 0xffffffffu);
+      if (b >= n) return;
+      const int64_t e = std::min(n, b + chunk);
+      if (!next_.compare_exchange_weak(v, (gen << 32) | static_cast<uint64_t>(e), std::memory_order_acq_rel))
+        continue;
+      fn(arg, b, e);
+      done_.fetch_add(e - b, std::memory_order_acq_rel);
+      v = next_.load(std::memory_order_acquire);
+    }
+  }
+
+  void Loop() {
+    uint64_t seen = 0;
+    for (;;) {
+      // the next step's job comes within microseconds: spin a little before sleeping
+      for (int spins = 0; spins < 3000 && pending_.load(std::memory_order_acquire) == seen; ++spins) CpuRelax();
+      ShardFn fn;
+      void* arg;
+      int64_t n, chunk;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return gen_ != seen; });
+        seen = gen_;
+        fn = fn_, arg = arg_, n = n_, chunk = chunk_;
+      }
+      Work(seen, fn, arg, n, chunk);
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  uint64_t gen_ = 0;  // under mu_
+  ShardFn fn_ = nullptr;
+  void* arg_ = nullptr;
+  int64_t n_ = 0, chunk_ = 1;
+  std::atomic<uint64_t> pending_{0};  // gen_, readable without the lock
+  std::atomic<uint64_t> next_{0};     // (generation << 32) | the next chunk's start
+  std::atomic<int64_t> done_{0};
+  std::atomic<bool> in_use_{false};
+  bool broken_ = false;
+};
+
+void HelperFor(void*, int64_t n, int64_t cost_per_unit, ShardFn fn, void* arg) {
+  // alone: another LSTM op running now (e.g. the other direction of a BLSTM) keeps the other core busy already
+  const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(n / 8, 200000 / std::max<int64_t>(1, cost_per_unit)));
+  if (n < 2 || g_active_ops.load(std::memory_order_relaxed) > 1 || !Helper::Get()->Run(n, chunk, fn, arg))
+    fn(arg, 0, n);
+}
+
 template <typename F>
 void ParallelRun(const Parallel& par, bool use_pool, int64_t n, int64_t cost_per_unit, F& f) {
   if (!use_pool || n <= 1) {
@@ -303,7 +421,7 @@ inline void BackwardUnits(int64_t n, const T* __restrict g, const T* __restrict 
 
 // The per-step work goes to the thread pool only when it is large enough: for small steps the hand-off to the pool
 // and back, 2-3 times per frame, costs more than it saves (and much more on a loaded machine).
-bool StepUsesPool(int64_t n_batch, int64_t n) { return n_batch * n * 4 * n >= (int64_t(1) << 24); }
+bool StepUsesPool(int64_t n_batch, int64_t n) { return n_batch * n * 4 * n >= (int64_t(1) << 20); }
 
 bool AnyActive(const int32_t* lens, int64_t n_batch, int64_t t) {
   for (int64_t b = 0; b < n_batch; ++b)
@@ -317,6 +435,7 @@ template <typename T>
 void Forward(const Parallel& par, int64_t n_time, int64_t n_batch, int64_t n, bool reverse, const T* z,
              const T* w_re, const T* c0, const T* h0, const int32_t* lens, T* y, T* c, T* gates, T* c_final,
              T* h_final) {
+  const ActiveOp active;
   const int64_t n4 = 4 * n;
   T* c_state = c_final;  // the final-state outputs hold the running state
   T* h_state = h_final;
@@ -358,6 +477,7 @@ template <typename T>
 void Backward(const Parallel& par, int64_t n_time, int64_t n_batch, int64_t n, bool reverse, const T* w_re,
               const T* c0, const T* h0, const int32_t* lens, const T* y, const T* c, const T* gates, const T* dy,
               const T* dc_final, const T* dh_final, T* dz, T* dw_re, T* dc0, T* dh0) {
+  const ActiveOp active;
   const int64_t n4 = 4 * n;
   T* dc_state = dc0;  // the initial-state grad outputs hold the running state grads
   T* dh_state = dh0;
@@ -408,6 +528,8 @@ void Backward(const Parallel& par, int64_t n_time, int64_t n_batch, int64_t n, b
   dz_all.InPlace(dz, rows, n4);
   Gemm<T>(par, true, View<T>{hprev.data(), 1, n}, n, dz_all, dw_re, n4, &a_pack);
 }
+
+Parallel HelperParallel() { return Parallel{&HelperFor, nullptr}; }
 
 template void Forward<float>(const Parallel&, int64_t, int64_t, int64_t, bool, const float*, const float*,
                              const float*, const float*, const int32_t*, float*, float*, float*, float*, float*);
