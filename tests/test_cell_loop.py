@@ -50,7 +50,7 @@ def _reference(cell, z, lens, init, reverse):
 
 
 UNITS = [("standardlstm", {}), ("standardlstm", {"num_proj": 3, "use_peepholes": True, "forget_bias": 0.5}),
-         ("basiclstm", {}), ("rnn", {}), ("gru", {}), ("nativelstm2", {"forget_bias": 0.7}),
+         ("standardlstm", {"cell_clip": 0.5}), ("basiclstm", {}), ("basiclstm", {"activation": "relu"}), ("rnn", {}), ("gru", {}), ("nativelstm2", {"forget_bias": 0.7}),
          ("zoneoutlstm", {})]
 
 
@@ -101,3 +101,27 @@ def test_rec_weight_gradient_outside_the_loop():
         in_loop_matmuls = [op for op in grad_ops if op.type == "MatMul" and "while" in op.name]
         # per frame only dh = dz @ W_rec^T; dW_rec = h_prev^T dz is computed once, outside
         assert len(in_loop_matmuls) == 1, [op.name for op in in_loop_matmuls]
+
+
+@pytest.mark.parametrize("order", ["ijfo", "jifo"])
+def test_lstm_update_gradient_vs_autodiff(order):
+    """lstm_update's hand-written gradient against autodiff of the same formulas."""
+    rng = np.random.RandomState(5)
+    n_batch, n = 3, 4
+    with tf.Graph().as_default():
+        z, rec = tf.constant(rng.randn(n_batch, 4 * n)), tf.constant(rng.randn(n_batch, 4 * n))
+        c_prev = tf.constant(rng.randn(n_batch, n))
+        w_c, w_h = tf.constant(rng.randn(n_batch, n)), tf.constant(rng.randn(n_batch, n))
+        c, h = cells_mod.lstm_update(z, rec, c_prev, order)
+        parts = dict(zip(order, tf.split(z + rec, 4, axis=-1)))
+        c_ref = tf.sigmoid(parts["f"]) * c_prev + tf.sigmoid(parts["i"]) * tf.tanh(parts["j"])
+        h_ref = tf.sigmoid(parts["o"]) * tf.tanh(c_ref)
+        outs = []
+        for cc, hh in ((c, h), (c_ref, h_ref)):
+            loss = tf.reduce_sum(cc * w_c) + tf.reduce_sum(hh * w_h)
+            outs.append([cc, hh] + tf.gradients(loss, [z, rec, c_prev]))
+            outs.append(tf.gradients(tf.reduce_sum(hh * w_h), [z, c_prev]))  # no gradient into c
+        with tf1.Session() as session:
+            got, got_h_only, want, want_h_only = session.run(outs)
+    for a, b in zip(got + got_h_only, want + want_h_only):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
