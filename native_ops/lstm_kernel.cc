@@ -288,7 +288,11 @@ class Helper {
   bool broken_ = false;
 };
 
+// (-DRETURNN_LITE_LSTM_NO_HELPER, e.g. via $RETURNN_LITE_NATIVE_EXTRA_FLAGS: no helper thread, to compare)
 void HelperFor(void*, int64_t n, int64_t cost_per_unit, ShardFn fn, void* arg) {
+#ifdef RETURNN_LITE_LSTM_NO_HELPER
+  if (true) return fn(arg, 0, n);
+#endif
   // alone: another LSTM op running now (e.g. the other direction of a BLSTM) keeps the other core busy already
   const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(n / 8, 200000 / std::max<int64_t>(1, cost_per_unit)));
   if (n < 2 || g_active_ops.load(std::memory_order_relaxed) > 1 || !Helper::Get()->Run(n, chunk, fn, arg))
