@@ -26,12 +26,11 @@
 namespace {
 
 using returnn_lite::lstm_kernel::Parallel;
-using returnn_lite::lstm_kernel::ShardFn;
 
-// The C API has no access to TF's intra-op thread pool: the kernel runs on the calling thread (TF runs independent
-// ops, e.g. the two directions of a BLSTM, in parallel on its inter-op pool).
-void SerialFor(void*, int64_t n, int64_t, ShardFn fn, void* arg) { fn(arg, 0, n); }
-const Parallel kSerial{&SerialFor, nullptr};
+// The C API has no access to TF's intra-op thread pool: the kernel's own helper thread (see lstm_kernel.h), used
+// only while one LSTM op runs (TF runs independent ops, e.g. the two directions of a BLSTM, in parallel on its
+// inter-op pool: then each runs on its own thread).
+const Parallel kPar = returnn_lite::lstm_kernel::HelperParallel();
 
 // ------------------------------------------------------------------------------------------------------------
 // op definitions
@@ -217,7 +216,7 @@ void ComputeLstm(void* attrs, TF_OpKernelContext* ctx) {
   T* c_final = static_cast<T*>(call.Out(3, dt, {n_batch, n}));
   T* h_final = static_cast<T*>(call.Out(4, dt, {n_batch, n}));
   if (!call.ok()) return;
-  returnn_lite::lstm_kernel::Forward<T>(kSerial, n_time, n_batch, n, static_cast<Attrs*>(attrs)->reverse, Data<T>(z),
+  returnn_lite::lstm_kernel::Forward<T>(kPar, n_time, n_batch, n, static_cast<Attrs*>(attrs)->reverse, Data<T>(z),
                                         Data<T>(w_re), Data<T>(c0), Data<T>(h0), Data<int32_t>(lens), y, c, gates,
                                         c_final, h_final);
 }
@@ -251,7 +250,7 @@ void ComputeLstmGrad(void* attrs, TF_OpKernelContext* ctx) {
   T* dc0 = static_cast<T*>(call.Out(2, dt, {n_batch, n}));
   T* dh0 = static_cast<T*>(call.Out(3, dt, {n_batch, n}));
   if (!call.ok()) return;
-  returnn_lite::lstm_kernel::Backward<T>(kSerial, n_time, n_batch, n, static_cast<Attrs*>(attrs)->reverse,
+  returnn_lite::lstm_kernel::Backward<T>(kPar, n_time, n_batch, n, static_cast<Attrs*>(attrs)->reverse,
                                          Data<T>(w_re), Data<T>(c0), Data<T>(h0), Data<int32_t>(lens), Data<T>(y),
                                          Data<T>(c), Data<T>(gates), Data<T>(dy), Data<T>(dc_final),
                                          Data<T>(dh_final), dz, dw_re, dc0, dh0);

@@ -11,8 +11,12 @@
 #include "lstm_kernel.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
+#include <thread>
 #include <vector>
 
 namespace returnn_lite {
@@ -30,8 +34,13 @@ constexpr int kVecBytes = 32;
 #else
 constexpr int kVecBytes = 16;  // SSE2 (the x86-64 baseline), NEON (aarch64), ...
 #endif
-constexpr int kMR = 4;     // rows of a register tile
-constexpr int kKC = 256;   // depth of a packed block (a B block of kKC x NR stays in L1)
+// rows of a register tile (2 * kMR accumulators, see MicroKernel)
+#if defined(__AVX512F__)
+constexpr int kMR = 8;
+#else
+constexpr int kMR = 4;
+#endif
+constexpr int kKC = 128;   // depth of a packed block (a B block of kKC x NR and the A rows it meets stay in L1)
 
 // Vector types (GCC/Clang vector extensions; lowered to AVX-512, AVX, SSE or NEON as the target has them), and
 // their unaligned twins for loads and stores (declared directly: attributes on template arguments are dropped).
@@ -93,9 +102,15 @@ struct PackedB {
   // the block (pc, jp), packed into *buf if B is in place
   const T* Block(int64_t pc, int64_t jp, std::vector<T>* buf) const {
     if (!rows) return data.data() + Offset(pc, jp);
-    buf->assign(static_cast<size_t>(std::min<int64_t>(kKC, K - pc) * Tile<T>::kNR), T(0));
-    PackBlock(View<T>{rows, N, 1}, pc, jp, buf->data());
-    return buf->data();
+    constexpr int NR = Tile<T>::kNR;
+    const int64_t kc = std::min<int64_t>(kKC, K - pc), j0 = jp * NR, nr = std::min<int64_t>(NR, N - j0);
+    buf->resize(static_cast<size_t>(kc * NR));
+    T* dst = buf->data();
+    for (int64_t k = 0; k < kc; ++k) {  // rows of the block: contiguous copies
+      std::copy_n(rows + (pc + k) * N + j0, nr, dst + k * NR);
+      std::fill(dst + k * NR + nr, dst + (k + 1) * NR, T(0));
+    }
+    return dst;
   }
 
  private:
@@ -131,43 +146,157 @@ void PackA(View<T> a, int64_t m_dim, int64_t k_dim, std::vector<T>* out) {
   }
 }
 
-// One register tile: C[mr, nr] (+)= Ap[kc][MR] @ Bp[kc][NR]. The 8 accumulators are separate variables so that
-// they stay in registers.
+// One register tile: C[mr, nr] (+)= Ap[kc][MR] @ Bp[kc][NR]: 2 * MR vector accumulators (fully unrolled, so that
+// they stay in registers: 16 of AVX-512's 32, 8 of AVX's or SSE's 16).
 template <typename T>
 inline void MicroKernel(int64_t kc, const T* __restrict ap, const T* __restrict bp, T* c, int64_t ldc, int64_t mr,
                         int64_t nr, bool accumulate) {
-  static_assert(kMR == 4, "the tile below is written out for 4 rows");
   typedef typename Tile<T>::V V;
   constexpr int L = Tile<T>::kLanes, NR = Tile<T>::kNR;
-  V c00{}, c01{}, c10{}, c11{}, c20{}, c21{}, c30{}, c31{};
+  V acc0[kMR] = {}, acc1[kMR] = {};
   for (int64_t k = 0; k < kc; ++k) {
     const V b0 = Load(bp + k * NR), b1 = Load(bp + k * NR + L);
     const T* a = ap + k * kMR;
-    c00 += a[0] * b0;
-    c01 += a[0] * b1;
-    c10 += a[1] * b0;
-    c11 += a[1] * b1;
-    c20 += a[2] * b0;
-    c21 += a[2] * b1;
-    c30 += a[3] * b0;
-    c31 += a[3] * b1;
+#pragma GCC unroll 8
+    for (int i = 0; i < kMR; ++i) {
+      acc0[i] += a[i] * b0;
+      acc1[i] += a[i] * b1;
+    }
   }
-  const V acc[kMR][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}};
   if (mr == kMR && nr == NR) {
+#pragma GCC unroll 8
     for (int i = 0; i < kMR; ++i) {
       T* row = c + i * ldc;
-      Store(row, accumulate ? Load(row) + acc[i][0] : acc[i][0]);
-      Store(row + L, accumulate ? Load(row + L) + acc[i][1] : acc[i][1]);
+      Store(row, accumulate ? Load(row) + acc0[i] : acc0[i]);
+      Store(row + L, accumulate ? Load(row + L) + acc1[i] : acc1[i]);
     }
     return;
   }
   T tmp[kMR][NR];
   for (int i = 0; i < kMR; ++i) {
-    Store(tmp[i], acc[i][0]);
-    Store(tmp[i] + L, acc[i][1]);
+    Store(tmp[i], acc0[i]);
+    Store(tmp[i] + L, acc1[i]);
   }
   for (int64_t i = 0; i < mr; ++i)
     for (int64_t j = 0; j < nr; ++j) c[i * ldc + j] = accumulate ? c[i * ldc + j] + tmp[i][j] : tmp[i][j];
+}
+
+
+// ------------------------------------------------------------------------------------------------------------
+// A helper thread for an op that runs alone (see HelperParallel in lstm_kernel.h).
+
+std::atomic<int> g_active_ops{0};  // Forward/Backward calls running now, in all threads
+
+struct ActiveOp {
+  ActiveOp() { g_active_ops.fetch_add(1, std::memory_order_relaxed); }
+  ~ActiveOp() { g_active_ops.fetch_sub(1, std::memory_order_relaxed); }
+};
+
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+// One job at a time: the caller and the helper take chunks of [0, n) from a counter that carries the job's
+// generation in its high bits, so that a helper that comes late can never take a chunk of a later job; the caller
+// does every chunk that nobody took, so a helper that is not scheduled only costs the wake-up call.
+class Helper {
+ public:
+  static Helper* Get() {
+    static Helper* helper = [] {
+      Helper* h = new Helper;  // never deleted: the detached thread may use it until the process ends
+      try {
+        std::thread([h] { h->Loop(); }).detach();
+      } catch (...) {
+        h->broken_ = true;  // no thread: every job runs on its caller
+      }
+      return h;
+    }();
+    return helper;
+  }
+
+  // false if the helper is busy with another job (or has no thread): then the caller runs the work alone
+  bool Run(int64_t n, int64_t chunk, ShardFn fn, void* arg) {
+    if (broken_ || in_use_.exchange(true, std::memory_order_acquire)) return false;
+    uint64_t gen;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      gen = ++gen_;
+      fn_ = fn;
+      arg_ = arg;
+      n_ = n;
+      chunk_ = chunk;
+      done_.store(0, std::memory_order_relaxed);
+      next_.store(gen << 32, std::memory_order_release);
+      pending_.store(gen, std::memory_order_release);
+    }
+    cv_.notify_one();
+    Work(gen, fn, arg, n, chunk);
+    for (int spins = 0; done_.load(std::memory_order_acquire) < n; ++spins) {
+      if (spins < 4000) CpuRelax();
+      else std::this_thread::yield();  // the helper holds a chunk but lost its CPU
+    }
+    in_use_.store(false, std::memory_order_release);
+    return true;
+  }
+
+ private:
+  void Work(uint64_t gen, ShardFn fn, void* arg, int64_t n, int64_t chunk) {
+    uint64_t v = next_.load(std::memory_order_acquire);
+    for (;;) {
+      if ((v >> 32) != gen) return;
+      const int64_t b = static_cast<int64_t>(v & 0xffffffffu);
+      if (b >= n) return;
+      const int64_t e = std::min(n, b + chunk);
+      if (!next_.compare_exchange_weak(v, (gen << 32) | static_cast<uint64_t>(e), std::memory_order_acq_rel))
+        continue;
+      fn(arg, b, e);
+      done_.fetch_add(e - b, std::memory_order_acq_rel);
+      v = next_.load(std::memory_order_acquire);
+    }
+  }
+
+  void Loop() {
+    uint64_t seen = 0;
+    for (;;) {
+      // the next step's job comes within microseconds: spin a little before sleeping
+      for (int spins = 0; spins < 3000 && pending_.load(std::memory_order_acquire) == seen; ++spins) CpuRelax();
+      ShardFn fn;
+      void* arg;
+      int64_t n, chunk;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return gen_ != seen; });
+        seen = gen_;
+        fn = fn_, arg = arg_, n = n_, chunk = chunk_;
+      }
+      Work(seen, fn, arg, n, chunk);
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  uint64_t gen_ = 0;  // under mu_
+  ShardFn fn_ = nullptr;
+  void* arg_ = nullptr;
+  int64_t n_ = 0, chunk_ = 1;
+  std::atomic<uint64_t> pending_{0};  // gen_, readable without the lock
+  std::atomic<uint64_t> next_{0};     // (generation << 32) | the next chunk's start
+  std::atomic<int64_t> done_{0};
+  std::atomic<bool> in_use_{false};
+  bool broken_ = false;
+};
+
+// (-DRETURNN_LITE_LSTM_NO_HELPER, e.g. via $RETURNN_LITE_NATIVE_EXTRA_FLAGS: no helper thread, to compare)
+void HelperFor(void*, int64_t n, int64_t cost_per_unit, ShardFn fn, void* arg) {
+#ifdef RETURNN_LITE_LSTM_NO_HELPER
+  if (true) return fn(arg, 0, n);
+#endif
+  // alone: another LSTM op running now (e.g. the other direction of a BLSTM) keeps the other core busy already
+  const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(n / 8, 200000 / std::max<int64_t>(1, cost_per_unit)));
+  if (n < 2 || g_active_ops.load(std::memory_order_relaxed) > 1 || !Helper::Get()->Run(n, chunk, fn, arg))
+    fn(arg, 0, n);
 }
 
 template <typename F>
@@ -195,10 +324,12 @@ void Gemm(const Parallel& par, bool use_pool, View<T> a, int64_t m_dim, const Pa
   const int64_t tiles = (m_dim + kMR - 1) / kMR;
   auto shard = [&](int64_t p0, int64_t p1) {
     std::vector<T> b_buf;  // one packed block of an in-place B
-    for (int64_t jp = p0; jp < p1; ++jp) {
-      const int64_t j0 = jp * NR, nr = std::min<int64_t>(NR, N - j0);
-      for (int64_t pc = 0; pc < K; pc += kKC) {
-        const int64_t kc = std::min<int64_t>(kKC, K - pc);
+    // depth blocks outside: the packed A rows of one block ([M, kc]) stay in L2 over all panels (with the panels
+    // outside, a long A, e.g. the [n, T*B] of dW_re's GEMM, would stream from memory once per panel)
+    for (int64_t pc = 0; pc < K; pc += kKC) {
+      const int64_t kc = std::min<int64_t>(kKC, K - pc);
+      for (int64_t jp = p0; jp < p1; ++jp) {
+        const int64_t j0 = jp * NR, nr = std::min<int64_t>(NR, N - j0);
         const T* bp = b.Block(pc, jp, &b_buf);
         for (int64_t it = 0; it < tiles; ++it) {
           const int64_t i0 = it * kMR;
@@ -294,7 +425,7 @@ inline void BackwardUnits(int64_t n, const T* __restrict g, const T* __restrict 
 
 // The per-step work goes to the thread pool only when it is large enough: for small steps the hand-off to the pool
 // and back, 2-3 times per frame, costs more than it saves (and much more on a loaded machine).
-bool StepUsesPool(int64_t n_batch, int64_t n) { return n_batch * n * 4 * n >= (int64_t(1) << 24); }
+bool StepUsesPool(int64_t n_batch, int64_t n) { return n_batch * n * 4 * n >= (int64_t(1) << 20); }
 
 bool AnyActive(const int32_t* lens, int64_t n_batch, int64_t t) {
   for (int64_t b = 0; b < n_batch; ++b)
@@ -308,6 +439,7 @@ template <typename T>
 void Forward(const Parallel& par, int64_t n_time, int64_t n_batch, int64_t n, bool reverse, const T* z,
              const T* w_re, const T* c0, const T* h0, const int32_t* lens, T* y, T* c, T* gates, T* c_final,
              T* h_final) {
+  const ActiveOp active;
   const int64_t n4 = 4 * n;
   T* c_state = c_final;  // the final-state outputs hold the running state
   T* h_state = h_final;
@@ -349,6 +481,7 @@ template <typename T>
 void Backward(const Parallel& par, int64_t n_time, int64_t n_batch, int64_t n, bool reverse, const T* w_re,
               const T* c0, const T* h0, const int32_t* lens, const T* y, const T* c, const T* gates, const T* dy,
               const T* dc_final, const T* dh_final, T* dz, T* dw_re, T* dc0, T* dh0) {
+  const ActiveOp active;
   const int64_t n4 = 4 * n;
   T* dc_state = dc0;  // the initial-state grad outputs hold the running state grads
   T* dh_state = dh0;
@@ -399,6 +532,8 @@ void Backward(const Parallel& par, int64_t n_time, int64_t n_batch, int64_t n, b
   dz_all.InPlace(dz, rows, n4);
   Gemm<T>(par, true, View<T>{hprev.data(), 1, n}, n, dz_all, dw_re, n4, &a_pack);
 }
+
+Parallel HelperParallel() { return Parallel{&HelperFor, nullptr}; }
 
 template void Forward<float>(const Parallel&, int64_t, int64_t, int64_t, bool, const float*, const float*,
                              const float*, const float*, const int32_t*, float*, float*, float*, float*, float*);

@@ -17,6 +17,11 @@ struct Parallel {
   void Run(int64_t n, int64_t cost_per_unit, ShardFn fn, void* arg) const { parallel_for(pool, n, cost_per_unit, fn, arg); }
 };
 
+// Runs on the calling thread and a helper thread of the library (started on first use), while the calling op is the
+// only Forward/Backward running in the process (else, e.g. beside the other direction of a BLSTM, on the calling
+// thread alone). TF's C API gives a custom kernel no access to TF's intra-op thread pool.
+Parallel HelperParallel();
+
 // Forward over z [T, B, 4n] (gates j, i, f, o); w_re [n, 4n]; c0, h0 [B, n]; lens [B].
 // Outputs: y, c [T, B, n] (0 past the length), gates [T, B, 4n] (activated; 0 past the length),
 // c_final, h_final [B, n].

@@ -19,6 +19,43 @@ def _layer_norm(x, gamma, beta, eps):
     return y + beta if beta is not None else y
 
 
+def lstm_update(z, rec, c_prev, order):
+    """
+    One LSTM frame with sigmoid gates and tanh: (c, h) from the pre-activation z + rec [B, 4n] (gates in ``order``,
+    e.g. "ijfo") and c_prev [B, n]. With a hand-written gradient: about a dozen elementwise ops and 6 saved tensors
+    per frame, where autodiff gives ~100 ops in a loop (each Mul/Add of unknown batch size gets its own
+    shape/reduce/reshape ops) and ~20 saved tensors.
+    """
+    k = {g: order.index(g) for g in "ijfo"}
+
+    @tf.custom_gradient
+    def update(z, rec, c_prev):
+        parts = tf.split(z + rec, 4, axis=-1)
+        i, f, o = tf.sigmoid(parts[k["i"]]), tf.sigmoid(parts[k["f"]]), tf.sigmoid(parts[k["o"]])
+        j = tf.tanh(parts[k["j"]])
+        c = f * c_prev + i * j
+        tanh_c = tf.tanh(c)
+        h = o * tanh_c
+
+        def grad(dc_next, dh):
+            from tensorflow.python.ops import gen_math_ops
+
+            dc = gen_math_ops.tanh_grad(tanh_c, dh * o)
+            if dc_next is not None:
+                dc = dc + dc_next
+            dparts = [None] * 4
+            dparts[k["i"]] = gen_math_ops.sigmoid_grad(i, dc * j)
+            dparts[k["j"]] = gen_math_ops.tanh_grad(j, dc * i)
+            dparts[k["f"]] = gen_math_ops.sigmoid_grad(f, dc * c_prev)
+            dparts[k["o"]] = gen_math_ops.sigmoid_grad(o, dh * tanh_c)
+            dz = tf.concat(dparts, axis=-1)
+            return dz, dz, dc * f
+
+        return (c, h), grad
+
+    return update(z, rec, c_prev)
+
+
 class CellBase:
     """
     :ivar list[str] state_names: parts of the state (e.g. ["c", "h"]), each [B, state_dims[k]]
@@ -27,6 +64,12 @@ class CellBase:
     state_names = ("h",)
     scope = None  # variable scope of the params below "<layer>/rec/" (TF cells), or None
     default_opts = {}
+    # The output of a frame is the new state "h" (False: zoneout, whose state differs from its output).
+    output_is_h = True
+    # W_rec [n_h, k] where a frame's pre-activation is z[t] + h_prev @ W_rec (see rec_part) and the output is h; set
+    # by cells whose step has that form, so that run_cell_loop can take its gradient outside the loop
+    rec_weight = None
+    _loop_rec_weight = None  # what rec_part multiplies with inside run_cell_loop (W_rec without gradient)
 
     def __init__(self, layer, n_in, n_out, param_prefix="rec/", **opts):
         unknown = set(opts) - set(self.default_opts)
@@ -78,6 +121,19 @@ class CellBase:
 
         return get_activation_function(a)(x)
 
+    def rec_part(self, h):
+        """h_prev @ W_rec (see rec_weight); in run_cell_loop with a gradient for h_prev only."""
+        if self._loop_rec_weight is None:
+            return tf.matmul(h, self.rec_weight)
+        _register_matmul_grad_a_only()
+        # (TF's MatMul gradient would also push h_prev per frame for W_rec's gradient, which is taken outside)
+        with tf1.get_default_graph().gradient_override_map({"MatMul": _MATMUL_GRAD_A_ONLY}):
+            return tf.matmul(h, self._loop_rec_weight)
+
+    def _affine_in(self, x, w, b):
+        """x @ w + b (BiasAdd: its gradient is one fast reduction, the broadcasting add's a generic Sum)."""
+        return tf.nn.bias_add(self._matmul_in(x, w), b)
+
     def _matmul_in(self, x, w):
         if x.dtype.is_integer:
             return tf.gather(w, x)
@@ -106,19 +162,20 @@ class NativeLstm2Cell(CellBase):
             w_re = self.W_re
             self.W_re = self.layer.network.dropout_on_train(w_re, rate, noise_shape=noise)
 
+    @property
+    def rec_weight(self):
+        return self.W_re
+
     def project(self, x):
-        z = self._matmul_in(x, self.W) + self.b
-        if self.opts["forget_bias"]:  # gates j, i, f, o: added to the f part
+        b = self.b
+        if self.opts["forget_bias"]:  # gates j, i, f, o: added to the f part (of the bias, not of every frame)
             n = self.n_out
-            z = z + tf.concat([tf.zeros([2 * n], z.dtype), tf.fill([n], tf.cast(self.opts["forget_bias"], z.dtype)),
-                               tf.zeros([n], z.dtype)], 0)
-        return z
+            b = b + tf.concat([tf.zeros([2 * n], b.dtype), tf.fill([n], tf.cast(self.opts["forget_bias"], b.dtype)),
+                               tf.zeros([n], b.dtype)], 0)
+        return self._affine_in(x, self.W, b)
 
     def step(self, z, state):
-        z = z + tf.matmul(state["h"], self.W_re)
-        j, i, f, o = tf.split(z, 4, axis=-1)
-        c = tf.sigmoid(f) * state["c"] + tf.sigmoid(i) * tf.tanh(j)
-        h = tf.sigmoid(o) * tf.tanh(c)
+        c, h = lstm_update(z, self.rec_part(state["h"]), state["c"], "jifo")
         return h, {"c": c, "h": h}
 
 
@@ -135,14 +192,24 @@ class _KernelCell(CellBase):
         self.kernel_in, self.kernel_rec = self.kernel[:self.n_in], self.kernel[self.n_in:]
 
     @property
+    def rec_weight(self):
+        return self.kernel_rec
+
+    @property
     def n_rec(self):
         return self.n_out
 
     def project(self, x):
-        return self._matmul_in(x, self.kernel_in) + self.bias
+        return self._affine_in(x, self.kernel_in, self.bias)
 
-    def rec_part(self, h):
-        return tf.matmul(h, self.kernel_rec)
+    def _bias_with_forget_bias(self):
+        """bias + forget_bias on the f part (gates i, j, f, o): added once to the projection, not per frame."""
+        fb = self.opts["forget_bias"]
+        if not fb:
+            return self.bias
+        n = self.n_out
+        return self.bias + tf.concat([tf.zeros([2 * n], self.bias.dtype), tf.fill([n], tf.cast(fb, self.bias.dtype)),
+                                      tf.zeros([n], self.bias.dtype)], 0)
 
 
 class BasicLSTMCell(_KernelCell):
@@ -152,9 +219,15 @@ class BasicLSTMCell(_KernelCell):
     state_names = ("c", "h")
     default_opts = {"forget_bias": 1.0, "state_is_tuple": True, "activation": None}
 
-    def step(self, z, state):
+    def project(self, x):
+        return self._affine_in(x, self.kernel_in, self._bias_with_forget_bias())
+
+    def step(self, z, state):  # (z includes the forget bias)
+        if self.opts["activation"] is None:
+            c, h = lstm_update(z, self.rec_part(state["h"]), state["c"], "ijfo")
+            return h, {"c": c, "h": h}
         i, j, f, o = tf.split(z + self.rec_part(state["h"]), 4, axis=-1)
-        c = state["c"] * tf.sigmoid(f + self.opts["forget_bias"]) + tf.sigmoid(i) * self.act(j)
+        c = state["c"] * tf.sigmoid(f) + tf.sigmoid(i) * self.act(j)
         h = self.act(c) * tf.sigmoid(o)
         return h, {"c": c, "h": h}
 
@@ -189,21 +262,32 @@ class LSTMCell(_KernelCell):
         if self.opts["num_proj"]:
             self.proj = self.layer.create_param(self.prefix + "projection/kernel", (n, self.opts["num_proj"]))
 
-    def step(self, z, state):
+    def project(self, x):
+        return self._affine_in(x, self.kernel_in, self._bias_with_forget_bias())
+
+    def _step_with_options(self, z, state):
+        """(c, h) before the projection, with peepholes, cell clipping or another activation."""
         c_prev = state["c"]
         i, j, f, o = tf.split(z + self.rec_part(state["h"]), 4, axis=-1)
-        fb = self.opts["forget_bias"]
         if self.opts["use_peepholes"]:
-            c = tf.sigmoid(f + fb + self.w_f_diag * c_prev) * c_prev + tf.sigmoid(
+            c = tf.sigmoid(f + self.w_f_diag * c_prev) * c_prev + tf.sigmoid(
                 i + self.w_i_diag * c_prev) * self.act(j)
         else:
-            c = tf.sigmoid(f + fb) * c_prev + tf.sigmoid(i) * self.act(j)
+            c = tf.sigmoid(f) * c_prev + tf.sigmoid(i) * self.act(j)
         if self.opts["cell_clip"] is not None:
             c = tf.clip_by_value(c, -self.opts["cell_clip"], self.opts["cell_clip"])
         if self.opts["use_peepholes"]:
             h = tf.sigmoid(o + self.w_o_diag * c) * self.act(c)
         else:
             h = tf.sigmoid(o) * self.act(c)
+        return c, h
+
+    def step(self, z, state):  # (z includes the forget bias)
+        opts, c_prev = self.opts, state["c"]
+        if opts["activation"] is None and not opts["use_peepholes"] and opts["cell_clip"] is None:
+            c, h = lstm_update(z, self.rec_part(state["h"]), c_prev, "ijfo")
+        else:
+            c, h = self._step_with_options(z, state)
         if self.opts["num_proj"]:
             h = tf.matmul(h, self.proj)
             if self.opts["proj_clip"] is not None:
@@ -229,7 +313,7 @@ class GRUCell(CellBase):
         self.gk_rec, self.ck_rec = self.gk[n_in:], self.ck[n_in:]
 
     def project(self, x):
-        return self._matmul_in(x, self.w_in) + self.b_in
+        return self._affine_in(x, self.w_in, self.b_in)
 
     def step(self, z, state):
         n = self.n_out
@@ -257,6 +341,7 @@ class ZoneoutLSTMCell(LSTMCell):
     """LSTMCell with zoneout on c and h (in eval: expectation, in training: random keep of the old value)."""
 
     default_opts = {"zoneout_factor_cell": 0.0, "zoneout_factor_output": 0.0}
+    output_is_h = False
 
     def __init__(self, layer, n_in, n_out, param_prefix="rec/", **opts):
         unknown = set(opts) - set(self.default_opts)
@@ -436,7 +521,7 @@ class RHNCell(CellBase):
                 self._mask = mask()
             else:
                 self._mask = tf.cond(flag, mask, lambda: tf.ones((batch, self.n_out)))
-        return self._matmul_in(x, self.W) + self.b
+        return self._affine_in(x, self.W, self.b)
 
     def step(self, z, state):
         s = state["h"]
@@ -569,26 +654,86 @@ def run_cell_loop(cell, z, seq_len, initial_state, reverse=False, native=None):
 
 
 def _run_cell_loop(cell, z, seq_len, initial_state, reverse=False):
+    """
+    The loop does per frame only what depends on the previous frame. reverse: the frames are visited from T-1 down
+    to 0; as frames past the length keep the state, that is each sequence reversed in place (no reverse_sequence of
+    z and y). Frames past the length keep the state (copy-through, as tf.compat.v1.nn.dynamic_rnn); when the output
+    is the state h, the loop writes that h and the output is zeroed past the length once, outside the loop. With
+    cell.rec_weight, W_rec enters the loop without gradient: its gradient is one GEMM over all frames outside the
+    loop (see _with_rec_weight_grad), not a matmul and an accumulation per frame.
+    """
     _patch_tensor_array_grad()
-    if reverse:
-        z = tf.reverse_sequence(z, seq_len, seq_axis=0, batch_axis=1)
     names = list(cell.state_names)
     n_time = tf.shape(z)[0]
+    output_is_h = cell.output_is_h and "h" in names
+    w_rec = cell.rec_weight if output_is_h else None
+    hprev_holder = {}
+    if w_rec is not None:
+        z = _with_rec_weight_grad(z, w_rec, hprev_holder)
     z_ta = tf.TensorArray(z.dtype, size=n_time, element_shape=z.shape[1:]).unstack(z)
     out_ta = tf.TensorArray(z.dtype, size=n_time, element_shape=tf.TensorShape([z.shape[1], cell.out_dim]))
 
-    def body(t, out_ta, *states):
+    def body(s, out_ta, *states):
+        t = n_time - 1 - s if reverse else s
         state = dict(zip(names, states))
         y, new = cell.step(z_ta.read(t), state)
-        mask = tf.expand_dims(t < seq_len, 1)
-        new_states = [tf.where(mask, new[k], state[k]) for k in names]
-        return [t + 1, out_ta.write(t, tf.where(mask, y, tf.zeros_like(y)))] + new_states
+        # Select with a [B] condition (tf1.where): its gradient is 3 ops, SelectV2's (broadcasting) about 12
+        mask = t < seq_len
+        new_states = [tf1.where(mask, new[k], state[k]) for k in names]
+        out = new_states[names.index("h")] if output_is_h else tf1.where(mask, y, tf.zeros_like(y))
+        return [s + 1, out_ta.write(t, out)] + new_states
 
-    res = tf.while_loop(lambda t, *_: t < n_time, body, [tf.constant(0), out_ta] + [initial_state[k] for k in names])
+    cell._loop_rec_weight = tf.stop_gradient(w_rec) if w_rec is not None else None
+    try:
+        res = tf.while_loop(lambda s, *_: s < n_time, body,
+                            [tf.constant(0), out_ta] + [initial_state[k] for k in names])
+    finally:
+        cell._loop_rec_weight = None
     y = res[1].stack()
-    if reverse:
-        y = tf.reverse_sequence(y, seq_len, seq_axis=0, batch_axis=1)
+    if output_is_h:
+        if w_rec is not None:  # h before each frame: frames past the length hold h0 (see the docstring)
+            h0 = tf.expand_dims(initial_state["h"], 0)
+            hprev_holder["hprev"] = tf.concat([y[1:], h0] if reverse else [h0, y[:-1]], axis=0)
+        mask = tf.range(n_time)[:, None, None] < seq_len[None, :, None]  # [T, B, 1]
+        y = tf.where(mask, y, tf.zeros([], y.dtype))
     return y, dict(zip(names, res[2:]))
+
+
+_MATMUL_GRAD_A_ONLY = "ReturnnLiteMatMulGradAOnly"
+_matmul_grad_registered = False
+
+
+def _register_matmul_grad_a_only():
+    """Gradient of a @ b (no transposes) for a only: b is W_rec without gradient (see CellBase.rec_part)."""
+    global _matmul_grad_registered
+    if _matmul_grad_registered:
+        return
+
+    @tf.RegisterGradient(_MATMUL_GRAD_A_ONLY)
+    def _grad(op, grad):
+        return tf.matmul(grad, op.inputs[1], transpose_b=True), None
+
+    _matmul_grad_registered = True
+
+
+def _with_rec_weight_grad(z, w_rec, hprev_holder):
+    """
+    Identity on z [T, B, k] whose gradient also gives W_rec's: dW_rec = sum over frames of h_prev^T dz, as z[t] +
+    h_prev[t] @ W_rec is the frame's pre-activation (dz is its gradient). hprev_holder["hprev"] [T, B, n_h] is set
+    after the loop is built.
+    """
+
+    @tf.custom_gradient
+    def identity(z, w):
+        def grad(dz):
+            hprev = hprev_holder["hprev"]
+            n_h = tf.shape(hprev)[-1]
+            dw = tf.matmul(tf.reshape(hprev, [-1, n_h]), tf.reshape(dz, [-1, tf.shape(dz)[-1]]), transpose_a=True)
+            return dz, tf.reshape(dw, tf.shape(w))
+
+        return tf.identity(z), grad
+
+    return identity(z, w_rec)
 
 
 _tensor_array_patched = False
