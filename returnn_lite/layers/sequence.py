@@ -742,6 +742,7 @@ class PadLayer(ConcatInputLayer):
             else:
                 new = tag.get_derived(("pad", p[0], p[1]), lambda: _new_dim_like(
                     tag, None if tag.dimension is None else tag.dimension + p[0] + p[1], "%s:pad%i" % (name, i)))
+                new.arith_of = new.arith_of or ("add", (tag, p[0] + p[1]))  # as the original's p0 + dim + p1
             data = data.copy_template_replace_dim_tag(a, new)
         return data
 
