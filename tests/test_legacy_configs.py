@@ -442,5 +442,15 @@ def test_tts_location_attention_config_trains_and_searches():
         loss, stop = session.run([net.get_objective(), net.layers["stop_token_target"].output.placeholder], feed)
     assert np.isfinite(loss)
     np.testing.assert_allclose(stop[0, :, 0], [0., 0.5, 1.])  # 3 stacked frames of 6: the ramp (length 2) ends at 1
-    graph, net = _construct(config, epoch=3, train_flag=False)
-    assert "decoder/rec/convolved_att/W" in {p.op.name for p in net.get_params_list()}
+    # search (as the original's search task): the decoder ends by its 'end' layer (stop token), not at the length of
+    # its target, though the target is computed from the data; at most max_seq_len frames
+    graph = tf.Graph()
+    with graph.as_default():
+        net = TFNetwork(config=config, train_flag=False, search_flag=True, eval_flag=False)
+        net.construct_from_dict(get_net_dict_for_epoch(config, 3))
+        dec = net.layers["decoder"].output
+        assert dec.get_time_dim_tag() != net.layers["windowed_data_target"].output.get_time_dim_tag()
+        with tf1.Session(graph=graph) as session:
+            session.run(tf1.global_variables_initializer())
+            lens = session.run(dec.get_sequence_lengths(), random_feed(net, [6, 4]))
+    assert all(1 <= n <= 20 for n in lens)
