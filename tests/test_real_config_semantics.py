@@ -119,3 +119,39 @@ def test_sampling_loss_on_a_softmax_moved_out_of_a_rec_loop():
     nll = -np.take_along_axis(log_probs, target[..., None], -1)[..., 0]
     mask = np.arange(5)[None, :] < np.array([5, 3])[:, None]
     np.testing.assert_allclose(value, nll[mask].sum(), rtol=1e-4)  # the full softmax outside training
+
+
+def _ctc_brute_force(scores, target, blank):
+    """-log sum over all alignments of prod_t exp(scores[t, label_t]) (scores taken as they are)."""
+    import itertools
+
+    total = 0.
+    for path in itertools.product(range(scores.shape[1]), repeat=scores.shape[0]):
+        labels = [k for i, k in enumerate(path) if k != blank and (i == 0 or path[i - 1] != k)]
+        if labels == list(target):
+            total += np.exp(sum(scores[t, k] for t, k in enumerate(path)))
+    return -np.log(total)
+
+
+def test_native_ctc_opts_unnormalized_scores():
+    # the original's native CTC op with ctc_opts logits_normalize=False takes the scores as they are (no softmax)
+    graph, net = _build({
+        "scores": {"class": "linear", "activation": None, "from": "data", "n_out": 4},
+        "ctc": {"class": "copy", "from": "scores", "loss": "ctc", "target": "classes",
+                "loss_opts": {"use_native": True, "output_in_log_space": True, "beam_width": 1,
+                              "ctc_opts": {"logits_normalize": False, "grad_wrt_softmax_in": False}}}},
+        extern_data={"data": {"dim": 2}, "classes": {"dim": 3, "sparse": True}})
+    with graph.as_default():
+        loss = net.get_objective()
+        grads = tf.gradients(loss, net.layers["scores"].params["W"])
+        data, classes = net.extern_data.data["data"], net.extern_data.data["classes"]
+        feed = {data.placeholder: np.random.RandomState(1).randn(2, 3, 2).astype("float32"),
+                data.size_placeholder[0]: [3, 2], classes.placeholder: [[2, 0], [1, 1]],
+                classes.size_placeholder[0]: [1, 2]}
+        with tf1.Session(graph=graph) as session:
+            session.run(tf1.global_variables_initializer())
+            value, scores, grad = session.run([loss, net.layers["scores"].output.placeholder, grads[0]], feed)
+    scores = np.transpose(scores, (1, 0, 2)) if scores.shape[0] == 3 and scores.shape[1] == 2 else scores
+    expected = _ctc_brute_force(scores[0, :3], [2], blank=3) + _ctc_brute_force(scores[1, :2], [1, 1], blank=3)
+    np.testing.assert_allclose(value, expected, rtol=1e-4)
+    assert np.all(np.isfinite(grad))
