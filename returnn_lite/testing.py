@@ -29,7 +29,9 @@ def random_feed(net, seq_lens, seed=0):
     rng = np.random.RandomState(seed)
     seq_lens = np.asarray(seq_lens, "int32")
     feed = {}
-    for data in net.extern_data.data.values():
+    for key, data in net.extern_data.data.items():
+        if key in getattr(net.extern_data, "extra_added_keys", ()):
+            continue  # registered by a layer (register_as_extern_data): computed, not fed
         shape = [len(seq_lens) if d.is_batch_dim() else (int(seq_lens.max()) if d.dimension is None else d.dimension)
                  for d in data.dims]
         if data.sparse:

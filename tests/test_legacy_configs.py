@@ -423,3 +423,34 @@ def test_extern_data_dim_ndim_tuples():
                    "image": ((None, None, None, None, 3), False, "float32")}
     with pytest.raises(ValueError, match=r"extern_data\['data'\] = \(80, 2, 1\): expected \(dim, ndim\)"):
         ExternData().init_from_config(Config({"extern_data": {"data": (80, 2, 1)}}))
+
+
+def test_tts_location_attention_config_trains_and_searches():
+    # window/merge_dims targets registered as extern data (not fed), an eval over them with source(0, as_data=True),
+    # location-aware attention (pad, 'valid' conv) in the decoder loop, a regression choice, get_network
+    config = _load("tts_location_attention.config")
+    graph, net = _construct(config, epoch=3)
+    params = {p.op.name: p.shape.as_list() for p in net.get_params_list()}
+    assert params["decoder/rec/convolved_att/W"] == [5, 1, 3]
+    assert params["decoder/rec/location_feedback/W"] == [3, 5]
+    assert params["enc_conv/W"] == [3, 6, 6]  # no bias by default (behavior version 0)
+    assert net.extern_data.extra_added_keys == {"windowed_data_target", "stop_token_target", "padded_data_target"}
+    with graph.as_default(), tf1.Session(graph=graph) as session:
+        session.run(tf1.global_variables_initializer())
+        feed = random_feed(net, [6, 4])
+        assert len(feed) == 4  # data, classes and their lengths: the registered targets are computed
+        loss, stop = session.run([net.get_objective(), net.layers["stop_token_target"].output.placeholder], feed)
+    assert np.isfinite(loss)
+    np.testing.assert_allclose(stop[0, :, 0], [0., 0.5, 1.])  # 3 stacked frames of 6: the ramp (length 2) ends at 1
+    # search (as the original's search task): the decoder ends by its 'end' layer (stop token), not at the length of
+    # its target, though the target is computed from the data; at most max_seq_len frames
+    graph = tf.Graph()
+    with graph.as_default():
+        net = TFNetwork(config=config, train_flag=False, search_flag=True, eval_flag=False)
+        net.construct_from_dict(get_net_dict_for_epoch(config, 3))
+        dec = net.layers["decoder"].output
+        assert dec.get_time_dim_tag() != net.layers["windowed_data_target"].output.get_time_dim_tag()
+        with tf1.Session(graph=graph) as session:
+            session.run(tf1.global_variables_initializer())
+            lens = session.run(dec.get_sequence_lengths(), random_feed(net, [6, 4]))
+    assert all(1 <= n <= 20 for n in lens)

@@ -292,7 +292,10 @@ class LayerBase:
         if "shape" in out_type or "dim_tags" in out_type or "dims" in out_type or not sources or not sources[0]:
             if "dim" not in out_type and not any(k in out_type for k in ("shape", "dim_tags", "dims")):
                 raise ValueError("n_out (or out_type) must be given: cannot derive the output dim")
-            return Data(**out_type)
+            out = Data(**out_type)
+            if sources and "dim_tags" not in out_type and "dims" not in out_type:
+                out = _dyn_dims_from_sources(out, [s.output for s in sources if s is not None])
+            return out
         src = concat_sources_template(sources, name=out_type["name"])
         dim = out_type.pop("dim", src.dim)
         dtype = out_type.pop("dtype", src.dtype if not src.sparse else "float32")
@@ -896,3 +899,26 @@ class CopyLayer(ConcatInputLayer):
         if n_out is not NotSpecified and n_out is not None and out.dim != n_out:
             raise ValueError("n_out=%r does not match the input dim %r" % (n_out, out.dim))
         return out
+
+
+def _dyn_dims_from_sources(out, sources):
+    """
+    An out_type given by shape gets the dynamic dims (time) of the source with most axes when the positions of the
+    dynamic axes (and of the time axis) match, as the original takes the sources' sizes then.
+    """
+    if not sources:
+        return out
+    src = max(sources, key=lambda s: s.batch_ndim)
+
+    def dyn_axes(data):
+        return [a for a in data.get_dynamic_axes() if a != data.batch_dim_axis]
+
+    def pattern(data):
+        return ([data.get_batch_axis_excluding_batch(a) for a in dyn_axes(data)],
+                data.get_batch_axis_excluding_batch(data.time_dim_axis) if data.time_dim_axis is not None else None)
+
+    if not dyn_axes(out) or pattern(out) != pattern(src):
+        return out
+    for a_out, a_src in zip(dyn_axes(out), dyn_axes(src)):
+        out = out.copy_template_replace_dim_tag(a_out, src.dims[a_src])
+    return out

@@ -296,14 +296,14 @@ class CombineLayer(LayerBase):
     :param with_bias: add a trainable bias on the feature axis after combining (default False)
     :param eval: for kind="eval": a Python expression string (source(i), x) or a callable
     :param eval_locals: extra local names (dict) for the eval expression
-    :param eval_for_output_loss: refused unless False (the RETURNN option to eval for the output loss)
+    :param eval_for_output_loss: kind="eval": also apply the eval to the sources' ``output_loss`` (e.g. of fast_bw
+        layers), giving this layer's ``output_loss`` (for a ``via_layer`` loss with this layer as align_layer)
     :param allow_broadcast_all_sources: True: the sources broadcast by their dims only (the output has the union of
         their dims; no feature-axis / size matching), also where no source has all dims; False: refuse that no source
         has all dims of the output; not given: broadcast as the classic configs (feature axes match)
     """
 
     layer_class = "combine"
-    unsupported_options = {"eval_for_output_loss": (False,)}
 
     def __init__(self, kind, sources, activation=None, with_bias=False, eval=None, eval_locals=None,
                  eval_for_output_loss=False, allow_broadcast_all_sources=NotSpecified, **kwargs):
@@ -326,6 +326,13 @@ class CombineLayer(LayerBase):
         if x.dtype.base_dtype.name != self.output.dtype:
             x = tf.cast(x, self.output.dtype)
         self.output.placeholder = x
+        if eval_for_output_loss:
+            losses = [getattr(s, "output_loss", None) for s in self.sources]
+            if kind != "eval" or any(v is None for v in losses):
+                raise ValueError("eval_for_output_loss needs kind 'eval' and sources with an output_loss (e.g. "
+                                 "fast_bw); these have none: %s" % [s.name for s, v in zip(self.sources, losses)
+                                                                    if v is None])
+            self.output_loss = _run_eval(eval, self, losses, eval_locals)
 
     @classmethod
     def get_out_data_from_opts(cls, name, sources=(), kind=None, out_type=None, n_out=NotSpecified,

@@ -113,7 +113,8 @@ class CtcLoss(Loss):
     """Connectionist temporal classification via tf.nn.ctc_loss; the blank is the last output class."""
 
     class_name = "ctc"
-    options_without_effect = {"use_native": "the original's own op for the same CTC loss; here TF's CTC loss"}
+    options_without_effect = {"use_native": "the original's own op for the same CTC loss; here TF's CTC loss (its "
+                                            "ctc_opts are honoured, see _native_opts)"}
     recurrent = True
 
     def __init__(self, target_collapse_repeated=False, auto_clip_target_len=False, output_in_log_space=False,
@@ -169,10 +170,36 @@ class CtcLoss(Loss):
                     targets=self.target.copy_as_batch_major().placeholder, targets_seq_lens=self.target_seq_lens)
                 return self.reduce_func(self._ctc_loss)
             labels = self._get_target_sparse_labels()
+            opts = dict(self.ctc_opts)
+            native = self._native_opts(opts, logits) if self.use_native else None
             self._ctc_loss = tf1.nn.ctc_loss(
-                labels=labels, inputs=logits, sequence_length=self.output_seq_lens, time_major=True,
-                **self.ctc_opts)
+                labels=labels, inputs=logits, sequence_length=self.output_seq_lens, time_major=True, **opts)
+            if native is not None:
+                self._ctc_loss += native
             return self.reduce_func(self._ctc_loss)
+
+    _NATIVE_OPTS = ("ctc_merge_repeated", "logits_normalize", "grad_wrt_softmax_in", "blank_index")
+
+    def _native_opts(self, opts, logits):
+        """
+        ctc_opts of the original's own CTC op (use_native): ctc_merge_repeated as TF's; with logits_normalize=False the
+        scores are taken as they are (TF normalizes them: subtract sum_t logsumexp); grad_wrt_softmax_in (default)
+        keeps TF's gradient (softmax - alignment), else the exact gradient. :return: the term to add, or None
+        """
+        unknown = sorted(set(opts) - set(self._NATIVE_OPTS))
+        if unknown:
+            raise ValueError("ctc loss with use_native: unknown ctc_opts %s (the native op takes %s)" % (
+                unknown, ", ".join(self._NATIVE_OPTS)))
+        blank = opts.pop("blank_index", -1)
+        if blank not in (-1, self.output.dim - 1):
+            raise ValueError("ctc loss: ctc_opts blank_index=%r: only the last class (-1) is supported" % (blank,))
+        normalize = opts.pop("logits_normalize", True)
+        grad_wrt_softmax_in = opts.pop("grad_wrt_softmax_in", True)
+        if normalize:
+            return None
+        mask = tf.sequence_mask(self.output_seq_lens, maxlen=tf.shape(logits)[0], dtype=logits.dtype)  # [B,T]
+        norm = tf.reduce_sum(tf.transpose(tf.reduce_logsumexp(logits, axis=-1)) * mask, axis=1)  # [B]
+        return -(tf.stop_gradient(norm) if grad_wrt_softmax_in else norm)
 
     def get_error(self):
         with tf.name_scope("loss_ctc_error"):

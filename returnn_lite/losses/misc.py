@@ -262,6 +262,9 @@ class SamplingBasedLoss(Loss):
     def _linear_params(self):
         """W [num_classes, dim], b [num_classes] and the flat input [N, dim] of the layer (linear or softmax)."""
         layer = self.layer
+        step = getattr(layer, "step_layer", None)
+        if step is not None and getattr(step, "input_data", None) is not None and step.input_data.have_time_axis():
+            layer = step  # a rec sub-layer moved out of the loop: its params and its input over the whole sequence
         params = getattr(layer, "params", {})
         weights, biases = params.get("W"), params.get("b")
         inp = getattr(layer, "input_data", None)

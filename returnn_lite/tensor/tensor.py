@@ -1187,6 +1187,13 @@ class Tensor:
         """Transpose and expand self so that its placeholder broadcasts against data's layout."""
         mapping = self.find_matching_axes(data)
         extra = [i for i in range(self.batch_ndim) if i not in mapping and self.dims[i].dimension != 1]
+        kept = {}  # data axis -> own dim: a size-1 axis of data takes a bigger own axis (the original's broadcast match)
+        for i in list(extra):
+            free = [j for j, e in enumerate(data.dims) if j not in mapping.values() and e.dimension == 1]
+            pick = [j for j in free if i == self.feature_dim_axis and j == data.feature_dim_axis] or free
+            if len(pick) == 1:
+                mapping[i], kept[pick[0]] = pick[0], self.dims[i]
+                extra.remove(i)
         if extra:
             raise ValueError("%s is not compatible to %s: axes %s have no counterpart" % (
                 self.short_repr(), data.short_repr(), [self.dims[i].short_repr() for i in extra]))
@@ -1194,7 +1201,7 @@ class Tensor:
         squeeze = [i for i in range(self.batch_ndim) if i not in mapping]
         if squeeze:  # size-1 axes without counterpart broadcast
             src = self.copy_squeeze_axes(squeeze)
-            mapping = src.find_matching_axes(data)
+            mapping = {i - sum(k < i for k in squeeze): j for i, j in mapping.items()}
         inv = {j: i for i, j in mapping.items()}
         order = [inv[j] for j in range(data.batch_ndim) if j in inv]
         src = src.copy_transpose(order)
@@ -1203,7 +1210,7 @@ class Tensor:
         dims = []
         for j in range(data.batch_ndim):
             if j in inv:
-                dims.append(data.dims[j])
+                dims.append(kept.get(j, data.dims[j]))
             else:
                 dims.append(data.dims[j] if unbroadcast or data.dims[j].dimension == 1 else Dim(
                     1, kind=data.dims[j].kind, description="%s:broadcast" % data.dims[j].description))

@@ -105,3 +105,25 @@ def test_bad_options_fail_at_construction(desc, error):
     with tf.Graph().as_default():
         with pytest.raises(Exception, match=error):
             build_network({"output": dict(desc, **{"from": "data"})}, EXTERN, train_flag=False)
+
+
+def test_eval_for_output_loss_smooths_two_full_sum_losses():
+    # CE-smoothed full-sum training of published CTC/hybrid setups: the eval is applied to the sources' output_loss
+    # too (this layer is the via_layer loss's align_layer); computing still fails naming the fast_bw layer
+    with tf.Graph().as_default():
+        bw = {"class": "fast_bw", "align_target": "sprint", "sprint_opts": SPRINT_OPTS}
+        net = build_network({
+            "out_a": {"class": "softmax", "n_out": 4, "from": "data"},
+            "out_b": {"class": "softmax", "n_out": 4, "from": "data"},
+            "bw_a": dict(bw, **{"from": "out_a"}), "bw_b": dict(bw, **{"from": "out_b"}),
+            "smooth": {"class": "combine", "kind": "eval", "from": ["bw_a", "bw_b"], "eval_for_output_loss": True,
+                       "eval": "source(0) * (1 - s) + source(1) * s", "eval_locals": {"s": 0.25}},
+            "output": {"class": "copy", "from": "out_a", "loss": "via_layer",
+                       "loss_opts": {"align_layer": "smooth", "loss_wrt_to_act_in": "softmax"}}},
+            EXTERN, train_flag=True)
+        smooth = net.get_layer("smooth")
+        assert smooth.output_loss is not None and smooth.output_loss.shape.rank == 0
+        assert re.search(r"layer 'bw_[ab]' \(fast_bw", _run_error(net, net.get_objective()))  # both are needed
+        with pytest.raises(Exception, match="eval_for_output_loss needs kind 'eval' and sources with an output_loss"):
+            build_network({"output": {"class": "eval", "from": "data", "eval": "source(0)",
+                                      "eval_for_output_loss": True}}, EXTERN, train_flag=True)

@@ -197,7 +197,10 @@ class RecTemplateBuilder:
         target = d.get("size_target") or d.get("target")
         target = as_list(target)[0] if target else None
         cheating = any(unit[c].get("cheating") for c in self.searching)
-        if time_dim is None and target and (not self.searching or cheating):
+        # under search (as the original), a unit with 'end' ends by it, also without a searching choice (e.g. a
+        # regression choice): the target's length is not used
+        ends_by_end = (bool(self.searching) or bool(network.search_flag)) and "end" in unit and not cheating
+        if time_dim is None and target and not ends_by_end and (not self.searching or cheating):
             tdata = network.get_extern_data(target) if not is_layer_target(target) else self.get_layer(
                 target_ref(target)).output
             time_dim = tdata.get_time_dim_tag()
@@ -212,7 +215,7 @@ class RecTemplateBuilder:
             time_dim = out_time_dim = axis if axis is not None else Dim(None, kind=Dim.Types.Spatial,
                                                                          description="%s:rec-time" % name)
             dynamic_end = True
-        elif self.searching and "end" in unit and not cheating:
+        elif ends_by_end:
             dynamic_end = True  # a search over input frames still ends each hypothesis by its 'end' layer
             out_time_dim = Dim(None, kind=Dim.Types.Spatial, description="%s:rec-time" % name)
         tpl = RecSubnetTemplate(name, network, unit, sources, target, input_data, time_dim)
