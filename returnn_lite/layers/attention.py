@@ -184,7 +184,8 @@ class SelfAttentionLayer(ConcatInputLayer):
         weights = tf.nn.softmax(energy)
         if attention_dropout:
             seed = self.network.random_seed_for(self, "attention_dropout")
-            weights = self.network.dropout_on_train(weights, attention_dropout, seed=seed)
+            noise_shape = None if in_loop else [data.get_dim(0), num_heads, data.get_dim(1), data.get_dim(1)]
+            weights = self.network.dropout_on_train(weights, attention_dropout, noise_shape=noise_shape, seed=seed)
         out = matmul_same_batch(weights, v)  # (B,H,T|1,value_dim)
         out = tf.transpose(out, [0, 2, 1, 3])  # (B,T|1,H,value_dim)
         if in_loop:
