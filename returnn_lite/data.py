@@ -53,6 +53,35 @@ def tensor_dim(x, axis):
     return tf.shape(x)[axis]
 
 
+def padded_length(data, axis):
+    """
+    Size of the axis of data (static int or scalar tensor). A dynamic axis gets one tensor per dim tag (per beam for
+    the batch axis) and graph: the shape of the first data asking. All tensors with the tag have that size, so the
+    layers share it (and the masks and reshape shapes made from it) instead of each taking the shape of its own input.
+    """
+    tag = data.dims[axis]
+    if tag.dimension is not None:
+        return tag.dimension
+    x = data.placeholder
+    if not isinstance(x, (tf.Tensor, tf.Variable)) or tf.executing_eagerly() or x.shape.rank is None or \
+            x.shape[axis] is not None:  # (a size TF knows statically)
+        return tensor_dim(x, axis)
+    return graph_cached(("padded_length", tag, data.beam if tag.is_batch_dim() else None),
+                        lambda: tensor_dim(x, axis))
+
+
+def shape_vector(*dims):
+    """
+    A shape for tf.reshape from ints and scalar tensors: the list itself if all are ints, else their stacked vector,
+    once per graph for these dims (layers reshaping to the same shape share it).
+    """
+    tensors = [isinstance(d, (tf.Tensor, tf.Variable)) for d in dims]
+    if not any(tensors):
+        return [int(d) for d in dims]
+    key = tuple(d.ref() if is_tensor else int(d) for d, is_tensor in zip(dims, tensors))
+    return graph_cached(("shape_vector",) + key, lambda: tf.stack(dims))
+
+
 class TFCompilerBackend(Backend):
     """The backend of raw TF tensors: the raw-tensor helpers of Tensor/Dim (no rf ops: rf runs on the layers)."""
 
@@ -200,6 +229,12 @@ class Data(Tensor):
     def get_batch_dim(self):
         return tf.shape(self.placeholder)[self.batch_dim_axis]  # a tensor (callers use its dtype)
 
+    def get_dim(self, axis):
+        """Size of an axis: static int, or the scalar tensor of its dim tag in this graph (:func:`padded_length`)."""
+        if self.dims[axis].dimension is None and self.placeholder is not None:
+            return padded_length(self, axis)
+        return super().get_dim(axis)
+
 
     def get_sequence_mask(self):
         """[B,T] (or [T,B] if time-major) bool mask of the time axis."""
@@ -216,10 +251,18 @@ class Data(Tensor):
         """
         if axis is None:
             axis = self.time_dim_axis
+        own_tag = tag is None or tag == self.dims[axis]
         tag = self.dims[axis] if tag is None else tag
         if tag.dyn_size is None:
             raise ValueError("%s: axis %i has no sequence lengths" % (self.short_repr(), axis))
-        mask = tag.get_mask(self.get_dim(axis) if max_len is None else max_len)
+        if own_tag and max_len is None and isinstance(tag.dyn_size, tf.Tensor):
+            # depends only on the layout: one mask op chain per graph for all data with these dims
+            return graph_cached(("mask_broadcast", tuple(self.dims), axis, self.beam, tag.dyn_size.ref()),
+                                lambda: self._sequence_mask_broadcast(axis, tag, self.get_dim(axis)))
+        return self._sequence_mask_broadcast(axis, tag, self.get_dim(axis) if max_len is None else max_len)
+
+    def _sequence_mask_broadcast(self, axis, tag, max_len):
+        mask = tag.get_mask(max_len)
         size_dims = tag.lengths_dims()
         if size_dims and not (len(size_dims) == 1 and size_dims[0].is_batch_dim()) and \
                 all(d in self.dims for d in size_dims):

@@ -10,7 +10,8 @@ knows the shapes (via ``Graph.gradient_override_map``):
 - ``matmul_by_weights(x, w)``: x [..., n_in] @ w [n_in, n_out] (w 2D, static shape): dw as one 2D MatMul of the
   flattened frames (as plain TF's dense layer), dx one matmul without reduction;
 - ``matmul_same_batch(a, b, ...)``: batch dims of a and b equal by construction (e.g. attention [B,H,T,D]): the two
-  matmuls, no reduction.
+  matmuls, no reduction;
+- ``mul_by_mask(x, mask)``: x * a mask broadcast to x (dropout): only x's gradient, grad * mask.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from tensorflow.python.framework import ops
 
 _WEIGHTS_GRAD = "ReturnnLiteMatMulByWeights"
 _SAME_BATCH_GRAD = "ReturnnLiteMatMulSameBatch"
+_MASK_GRAD = "ReturnnLiteMulByMask"
 
 
 def _matmul_by_weights_grad(op, grad):
@@ -42,7 +44,12 @@ def _matmul_same_batch_grad(op, grad):
     return tf.matmul(b, grad, adjoint_a=True, adjoint_b=True), tf.matmul(grad, a, adjoint_a=True, adjoint_b=True)
 
 
-for _name, _fn in ((_WEIGHTS_GRAD, _matmul_by_weights_grad), (_SAME_BATCH_GRAD, _matmul_same_batch_grad)):
+def _mul_by_mask_grad(op, grad):
+    return grad * op.inputs[1], None  # the mask (no param behind it) gets no gradient
+
+
+for _name, _fn in ((_WEIGHTS_GRAD, _matmul_by_weights_grad), (_SAME_BATCH_GRAD, _matmul_same_batch_grad),
+                   (_MASK_GRAD, _mul_by_mask_grad)):
     try:
         ops.RegisterGradient(_name)(_fn)
     except KeyError:  # registered already (this module imported a second time under another name)
@@ -62,3 +69,12 @@ def matmul_same_batch(a, b, transpose_a=False, transpose_b=False):
     """tf.matmul of a and b whose batch dims (all but the last two) are the same dims (no broadcasting)."""
     with tf.compat.v1.get_default_graph().gradient_override_map({"BatchMatMulV2": _SAME_BATCH_GRAD, "BatchMatMulV3": _SAME_BATCH_GRAD}):
         return tf.matmul(a, b, transpose_a=transpose_a, transpose_b=transpose_b)
+
+
+def mul_by_mask(x, mask):
+    """
+    x * mask for a mask that broadcasts to x's shape (e.g. dropout's [1, 1, F] mask on [B, T, F]) and needs no
+    gradient: the gradient is grad * mask, without TF's reduction of a gradient for the mask over broadcast axes.
+    """
+    with tf.compat.v1.get_default_graph().gradient_override_map({"Mul": _MASK_GRAD}):
+        return tf.multiply(x, mask)

@@ -79,6 +79,18 @@ def _normalize(name):
     return name
 
 
+_CONSTANT_CACHE = {}  # (type, value) -> tf1.constant_initializer (immutable; TF's constructor is slow)
+_EXPRESSION_CACHE = {}  # expression string -> the TF initializer it gives (no seed in it: the same every time)
+
+
+def _constant_initializer(value):
+    key = (type(value), value)
+    init = _CONSTANT_CACHE.get(key)
+    if init is None:
+        init = _CONSTANT_CACHE[key] = tf1.constant_initializer(value)
+    return init
+
+
 def get_initializer(spec, seed=None):
     """
     :param float|int|str|dict|callable spec: e.g. 0, "glorot_uniform", "random_normal(stddev=0.1)",
@@ -87,7 +99,7 @@ def get_initializer(spec, seed=None):
     if callable(spec) and not isinstance(spec, (str, dict)):
         return spec
     if isinstance(spec, (int, float)):
-        return tf1.constant_initializer(spec)
+        return _constant_initializer(spec)
     if isinstance(spec, dict):
         opts = dict(spec)
         cls_name = opts.pop("class").replace("_", "").lower()
@@ -100,13 +112,17 @@ def get_initializer(spec, seed=None):
     if isinstance(spec, str):
         s = spec.strip()
         try:
-            return tf1.constant_initializer(float(s))
+            return _constant_initializer(float(s))
         except ValueError:
             pass
         if "(" in s:  # an expression, evaluated as the original does (initializer names, math, numpy in scope)
+            if s in _EXPRESSION_CACHE:
+                return _EXPRESSION_CACHE[s]
             res = eval(s, {"__builtins__": {}}, _eval_namespace())  # noqa: S307 (config code)
             if isinstance(res, (int, float, np.number, np.ndarray)):
                 return tf1.constant_initializer(res)
+            if _is_v1_initializer(res):  # immutable: one object for every param with this expression
+                _EXPRESSION_CACHE[s] = res
             return res
         name = _normalize(s)
         if name not in _BY_NAME:
@@ -116,3 +132,60 @@ def get_initializer(spec, seed=None):
             return factory()
         return factory(seed=seed)
     raise TypeError("invalid initializer spec %r" % (spec,))
+
+
+def _variable_store():
+    """TF's variable store of the current graph (what ``tf1.get_variable`` looks names up in), or None if TF changed."""
+    try:
+        from tensorflow.python.ops import variable_scope as tf_variable_scope
+
+        store = tf_variable_scope._get_default_variable_store()  # noqa: SLF001 (no public API)
+        return store if isinstance(getattr(store, "_vars", None), dict) else None
+    except (ImportError, AttributeError):
+        return None
+
+
+def _is_v1_initializer(initializer):
+    try:
+        from tensorflow.python.ops import init_ops
+    except ImportError:
+        return False
+    return isinstance(initializer, init_ops.Initializer)
+
+
+def get_or_create_variable(full_name, shape, initializer, dtype="float32", trainable=True):
+    """
+    The variable ``full_name`` of the current graph as ``tf1.get_variable`` with ``reuse=AUTO_REUSE`` in the scope of
+    its absolute name gives it (the same ops, names and collections, registered in TF's variable store so that later
+    ``get_variable`` calls find it), without get_variable's per-call scope and signature lookups (a big net creates
+    hundreds). None where that path does not apply (eager mode, other initializer kinds, ref variables, TF internals
+    changed): the caller then uses ``tf1.get_variable``.
+    """
+    if tf.executing_eagerly() or not _is_v1_initializer(initializer):
+        return None
+    from tensorflow.python.ops import resource_variables_toggle
+
+    if not resource_variables_toggle.resource_variables_enabled():
+        return None
+    store = _variable_store()
+    if store is None:
+        return None
+    dtype = tf.as_dtype(dtype)
+    shape = tf.TensorShape(shape)
+    found = store._vars.get(full_name)  # noqa: SLF001
+    if found is not None:
+        if not shape.is_compatible_with(found.shape) or not dtype.is_compatible_with(found.dtype):
+            raise ValueError("param %r exists with shape %s, dtype %s; asked for shape %s, dtype %s" % (
+                full_name, found.shape, found.dtype.name, shape, dtype.name))
+        return found
+    if not shape.is_fully_defined():
+        return None
+    graph = tf1.get_default_graph()
+    # the initial value is made before the variable (as plain TF code does), not by a callable inside it: the same
+    # ops and names, without the colocation attribute TF would add to each of them
+    with tf1.init_scope(), graph.name_scope(full_name + "/Initializer/"):
+        initial_value = initializer(shape.as_list(), dtype=dtype)
+    with graph.name_scope(None):  # absolute names, as get_variable's
+        var = tf.Variable(initial_value, name=full_name, trainable=trainable, dtype=dtype.base_dtype, shape=shape)
+    store._vars[full_name] = var  # noqa: SLF001
+    return var

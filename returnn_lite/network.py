@@ -18,6 +18,7 @@ import tensorflow as tf
 
 from .data import Data, Dim, graph_cached, tensor_dim
 from .tensor.tensor import with_arith_operands
+from .fast_grads import mul_by_mask
 from .data import batch_dim as _batch_dim
 from .error_hints import check_unreached_layers, describe_build_error, precheck_layer_desc
 from .errors import (  # noqa: F401 (re-exported: part of this module's API, as in the original)
@@ -505,27 +506,43 @@ class TFNetwork(NetworkAPIMixin):
                                       lambda: x)
         x = tf.convert_to_tensor(x)
         with tf.name_scope("dropout"):
-            rate_t, scale_t = self._dropout_rate_and_scale(float(rate), x.dtype)
+            rate_t, scale_t, zero_t = self._dropout_consts(float(rate), x.dtype)
             if isinstance(noise_shape, (list, tuple)):  # None: x's size (as tf.nn.dropout)
                 noise_shape = [tensor_dim(x, i) if n is None else n for i, n in enumerate(noise_shape)]
-            shape = tf.shape(x) if noise_shape is None else tf.convert_to_tensor(noise_shape, dtype=tf.int32)
-            ones = [1] * shape.shape[0] if shape.shape.rank == 1 and shape.shape[0] is not None else tf.ones_like(shape)
-            shape = tf.where(self.train_flag, shape, ones)
-            keep = tf.random.uniform(shape, seed=seed, dtype=x.dtype) >= rate_t
-            y = x * tf.stop_gradient(tf.cast(keep, x.dtype) * scale_t)
+            keep = tf.random.uniform(self._dropout_noise_shape(x, noise_shape), seed=seed, dtype=x.dtype) >= rate_t
+            y = mul_by_mask(x, tf.where(keep, scale_t, zero_t))
         y.set_shape(x.shape)
         return y
 
-    def _dropout_rate_and_scale(self, rate, dtype):
-        """(rate in training else 0, 1 / (1 - rate) in training else 1) as scalars, once per graph, rate and dtype."""
+    def _dropout_consts(self, rate, dtype):
+        """(rate, 1 / (1 - rate), 0) in training, (0, 1, 0) otherwise, as scalars, once per graph, rate and dtype."""
         flag = self.train_flag
 
         def create():
             with tf.name_scope("globals/dropout_%s/" % str(rate).replace(".", "_")):
                 return (tf.where(flag, tf.constant(rate, dtype), tf.constant(0, dtype)),
-                        tf.where(flag, tf.constant(1 / (1 - rate), dtype), tf.constant(1, dtype)))
+                        tf.where(flag, tf.constant(1 / (1 - rate), dtype), tf.constant(1, dtype)),
+                        tf.constant(0, dtype))
 
         return graph_cached(("dropout", rate, dtype.name, flag.ref()), create)
+
+    def _dropout_noise_shape(self, x, noise_shape):
+        """
+        The noise shape in training, all ones otherwise (one random number: no cost outside training), once per
+        graph for a noise shape of ints and shared size tensors (e.g. [1, 1, F] or [B, 1, F]).
+        """
+        flag = self.train_flag
+
+        def create():
+            shape = tf.shape(x) if noise_shape is None else tf.convert_to_tensor(noise_shape, dtype=tf.int32)
+            ones = [1] * shape.shape[0] if shape.shape.rank == 1 and shape.shape[0] is not None else \
+                tf.ones_like(shape)
+            return tf.where(flag, shape, ones)
+
+        if noise_shape is None:
+            return create()
+        key = tuple(n.ref() if isinstance(n, (tf.Tensor, tf.Variable)) else int(n) for n in noise_shape)
+        return graph_cached(("dropout_noise_shape", flag.ref()) + key, create)
 
     def random_seed_for(self, layer, param_name):
         return int(self.get_root_network().random.randint(2 ** 31 - 1))

@@ -160,3 +160,21 @@ def test_feature_dim_kinds():
     d = Data("x", dims=[batch_dim, SpatialDim("t"), f])
     assert d.feature_dim_axis == 2 and d.dim == 4 and d.time_dim_axis == 1
     assert isinstance(d.dims[0], Dim) and d.dims[0].is_batch_dim()
+
+
+def test_padded_length_and_masks_shared_per_dim_tag():
+    """All data on one dynamic dim tag share its padded length and their broadcast masks (one op chain per graph)."""
+    with tf.Graph().as_default() as graph:
+        d = Data("x", dim=2, auto_create_placeholders=True)
+        other = d.copy(placeholder=tf.sin(d.placeholder))  # another tensor with the same dims
+        assert other.get_dim(1) is d.get_dim(1) and other.get_dim(0) is d.get_dim(0)
+        assert other.get_sequence_mask_broadcast() is d.get_sequence_mask_broadcast()
+        time_major = d.copy_as_time_major()
+        mask_tm = time_major.get_sequence_mask_broadcast()
+        assert mask_tm is not d.get_sequence_mask_broadcast()  # another layout: its own
+        assert len([op for op in graph.get_operations() if op.type == "Range"]) == 1  # one sequence mask
+        with tf1.Session() as s:
+            m, m_tm = s.run([other.get_sequence_mask_broadcast(), mask_tm],
+                            {d.placeholder: np.ones((2, 3, 2), "float32"), d.size_placeholder[0]: [3, 1]})
+    np.testing.assert_array_equal(m[..., 0], [[1, 1, 1], [1, 0, 0]])
+    np.testing.assert_array_equal(m_tm[..., 0], m[..., 0].T)

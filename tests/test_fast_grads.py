@@ -40,3 +40,27 @@ def test_fast_matmul_grads_equal_tf_grads():
     for g, e in zip(got, expected):
         np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-5)
     assert n_fast < n_plain * 0.6, (n_fast, n_plain)
+
+
+def test_mul_by_mask_grad_equals_tf_grad_without_mask_reduction():
+    from returnn_lite.fast_grads import mul_by_mask
+
+    def grads(fast):
+        graph = tf.Graph()
+        with graph.as_default():
+            rng = np.random.RandomState(2)
+            x = tf1.placeholder_with_default(rng.randn(3, 4, 5).astype("float32"), [None, None, 5])
+            mask = tf.constant((rng.rand(1, 1, 5) > 0.5).astype("float32") * 2.0)
+            y = mul_by_mask(x, mask) if fast else x * mask
+            loss = tf.reduce_sum(tf.sin(y))
+            n_before = len(graph.get_operations())
+            grad = tf.gradients(loss, x)[0]
+            n_grad_ops = len(graph.get_operations()) - n_before
+            with tf1.Session(graph=graph) as session:
+                return session.run([y, grad]), n_grad_ops
+
+    (y_fast, g_fast), n_fast = grads(True)
+    (y_plain, g_plain), n_plain = grads(False)
+    np.testing.assert_array_equal(y_fast, y_plain)
+    np.testing.assert_allclose(g_fast, g_plain, rtol=1e-6)
+    assert n_fast < n_plain, (n_fast, n_plain)

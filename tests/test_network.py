@@ -195,3 +195,22 @@ def test_deep_chain_builds_without_deep_recursion():
         net = TFNetwork(extern_data=ExternData({"data": {"dim": 2}}), train_flag=False)
         net.construct_from_dict(net_dict)
         assert len(net.layers) == n + 2
+
+
+def test_params_as_get_variable_makes_them():
+    """create_param's direct variables: get_variable (AUTO_REUSE) finds them, collections and names as get_variable's."""
+    with tf.Graph().as_default():
+        net = TFNetwork(extern_data=ExternData({"data": {"dim": 3}}), train_flag=False)
+        net.construct_from_dict({"a": {"class": "linear", "n_out": 4, "from": "data"},
+                                 "output": {"class": "linear", "n_out": 2, "from": "a", "trainable": False}})
+        w = net.get_layer("a").params["W"]
+        assert w.name == "a/W:0" and w.shape.as_list() == [3, 4]
+        with tf1.variable_scope("a", reuse=tf1.AUTO_REUSE):
+            assert tf1.get_variable("W", shape=(3, 4)) is w
+        with tf1.variable_scope("a", reuse=tf1.AUTO_REUSE), pytest.raises(ValueError):
+            tf1.get_variable("W", shape=(5, 4))
+        trainable = {v.name for v in tf1.trainable_variables()}
+        assert trainable == {"a/W:0", "a/b:0"}
+        assert {v.name for v in tf1.global_variables()} == trainable | {"output/W:0", "output/b:0"}
+        init_ops = [op.name for op in w.graph.get_operations() if op.name.startswith("a/W/Initializer/")]
+        assert init_ops, "initial value under <param>/Initializer/, as get_variable's"

@@ -29,7 +29,7 @@ import numpy
 import tensorflow as tf
 
 from ..fast_grads import matmul_same_batch
-from ..data import Data, Dim, single_step_dim
+from ..data import Data, Dim, graph_cached, shape_vector, single_step_dim
 from ..util import NotSpecified
 from .base import ConcatInputLayer, concat_sources_template
 
@@ -68,6 +68,18 @@ def get_positional_encoding(num_channels, position, min_timescale=1.0, max_times
 
 # ---------------------------------------------------------------------------------------------------------------
 # self_attention
+
+
+def _causal_mask(n):
+    """[n, n] bool, True on and below the diagonal (frame i attends to frames <= i); once per graph and length."""
+    if isinstance(n, int):
+        return graph_cached(("causal_mask", n), lambda: tf.constant(numpy.tril(numpy.ones((n, n), dtype=bool))))
+    return graph_cached(("causal_mask", n.ref()), lambda: tf.linalg.band_part(tf.ones([n, n], tf.bool), -1, 0))
+
+
+def _neg_inf(dtype):
+    """The scalar -inf (masked energies), once per graph and dtype."""
+    return graph_cached(("neg_inf", dtype.name), lambda: tf.constant(float("-inf"), dtype))
 
 
 class SelfAttentionLayer(ConcatInputLayer):
@@ -138,8 +150,8 @@ class SelfAttentionLayer(ConcatInputLayer):
             x = tf.expand_dims(x, 1)  # (B,1,qkv)
             t = 1
         else:
-            t = data.batch_shape[1] if data.batch_shape[1] is not None else tf.shape(x)[1]
-        x = tf.reshape(x, [-1, t, num_heads, mat_n_out // num_heads])
+            t = data.get_dim(1)  # static, or the length of the time tag, shared by all layers on it
+        x = tf.reshape(x, shape_vector(-1, t, num_heads, mat_n_out // num_heads))
         x = tf.transpose(x, [0, 2, 1, 3])  # (B,H,T|1,qkv/H)
         q, k, v = tf.split(x, [key_dim, key_dim, value_dim], axis=-1)
         q = q * (key_dim ** -0.5)
@@ -162,29 +174,24 @@ class SelfAttentionLayer(ConcatInputLayer):
             if in_loop:
                 pass  # all accumulated keys are to the left of (or at) the current step
             else:
-                t = data.batch_shape[1]
-                if t is not None:
-                    mask = tf.constant(numpy.tril(numpy.ones((t, t), dtype=bool)))
-                else:
-                    n = tf.shape(energy)[-1]
-                    mask = tf.cast(tf.linalg.band_part(tf.ones([n, n]), -1, 0), tf.bool)
-                energy = tf.where(mask, energy, float("-inf"))
+                energy = tf.where(_causal_mask(data.get_dim(1)), energy, _neg_inf(energy.dtype))
         else:
             tag = data.dims[1]
             if tag.dyn_size is not None:
-                mask = tag.get_mask(data.get_dim(1))  # (B,T)
-                energy = tf.where(mask[:, None, None, :], energy, float("-inf"))
+                mask = tag.get_mask(data.get_dim(1))  # (B,T), one per graph and time tag
+                mask = graph_cached(("mask_b11t", mask.ref()), lambda: mask[:, None, None, :])
+                energy = tf.where(mask, energy, _neg_inf(energy.dtype))
         weights = tf.nn.softmax(energy)
         if attention_dropout:
             seed = self.network.random_seed_for(self, "attention_dropout")
-            weights = self.network.dropout_on_train(weights, attention_dropout, seed=seed)
+            noise_shape = None if in_loop else [data.get_dim(0), num_heads, data.get_dim(1), data.get_dim(1)]
+            weights = self.network.dropout_on_train(weights, attention_dropout, noise_shape=noise_shape, seed=seed)
         out = matmul_same_batch(weights, v)  # (B,H,T|1,value_dim)
         out = tf.transpose(out, [0, 2, 1, 3])  # (B,T|1,H,value_dim)
         if in_loop:
             out = tf.reshape(out, [-1, n_out])
         else:
-            t = data.batch_shape[1] if data.batch_shape[1] is not None else tf.shape(out)[1]
-            out = tf.reshape(out, [-1, t, n_out])
+            out = tf.reshape(out, shape_vector(-1, data.get_dim(1), n_out))
         self.output.placeholder = out
 
     @classmethod

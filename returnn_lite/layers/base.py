@@ -10,7 +10,7 @@ import contextlib
 import tensorflow as tf
 
 from ..data import Data, Dim
-from ..initializers import get_initializer
+from ..initializers import get_initializer, get_or_create_variable
 from ..layer_ref import LayerOption, as_layer_option, is_layer_target, resolve_layer_option, target_ref
 from ..registry import Registry
 from ..util import NotSpecified, as_list, get_valid_scope_name_from_str
@@ -363,12 +363,19 @@ class LayerBase:
             shared = self.reuse_params.get_variable(self, name, shape)
             if shared is not None:
                 return shared
+        if initializer is None:
+            initializer = "glorot_uniform"
+        init = get_initializer(initializer, seed=self.network.random_seed_for(self, name))
+        if trainable is None:
+            trainable = self.trainable
+        if self.reuse_params is None and not kwargs and not getattr(self, "param_device", None):
+            scope_name = self._param_scope_name()
+            var = get_or_create_variable(scope_name + "/" + name if scope_name else name, shape, init, dtype, trainable)
+            if var is not None:
+                return self.add_param(var)
         with self.var_creation_scope():
             var = tf1.get_variable(
-                name, shape=shape, dtype=dtype,
-                initializer=get_initializer(initializer if initializer is not None else "glorot_uniform",
-                                            seed=self.network.random_seed_for(self, name)),
-                trainable=self.trainable if trainable is None else trainable, **kwargs)
+                name, shape=shape, dtype=dtype, initializer=init, trainable=trainable, **kwargs)
         return self.add_param(var)
 
     def add_param(self, param, custom_update=None, trainable=None, saveable=None, axes_split_info=None):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from ..data import graph_cached
 from ..registry import Registry
 
 def _load_all_losses():
@@ -252,7 +253,15 @@ class Loss:
             if not all(isinstance(d, int) for d in rest):
                 rest = [tf.shape(x)[i] for i in range(2, data.batch_ndim)]
             return tf.reshape(x, [-1] + rest)
-        return tf.boolean_mask(data.placeholder, data.get_sequence_mask())
+        x = data.placeholder
+        rest = [data.get_dim(i) for i in range(2, data.batch_ndim)]
+        if not all(isinstance(d, int) for d in rest):
+            return tf.boolean_mask(x, data.get_sequence_mask())
+        # as tf.boolean_mask (the same frames, order and gradient), the frame indices once per mask for all inputs
+        mask = data.get_sequence_mask()
+        indices = graph_cached(("flat_frame_indices", mask.ref()),
+                               lambda: tf.reshape(tf.where(tf.reshape(mask, [-1])), [-1]))
+        return tf.gather(tf.reshape(x, [-1] + rest), indices)
 
     def _reduce_batch_time(self):
         """Whether the loss frames are the merged (not masked) B*T frames, so reduce_func has to mask them."""
