@@ -40,10 +40,7 @@ def scan(*, spatial_dim=None, cond_dims=None, cond_before_body=True, initial=Non
         if max_seq_len is not None or cond_dims is not None:
             raise error("scan", "max_seq_len / cond_dims are only for a loop with cond (spatial_dim %s is given)" %
                         spatial_dim.short_repr())
-        if backend.executing_eagerly():
-            res = _scan_eager(spatial_dim=spatial_dim, initial=initial, xs=xs, body=body)
-        else:
-            res = backend.scan(spatial_dim=spatial_dim, initial=initial, xs=xs, ys=ys, body=body)
+        res = backend.scan(spatial_dim=spatial_dim, initial=initial, xs=xs, ys=ys, body=body)
     else:
         if cond_dims is None:
             raise error("scan", "with cond, cond_dims (the dims of cond's result, e.g. [batch_dim]) must be given")
@@ -64,54 +61,13 @@ def scan(*, spatial_dim=None, cond_dims=None, cond_before_body=True, initial=Non
     return _map_tensors(lambda y: TensorArray.unstack(y, axis=out_dim), stacked), final_state, out_dim
 
 
-def _scan_eager(*, spatial_dim, initial, xs, body):
-    """
-    scan over spatial_dim on an eager backend, as the original: the body runs over all frames of the padded length
-    (also those beyond a sequence's length), the final state is the one after the last of them, the ys frames are
-    stacked along spatial_dim.
-    """
-    n = int(spatial_dim.get_dim_value())
-    state, frames, y_t = initial, [], None
-    for t in range(n):
-        y_t, new_state = body(_map_tensors(lambda x: array_.gather(x, indices=t, axis=spatial_dim), xs), state)
-        _check_same_tensors("the new state", new_state, state)
-        if frames:
-            _check_same_tensors("the ys of frame %i" % t, y_t, frames[0])
-        state = new_state
-        frames.append(y_t)
-    if not frames:
-        raise error("scan", "the loop dim %s has no frames" % spatial_dim.short_repr())
-    per_leaf = [_leaves(f) for f in frames]
-    stacked = []
-    for i in range(len(per_leaf[0])):
-        ta = TensorArray(per_leaf[0][i])
-        for f in per_leaf:
-            ta = ta.push_back(f[i])
-        stacked.append(ta.stack(axis=spatial_dim))
-    it = iter(stacked)
-    return _map_tensors(lambda _: next(it), y_t), state, spatial_dim
-
-
-def _leaves(struct):
-    res = []
-    _map_tensors(res.append, struct)
-    return res
-
-
-def _check_same_tensors(what, struct, like):
-    a, b = _leaves(struct), _leaves(like)
-    if len(a) != len(b) or any(set(x.dims) != set(y.dims) for x, y in zip(a, b)):
-        raise error("scan", "%s %r does not match %r (the same Tensors with the same dims)" % (what, struct, like))
-
-
 def _map_tensors(func, struct):
     if is_tensor(struct):
         return func(struct)
     if isinstance(struct, dict):
         return type(struct)({k: _map_tensors(func, v) for k, v in struct.items()})
     if isinstance(struct, (list, tuple)):
-        items = [_map_tensors(func, v) for v in struct]
-        return type(struct)(*items) if hasattr(struct, "_fields") else type(struct)(items)
+        return type(struct)(_map_tensors(func, v) for v in struct)
     return struct
 
 

@@ -346,12 +346,6 @@ class _LoopRecorder:
             "class": "rec_last_output", "rec_layer": self.name, "sub_layer_name": src}, absolute=True)
         return _tensor(layer.name, new.dims, new, layer)
 
-    def accumulated(self, unit_name, t):
-        """The frames of a unit layer over the loop's axis, as a layer beside the rec layer (as ``final``)."""
-        layer = self.outer.add_layer("%s_%s_frames" % (self.name, unit_name.replace("/", "_")), {
-            "class": "get_rec_accumulated", "from": [self.name], "sub_layer": unit_name}, absolute=True)
-        return _tensor(layer.name, [self.rec_axis] + list(t.dims), t, layer)
-
     def last(self, unit_name, t):
         layer = self.outer.add_layer("%s_last_%s" % (self.name, unit_name.replace("/", "_")), {
             "class": "rec_last_output", "rec_layer": self.name, "sub_layer_name": unit_name}, absolute=True)
@@ -412,15 +406,6 @@ def scan(*, spatial_dim, initial, xs, ys, body):
         stacked = [(rec.unit_layer(t, "y%i" % i), t) for i, t in enumerate(y_flat)]
         rec.set_new_states(_flatten(s_new))
     ys_out, finals, dims = rec.emit(stacked)
-    if spatial_dim.dimension is None:
-        # as the original, the body runs over all (padded) frames of a dynamic dim, and the final state is the one
-        # after the last of them (not each sequence's at its length)
-        from ..frontend import array_
-
-        last = spatial_dim.get_dim_value_tensor() - 1
-        for i, st in enumerate(rec.states):
-            if st[0] not in rec.cum_state_names:
-                finals[i] = array_.gather(rec.accumulated(st[0], st[3]), indices=last, axis=spatial_dim)
     return _pack(y_t, ys_out), _pack(initial, finals, dims), spatial_dim
 
 

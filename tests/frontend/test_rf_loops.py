@@ -98,13 +98,12 @@ def test_scan_is_a_rec_layer_with_prev_state():
     assert unit["unstack"] == {"class": "rec_unstack", "from": ["base:data:data"], "axis": time_dim}
     assert unit["acc"]["initial_output"].startswith("base:") and "prev:acc" in unit[unit["acc"]["from"][0]]["from"]
     assert unit["output"]["class"] == "copy" and "end" not in unit
-    # the final state: after the last frame of the padded length (as the original), the last of the state's frames
-    assert net_dict["loop_acc_frames"] == {"class": "get_rec_accumulated", "from": ["loop"], "sub_layer": "acc"}
+    assert net_dict["loop_acc"] == {"class": "rec_last_output", "rec_layer": "loop", "sub_layer_name": "acc"}
     assert net_dict["ys"]["from"] == ["loop/" + unit["output"]["from"][0]]
     for res in results:
         np.testing.assert_allclose(res["ys"][0], 2 * np.cumsum(X[0], axis=0), rtol=1e-5)
         np.testing.assert_allclose(res["ys"][1, :2], 2 * np.cumsum(X[1, :2], axis=0), rtol=1e-5)
-        np.testing.assert_allclose(res["last"], X.sum(1), rtol=1e-5)  # all frames, also those beyond the length
+        np.testing.assert_allclose(res["last"], [X[0].sum(0), X[1, :2].sum(0)], rtol=1e-5)  # kept after the length
 
 
 def test_scan_over_static_dim_without_batch_state():
@@ -457,7 +456,7 @@ def test_scan_inside_cond_branch():
 
     res, net_dict = _run_layers(step)
     assert net_dict["cond"]["true_layer"]["subnetwork"]["loop"]["class"] == "rec"
-    np.testing.assert_allclose(res["y"], X.sum(1), rtol=1e-5)
+    np.testing.assert_allclose(res["y"], [X[0].sum(0), X[1, :2].sum(0)], rtol=1e-5)
 
 
 def test_scan_body_with_modules_and_ops_both_backends():

@@ -1,5 +1,5 @@
 """rf.scan / rf.while_loop over a simple RNN whose state has the batch dim ([B, hidden]), in the ways user code
-writes it (the final state of a scan over a dim: after all frames of the padded length, as the original) (the original's loop tests as user code, state as a Tensor / dict / rf.State / nested tuple, ys as
+writes it (the original's loop tests as user code, state as a Tensor / dict / rf.State / nested tuple, ys as
 templates or None, a loop with cond over cond_dims=[batch] and no spatial_dim, return_tensor_arrays): the layers
 backend and torch give the same values, which match a numpy reference."""
 
@@ -110,13 +110,12 @@ def _step(variant):
     return step
 
 
-def _reference(params, cond_loop=False):
-    """numpy: h_t = tanh(x_t W + b + h_{t-1} R + c). The final h: as the original, after all frames of the padded
-    length (a scan over a dim); the loop with cond ends each sequence at its length (its state kept from there)."""
+def _reference(params):
+    """numpy: per sequence, h_t = tanh(x_t W + b + h_{t-1} R + c) over its own frames; its final h at its length."""
     hs, finals = np.zeros((2, 4, 5), "float32"), []
     for b in range(2):
         h = np.zeros(5, "float32")
-        for t in range(LENS[b] if cond_loop else 4):
+        for t in range(LENS[b]):
             h = np.tanh(X[b, t] @ params["ff.weight"] + params["ff.bias"] + h @ params["rec.weight"] +
                         params["rec.bias"])
             hs[b, t] = h
@@ -129,7 +128,7 @@ def test_scan_rnn_with_batch_state_both_backends(variant):
     params = {}
     res_layers, _ = _run_layers(_step(variant), model_cls=_RNN, params_out=params)
     res_torch = _run_torch(_step(variant), model_cls=_RNN, params=params)
-    hs, final = _reference(params, cond_loop=variant == "cond_no_spatial_dim")
+    hs, final = _reference(params)
     mask = np.arange(4)[None, :] < LENS[:, None]
     for res in (res_layers, res_torch):
         np.testing.assert_array_equal(res["len"], LENS)
