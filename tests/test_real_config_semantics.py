@@ -155,3 +155,42 @@ def test_native_ctc_opts_unnormalized_scores():
     expected = _ctc_brute_force(scores[0, :3], [2], blank=3) + _ctc_brute_force(scores[1, :2], [1, 1], blank=3)
     np.testing.assert_allclose(value, expected, rtol=1e-4)
     assert np.all(np.isfinite(grad))
+
+
+def test_custom_score_combine_explicit_search_sources_and_a_string_state_in_search():
+    # RNA/transducer recognition configs: the choice's scores come from custom_score_combine (called with the layer,
+    # scores_in/scores_base [batch, beam_in, dim|1], end_flags, ...), which reads layer.explicit_search_sources;
+    # a string-valued loop layer starts from "" (initial_output None), and back_prop=False is fine without training
+    calls = []
+
+    def combine(layer, scores_in, scores_base, base_beam_in, end_flags, batch_dim, **kwargs):
+        calls.append((layer.name, sorted(kwargs), [src.name for src in layer.explicit_search_sources]))
+        assert scores_base.shape.rank == 3 and scores_in.shape.rank == 3
+        bonus = tf.one_hot(2, 5, on_value=100., off_value=0.)  # always prefer label 2
+        return scores_in + scores_base + bonus[None, None, :]
+
+    def out_str(source, **kwargs):
+        return source(0) + tf.strings.as_string(source(1))
+
+    extern_data = {"data": {"dim": 3}, "classes": {"dim": 5, "sparse": True}}
+    graph = tf.Graph()
+    with graph.as_default():
+        config = Config({"extern_data": extern_data})
+        net = TFNetwork(config=config, train_flag=False, search_flag=True, eval_flag=False)
+        net.construct_from_dict({
+            "output": {"class": "rec", "from": "data", "back_prop": False, "unit": {
+                "prob": {"class": "linear", "from": "data:source", "activation": "log_softmax", "n_out": 5},
+                "output": {"class": "choice", "from": "prob", "input_type": "log_prob", "target": "classes",
+                           "beam_size": 3, "explicit_search_sources": ["prev:out_str"],
+                           "custom_score_combine": combine},
+                "out_str": {"class": "eval", "from": ["prev:out_str", "output"], "initial_output": None,
+                            "out_type": {"shape": (), "dtype": "string"}, "eval": out_str},
+            }},
+            "decision": {"class": "decide", "from": "output", "is_output_layer": True}})
+        assert calls and calls[0][0] == "output" and calls[0][2] == ["prev:out_str"]
+        assert {"t", "scores_beam_in"} <= set(calls[0][1])
+        out = net.get_layer("decision").output.copy_as_batch_major()
+        with tf1.Session(graph=graph) as session:
+            session.run(tf1.global_variables_initializer())
+            labels = session.run(out.placeholder, feed_dict=random_feed(net, [4, 2]))
+    assert (labels[0] == 2).all() and (labels[1, :2] == 2).all()

@@ -361,9 +361,10 @@ class RecLayer(_CellMixin, ConcatInputLayer):
                 raise NotImplementedError(
                     "rec layer %r: option initial_state=%r only applies to a cell unit (e.g. 'lstm'); with a "
                     "subnetwork unit, give its layers an initial_output instead" % (self.name, initial_state))
-            if back_prop is False:
+            if back_prop is False and self.network.train_flag is not False:
+                # (without training, e.g. in search, no gradient is taken through the loop anyway)
                 raise NotImplementedError("rec layer %r: option back_prop=False is not supported with a subnetwork "
-                                          "unit" % self.name)
+                                          "unit in training" % self.name)
             if direction not in (None, 1):
                 raise NotImplementedError("rec layer %r: option direction=%r is not supported with a subnetwork unit" %
                                           (self.name, direction))
