@@ -194,3 +194,40 @@ def test_custom_score_combine_explicit_search_sources_and_a_string_state_in_sear
             session.run(tf1.global_variables_initializer())
             labels = session.run(out.placeholder, feed_dict=random_feed(net, [4, 2]))
     assert (labels[0] == 2).all() and (labels[1, :2] == 2).all()
+
+
+def test_masked_computation_masked_from_and_an_eval_out_type_function():
+    # RNA training configs: masked_computation with masked_from (moved out of the loop, as the original needs it):
+    # its unit runs over the whole masked_from sequence (its own time axis; the mask is not used), params named as
+    # the layer; an eval's out_type given as a function makes the template (the sources need not be combinable)
+    def loss_out(sources, name, **kwargs):
+        from returnn_lite.tf_util import Data
+        return Data(name="my_loss", shape=())
+
+    graph, net = _build({
+        "lm_in": {"class": "linear", "from": "data:classes", "n_out": 2, "activation": None},
+        "output": {"class": "rec", "from": "data", "unit": {
+            "am": {"class": "linear", "from": "data:source", "n_out": 5, "activation": None},
+            "emit": {"class": "compare", "from": "am", "value": 0., "kind": "greater", "initial_output": True},
+            "lm": {"class": "masked_computation", "mask": "prev:emit", "from": "prev:am", "masked_from": "base:lm_in",
+                   "unit": {"class": "linear", "from": "data", "n_out": 4, "activation": None},
+                   "is_output_layer": True},
+            "output": {"class": "copy", "from": "am"}}},
+        "loss": {"class": "eval", "from": ["output", "lm_in"], "out_type": loss_out, "is_output_layer": True,
+                 "eval": "tf.reduce_sum(source(0, as_data=True, auto_convert=False).get_placeholder_as_batch_major(), "
+                         "axis=[1, 2]) * 0. + tf.reduce_sum(source(1, as_data=True, auto_convert=False)"
+                         ".get_placeholder_as_batch_major(), axis=[1, 2]) * 0. + 1."},
+    }, extern_data={"data": {"dim": 3}, "classes": {"dim": 6, "sparse": True}})
+    params = {p.op.name: tuple(p.shape.as_list()) for p in net.get_params_list()}
+    assert params["output/rec/lm/W"] == (2, 4)
+    lm_layer = next(n.layers["lm"] for n in net.get_layer("output").get_sub_networks() if "lm" in n.layers)
+    with graph.as_default():  # (over its own time axis, not the loop's: only used inside the unit)
+        lm = lm_layer.output.copy_as_batch_major()
+        lm_in = net.get_layer("lm_in").output.copy_as_batch_major()
+    assert lm.batch_shape == (None, None, 4) and lm.get_time_dim_tag() == lm_in.get_time_dim_tag()
+    loss = net.get_layer("loss").output
+    assert loss.name == "my_loss" and loss.batch_shape == (None,)
+    (lm_v, lm_in_v, w, b, loss_v), _ = _run(graph, net, [
+        lm.placeholder, lm_in.placeholder, lm_layer.params["W"], lm_layer.params["b"], loss.placeholder])
+    np.testing.assert_allclose(lm_v, lm_in_v @ w + b, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(loss_v, 1.)

@@ -662,7 +662,6 @@ class MaskedComputationLayer(LayerBase):
     recurrent = True
     layer_options = ("mask",)
     required_options = ("mask", "unit")
-    unsupported_options = {"masked_from": (None,)}
 
     def __init__(self, mask, unit, masked_from=None, **kwargs):
         super().__init__(**kwargs)
@@ -674,6 +673,9 @@ class MaskedComputationLayer(LayerBase):
     def transform_config_dict(cls, d, network, get_layer):
         if network.is_inside_rec_layer():
             raise NotImplementedError("inside a rec loop, masked_computation must be a sub-layer of the unit")
+        if d.get("masked_from") is not None:
+            raise NotImplementedError("masked_computation: option masked_from only applies inside a rec unit "
+                                      "(where the layer is moved out of the loop)")
         super().transform_config_dict(d, network=network, get_layer=get_layer)
 
     @classmethod
