@@ -231,3 +231,23 @@ def test_masked_computation_masked_from_and_an_eval_out_type_function():
         lm.placeholder, lm_in.placeholder, lm_layer.params["W"], lm_layer.params["b"], loss.placeholder])
     np.testing.assert_allclose(lm_v, lm_in_v @ w + b, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(loss_v, 1.)
+
+
+def test_target_without_a_loss_is_not_looked_up_in_search():
+    # LM shallow fusion configs: the LM's softmax names its own target ("bpe", no such data key) without a loss;
+    # the original does not resolve it in search; elsewhere an unknown key stays an error naming the option
+    import pytest
+    from returnn_lite.errors import NetworkLayerException
+
+    net_dict = {"lm_prob": {"class": "activation", "activation": "softmax", "from": "data", "target": "bpe"},
+                "output": {"class": "copy", "from": "lm_prob"}}
+    for search in (True, False):
+        with tf.Graph().as_default():
+            net = TFNetwork(config=Config({"extern_data": {"data": {"dim": 3}}}), train_flag=False,
+                            search_flag=search, eval_flag=False)
+            if search:
+                net.construct_from_dict(net_dict)
+                assert net.get_layer("lm_prob").output.dim == 3
+            else:
+                with pytest.raises(NetworkLayerException, match="option 'target'.*unknown key 'bpe'"):
+                    net.construct_from_dict(net_dict)
