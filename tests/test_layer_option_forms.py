@@ -66,11 +66,14 @@ def test_required_layer_option_none():
     assert "'output'" in msg and "option 'mask' is required for layer class 'unmask' (got None)" in msg
 
 
-def test_masked_from_refused():
-    msg = _error({"m": {"class": "compare", "kind": "greater", "value": 0, "from": "data:classes"},
-                  "output": {"class": "masked_computation", "mask": "m", "masked_from": "data",
-                             "unit": {"class": "copy"}}})
-    assert "'output'" in msg and "masked_from" in msg and "not supported" in msg
+def test_masked_from_is_the_units_input():
+    # as the original: with masked_from (already the masked frames) the unit runs over it, the mask is not used
+    with tf.Graph().as_default():
+        net = build_network({"m": {"class": "compare", "kind": "greater", "value": 0, "from": "data:classes"},
+                             "output": {"class": "masked_computation", "mask": "m", "masked_from": "data",
+                                        "unit": {"class": "copy"}}}, EXTERN)
+        out, data = net.get_layer("output").output, net.get_layer("data").output
+        assert out.get_time_dim_tag() == data.get_time_dim_tag() and out.dim == 5
 
 
 def test_dict_form_dependencies():

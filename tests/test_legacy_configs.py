@@ -454,3 +454,20 @@ def test_tts_location_attention_config_trains_and_searches():
             session.run(tf1.global_variables_initializer())
             lens = session.run(dec.get_sequence_lengths(), random_feed(net, [6, 4]))
     assert all(1 <= n <= 20 for n in lens)
+
+
+def test_custom_layer_classes_registered_by_the_config():
+    # auto_register_layer_classes(list(globals().values())) and (a module file name): the config's own
+    # _ConcatInputLayer subclasses become layer classes of the net dict
+    config = _load("custom_layer_class.config")
+    graph = tf.Graph()
+    with graph.as_default():
+        net = TFNetwork(config=config, train_flag=True)
+        net.construct_from_dict(config.typed_value("network"))
+        out = net.get_layer("shifted").output.placeholder
+        with tf1.Session(graph=graph) as session:
+            session.run(tf1.global_variables_initializer())
+            feed = random_feed(net, [4, 2])
+            x, y = session.run([net.extern_data.data["data"].placeholder, out], feed_dict=feed)
+    np.testing.assert_allclose(y, x * 3. + 0.5, rtol=1e-6)
+    assert type(net.get_layer("scaled")).__name__ == "ScaleLayer"

@@ -155,3 +155,99 @@ def test_native_ctc_opts_unnormalized_scores():
     expected = _ctc_brute_force(scores[0, :3], [2], blank=3) + _ctc_brute_force(scores[1, :2], [1, 1], blank=3)
     np.testing.assert_allclose(value, expected, rtol=1e-4)
     assert np.all(np.isfinite(grad))
+
+
+def test_custom_score_combine_explicit_search_sources_and_a_string_state_in_search():
+    # RNA/transducer recognition configs: the choice's scores come from custom_score_combine (called with the layer,
+    # scores_in/scores_base [batch, beam_in, dim|1], end_flags, ...), which reads layer.explicit_search_sources;
+    # a string-valued loop layer starts from "" (initial_output None), and back_prop=False is fine without training
+    calls = []
+
+    def combine(layer, scores_in, scores_base, base_beam_in, end_flags, batch_dim, **kwargs):
+        calls.append((layer.name, sorted(kwargs), [src.name for src in layer.explicit_search_sources]))
+        assert scores_base.shape.rank == 3 and scores_in.shape.rank == 3
+        bonus = tf.one_hot(2, 5, on_value=100., off_value=0.)  # always prefer label 2
+        return scores_in + scores_base + bonus[None, None, :]
+
+    def out_str(source, **kwargs):
+        return source(0) + tf.strings.as_string(source(1))
+
+    extern_data = {"data": {"dim": 3}, "classes": {"dim": 5, "sparse": True}}
+    graph = tf.Graph()
+    with graph.as_default():
+        config = Config({"extern_data": extern_data})
+        net = TFNetwork(config=config, train_flag=False, search_flag=True, eval_flag=False)
+        net.construct_from_dict({
+            "output": {"class": "rec", "from": "data", "back_prop": False, "unit": {
+                "prob": {"class": "linear", "from": "data:source", "activation": "log_softmax", "n_out": 5},
+                "output": {"class": "choice", "from": "prob", "input_type": "log_prob", "target": "classes",
+                           "beam_size": 3, "explicit_search_sources": ["prev:out_str"],
+                           "custom_score_combine": combine},
+                "out_str": {"class": "eval", "from": ["prev:out_str", "output"], "initial_output": None,
+                            "out_type": {"shape": (), "dtype": "string"}, "eval": out_str},
+            }},
+            "decision": {"class": "decide", "from": "output", "is_output_layer": True}})
+        assert calls and calls[0][0] == "output" and calls[0][2] == ["prev:out_str"]
+        assert {"t", "scores_beam_in"} <= set(calls[0][1])
+        out = net.get_layer("decision").output.copy_as_batch_major()
+        with tf1.Session(graph=graph) as session:
+            session.run(tf1.global_variables_initializer())
+            labels = session.run(out.placeholder, feed_dict=random_feed(net, [4, 2]))
+    assert (labels[0] == 2).all() and (labels[1, :2] == 2).all()
+
+
+def test_masked_computation_masked_from_and_an_eval_out_type_function():
+    # RNA training configs: masked_computation with masked_from (moved out of the loop, as the original needs it):
+    # its unit runs over the whole masked_from sequence (its own time axis; the mask is not used), params named as
+    # the layer; an eval's out_type given as a function makes the template (the sources need not be combinable)
+    def loss_out(sources, name, **kwargs):
+        from returnn_lite.tf_util import Data
+        return Data(name="my_loss", shape=())
+
+    graph, net = _build({
+        "lm_in": {"class": "linear", "from": "data:classes", "n_out": 2, "activation": None},
+        "output": {"class": "rec", "from": "data", "unit": {
+            "am": {"class": "linear", "from": "data:source", "n_out": 5, "activation": None},
+            "emit": {"class": "compare", "from": "am", "value": 0., "kind": "greater", "initial_output": True},
+            "lm": {"class": "masked_computation", "mask": "prev:emit", "from": "prev:am", "masked_from": "base:lm_in",
+                   "unit": {"class": "linear", "from": "data", "n_out": 4, "activation": None},
+                   "is_output_layer": True},
+            "output": {"class": "copy", "from": "am"}}},
+        "loss": {"class": "eval", "from": ["output", "lm_in"], "out_type": loss_out, "is_output_layer": True,
+                 "eval": "tf.reduce_sum(source(0, as_data=True, auto_convert=False).get_placeholder_as_batch_major(), "
+                         "axis=[1, 2]) * 0. + tf.reduce_sum(source(1, as_data=True, auto_convert=False)"
+                         ".get_placeholder_as_batch_major(), axis=[1, 2]) * 0. + 1."},
+    }, extern_data={"data": {"dim": 3}, "classes": {"dim": 6, "sparse": True}})
+    params = {p.op.name: tuple(p.shape.as_list()) for p in net.get_params_list()}
+    assert params["output/rec/lm/W"] == (2, 4)
+    lm_layer = next(n.layers["lm"] for n in net.get_layer("output").get_sub_networks() if "lm" in n.layers)
+    with graph.as_default():  # (over its own time axis, not the loop's: only used inside the unit)
+        lm = lm_layer.output.copy_as_batch_major()
+        lm_in = net.get_layer("lm_in").output.copy_as_batch_major()
+    assert lm.batch_shape == (None, None, 4) and lm.get_time_dim_tag() == lm_in.get_time_dim_tag()
+    loss = net.get_layer("loss").output
+    assert loss.name == "my_loss" and loss.batch_shape == (None,)
+    (lm_v, lm_in_v, w, b, loss_v), _ = _run(graph, net, [
+        lm.placeholder, lm_in.placeholder, lm_layer.params["W"], lm_layer.params["b"], loss.placeholder])
+    np.testing.assert_allclose(lm_v, lm_in_v @ w + b, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(loss_v, 1.)
+
+
+def test_target_without_a_loss_is_not_looked_up_in_search():
+    # LM shallow fusion configs: the LM's softmax names its own target ("bpe", no such data key) without a loss;
+    # the original does not resolve it in search; elsewhere an unknown key stays an error naming the option
+    import pytest
+    from returnn_lite.errors import NetworkLayerException
+
+    net_dict = {"lm_prob": {"class": "activation", "activation": "softmax", "from": "data", "target": "bpe"},
+                "output": {"class": "copy", "from": "lm_prob"}}
+    for search in (True, False):
+        with tf.Graph().as_default():
+            net = TFNetwork(config=Config({"extern_data": {"data": {"dim": 3}}}), train_flag=False,
+                            search_flag=search, eval_flag=False)
+            if search:
+                net.construct_from_dict(net_dict)
+                assert net.get_layer("lm_prob").output.dim == 3
+            else:
+                with pytest.raises(NetworkLayerException, match="option 'target'.*unknown key 'bpe'"):
+                    net.construct_from_dict(net_dict)

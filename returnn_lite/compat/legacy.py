@@ -165,11 +165,40 @@ def _layer_class_names():
     from returnn_lite.layers import base
 
     extras = {"_ConcatInputLayer": base.ConcatInputLayer,
-              "get_concat_sources_data_template": base.concat_sources_template}
+              "get_concat_sources_data_template": base.concat_sources_template,
+              "auto_register_layer_classes": _auto_register_layer_classes,
+              "register_layer_class": base.register_layer_class}
     for name in base.get_layer_class_names():
         cls = base.get_layer_class(name)
         extras.setdefault(cls.__name__, cls)
     return extras
+
+
+def _auto_register_layer_classes(vars_values):
+    """
+    As the original's: registers the layer classes (LayerBase subclasses with a layer_class) among vars_values
+    (a list, a module, or the file name of a Python module, which is imported) for use in net dicts.
+    """
+    import importlib.util
+    import inspect
+    import os
+
+    from returnn_lite.layers import base
+
+    if isinstance(vars_values, str):
+        if not os.path.isfile(vars_values):
+            raise FileNotFoundError("auto_register_layer_classes: no such module file %r" % vars_values)
+        name = os.path.splitext(os.path.basename(vars_values))[0]
+        spec = importlib.util.spec_from_file_location(name, vars_values)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        vars_values = module
+    if inspect.ismodule(vars_values):
+        vars_values = list(vars(vars_values).values())
+    for v in vars_values:
+        if isinstance(v, type) and issubclass(v, base.LayerBase) and getattr(v, "layer_class", None) and (
+                v.layer_class not in base.get_layer_class_names() or base.get_layer_class(v.layer_class) is not v):
+            base.register_layer_class(v)
 
 
 def _dataset_class_names():

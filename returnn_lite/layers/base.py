@@ -201,7 +201,9 @@ class LayerBase:
         target_layers = None
         if is_layer_target(target):
             target_layers = {target: get_layer(target_ref(target))}  # built before this layer (its loss needs it)
-        elif target:  # an unknown data key is an error also without a loss (only a loss marks the key as used)
+        elif target and not (network.search_flag and not loss_name):
+            # an unknown data key is an error also without a loss (only a loss marks the key as used); in search,
+            # a target without a loss is not looked up (as the original: e.g. an LM's softmax naming its own target)
             for t in as_list(target):
                 try:
                     network.get_extern_data(t, mark_data_key_as_used=bool(loss_name))

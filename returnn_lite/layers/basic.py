@@ -308,8 +308,11 @@ class CombineLayer(LayerBase):
     def __init__(self, kind, sources, activation=None, with_bias=False, eval=None, eval_locals=None,
                  eval_for_output_loss=False, allow_broadcast_all_sources=NotSpecified, **kwargs):
         super().__init__(sources=sources, **kwargs)
-        _, xs = _sources_broadcast(self.name, self.sources, tf_broadcast=kind != "eval",
-                                   allow_broadcast_all=allow_broadcast_all_sources)
+        if kind == "eval" and callable(self.out_type) and not isinstance(self.out_type, dict):
+            xs = [s.output.placeholder for s in self.sources]  # (out_type a function: the sources as they are)
+        else:
+            _, xs = _sources_broadcast(self.name, self.sources, tf_broadcast=kind != "eval",
+                                       allow_broadcast_all=allow_broadcast_all_sources)
         if kind == "eval":
             x = _run_eval(eval, self, xs, eval_locals)
         else:
@@ -337,6 +340,14 @@ class CombineLayer(LayerBase):
     @classmethod
     def get_out_data_from_opts(cls, name, sources=(), kind=None, out_type=None, n_out=NotSpecified,
                                allow_broadcast_all_sources=NotSpecified, **kwargs):
+        if callable(out_type) and not isinstance(out_type, dict):
+            # a function making the template (as the original calls it; the sources need not be combinable)
+            kwargs = dict(kwargs, **(kwargs.get("eval_locals") or {}))
+            kwargs.pop("eval_locals", None)
+            out = out_type(name=name, sources=sources, n_out=n_out, **kwargs)
+            if not isinstance(out, Data):
+                raise TypeError("layer %r: out_type function %r must return a Data, got %r" % (name, out_type, out))
+            return out
         if not sources:
             if kind == "eval" and out_type and any(k in out_type for k in ("shape", "dims", "dim_tags")):
                 return _apply_out_type(None, out_type, name)  # e.g. a constant condition: no sources needed

@@ -118,7 +118,8 @@ class ChoiceLayer(LayerBase):
     :param random_sample_scale: factor of Gumbel noise added to the scores (sampling)
     :param length_normalization: normalize the scores by the sequence length when ending sequences
     :param length_normalization_exponent: the exponent of the length in that normalization
-    :param custom_score_combine: function combining scores; refused
+    :param custom_score_combine: function(layer, scores_in, scores_base, t, end_flags, batch_dim, scores_beam_in,
+        base_beam_in) -> scores [batch, beam_in, dim], instead of scores_base + scores_in
     :param source_beam_sizes: per-source beam sizes (several sources); refused
     :param scheduled_sampling: sample instead of the target in training; refused in training
     :param cheating: keep the target label in the beam (True, or "exclusive")
@@ -137,8 +138,7 @@ class ChoiceLayer(LayerBase):
                  scheduled_sampling=False, cheating=False, explicit_search_sources=None, explicit_search_source=None,
                  _target_layer=None, **kwargs):
         super().__init__(**kwargs)
-        for opt, value in (("keep_beams", keep_beams), ("custom_score_combine", custom_score_combine),
-                           ("source_beam_sizes", source_beam_sizes)):
+        for opt, value in (("keep_beams", keep_beams), ("source_beam_sizes", source_beam_sizes)):
             if value:
                 raise NotImplementedError("choice layer %r: option %s is not supported" % (self.name, opt))
         if scheduled_sampling and self.network.train_flag is not False:
@@ -147,6 +147,8 @@ class ChoiceLayer(LayerBase):
             raise ValueError("choice layer %r: input_type must be 'prob', 'log_prob', 'logits' or 'regression', "
                              "got %r" % (self.name, input_type))
         self.search_choices = None
+        self.explicit_search_sources = list(explicit_search_sources or [])
+        self.custom_score_combine = custom_score_combine
         if input_type == "regression":
             self.output.placeholder = self.sources[0].output.copy_compatible_to(self.output).placeholder
             return
@@ -231,7 +233,17 @@ class ChoiceLayer(LayerBase):
             else:
                 base = base * f_base
                 scores_in = scores_in * f_in
-        scores = base[:, :, None] + scores_in  # [B, k_in, dim]
+        if self.custom_score_combine:  # the config's function combines the scores (as the original calls it)
+            scores = self.custom_score_combine(
+                layer=self, scores_in=scores_in, scores_base=base[:, :, None],
+                t=info.step if info is not None else None,
+                end_flags=tf.reshape(ended, [batch, k_in]) if ended is not None else None,
+                batch_dim=batch, scores_beam_in=k_in, base_beam_in=k_in)
+            if not isinstance(scores, tf.Tensor) or scores.shape.rank != 3:
+                raise TypeError("choice layer %r: custom_score_combine must return a tensor [batch, beam_in, dim], "
+                                "got %r" % (self.name, scores))
+        else:
+            scores = base[:, :, None] + scores_in  # [B, k_in, dim]
         active = getattr(beam_in, "active_size", None) if beam_in is not None else None
         if active is not None:  # the first step of a loop: all hypotheses are the same, search from the first only
             scores = scores[:, :active]

@@ -361,9 +361,10 @@ class RecLayer(_CellMixin, ConcatInputLayer):
                 raise NotImplementedError(
                     "rec layer %r: option initial_state=%r only applies to a cell unit (e.g. 'lstm'); with a "
                     "subnetwork unit, give its layers an initial_output instead" % (self.name, initial_state))
-            if back_prop is False:
+            if back_prop is False and self.network.train_flag is not False:
+                # (without training, e.g. in search, no gradient is taken through the loop anyway)
                 raise NotImplementedError("rec layer %r: option back_prop=False is not supported with a subnetwork "
-                                          "unit" % self.name)
+                                          "unit in training" % self.name)
             if direction not in (None, 1):
                 raise NotImplementedError("rec layer %r: option direction=%r is not supported with a subnetwork unit" %
                                           (self.name, direction))
@@ -654,14 +655,14 @@ class MaskedComputationLayer(LayerBase):
     as this layer).
     :param mask: layer with a bool mask; the unit is computed only where it is True, else the previous output is kept
     :param unit: the layer dict computed at the masked frames (required)
-    :param masked_from: layer whose output, masked, is the input of the unit (outside a rec loop)
+    :param masked_from: layer whose output (already the masked frames) is the unit's input instead (the mask is
+        then not used, as in the original)
     """
 
     layer_class = "masked_computation"
     recurrent = True
     layer_options = ("mask",)
     required_options = ("mask", "unit")
-    unsupported_options = {"masked_from": (None,)}
 
     def __init__(self, mask, unit, masked_from=None, **kwargs):
         super().__init__(**kwargs)
@@ -673,20 +674,24 @@ class MaskedComputationLayer(LayerBase):
     def transform_config_dict(cls, d, network, get_layer):
         if network.is_inside_rec_layer():
             raise NotImplementedError("inside a rec loop, masked_computation must be a sub-layer of the unit")
+        masked_from = d.pop("masked_from", None)
         super().transform_config_dict(d, network=network, get_layer=get_layer)
+        if masked_from is not None:  # as the original: the unit runs over masked_from (already the masked frames)
+            d["masked_from"] = get_layer(masked_from)
 
     @classmethod
     def construct_children(cls, d, name, network, get_layer):
         """The masked frames of the sources (a new time axis) and the unit over them; ``unit`` becomes that layer."""
         from ...subnetwork import Subnetwork
 
-        if len(d["sources"]) > 1:
+        if d.get("masked_from") is not None:
+            masked = d["masked_from"].output
+        elif len(d["sources"]) > 1:
             from ..base import concat_sources
 
-            src = concat_sources(d["sources"], name="%s_masked_input" % name)
+            masked = _mask_frames(concat_sources(d["sources"], name="%s_masked_input" % name), d["mask"].output, name)
         else:
-            src = d["sources"][0].output
-        masked = _mask_frames(src, d["mask"].output, name)
+            masked = _mask_frames(d["sources"][0].output, d["mask"].output, name)
         # the unit layer has this layer's name (its params are this layer's), so the child shares our name prefix
         net = Subnetwork(network, name, own_data={"data": masked, "source": masked}, fallback_to_parent=True,
                          parent_get_layer=get_layer, absolute_name_prefix=network.get_absolute_name_prefix(),

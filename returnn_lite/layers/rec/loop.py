@@ -315,6 +315,8 @@ class RecLoopConstruction:
             return as_template_layout(layer.output, out, "rec layer %r: initial_output=%r of %r" % (
                 self.rec.name, init, x))
         value = {"zeros": 0, "ones": 1, None: 0}.get(init, init)
+        if out.dtype == "string" and value == 0:
+            value = ""  # zeros of a string output: empty strings (as tf.zeros)
         shape = [self.batch_dim if d.is_batch_dim() else (d.dimension if d.dimension is not None or d.dyn_size is None
                                                           else tf.reduce_max(d.dyn_size)) for d in out.dims]
         if any(s is None for s in shape):

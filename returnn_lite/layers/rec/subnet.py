@@ -102,8 +102,14 @@ def flatten_masked_computation(unit):
         sub = dict(desc.pop("unit"))
         mask = desc.pop("mask")
         sources = desc.pop("from", "data")
-        if desc.pop("masked_from", None) is not None:
-            raise NotImplementedError("masked_computation %r: masked_from" % name)
+        masked_from = desc.pop("masked_from", None)
+        if masked_from is not None:
+            # as the original (which needs the layer moved out of the loop then): the unit runs over the whole
+            # masked_from sequence (already the masked frames), the mask is not used; params named as M
+            if sub.get("from", "data") in ("data", ["data"]):
+                sub["from"] = masked_from
+            res[name] = dict(sub, **{k: v for k, v in desc.items() if k != "class"})  # e.g. is_output_layer
+            continue
         if sub.get("from", "data") in ("data", ["data"]):
             sub["from"] = sources
         res[name + "/unit"] = sub
