@@ -564,12 +564,17 @@ class Tensor:
     size_dtype = "int32"
     beam = None  # the SearchBeam the data is on (batch*beam entries), None without search
 
-    def __init__(self, name, shape=None, dtype=None, placeholder=None, sparse=None, dim=NotSpecified,
+    def __init__(self, name, dims=None, dtype=None, *, shape=None, placeholder=None, sparse=None, dim=NotSpecified,
                  size_placeholder=None, batch_dim_axis=NotSpecified, time_dim_axis=NotSpecified,
-                 feature_dim_axis=NotSpecified, available_for_inference=True, dim_tags=None, dims=None,
+                 feature_dim_axis=NotSpecified, available_for_inference=True, dim_tags=None,
                  sparse_dim=NotSpecified, raw_tensor=None, feature_dim=None, **kwargs):
-        if dims is None and shape is not None and shape and all(isinstance(d, Dim) for d in shape):
-            dims, shape = shape, None  # Tensor(name, dims, dtype) as the original's Tensor
+        # (name, dims, dtype) positional as the original's Tensor (dims=[]: a scalar); the classic Data options
+        # (shape, dim, batch_dim_axis, ...) by keyword
+        if dims is None and shape and all(isinstance(d, Dim) for d in shape):
+            dims, shape = shape, None  # (shape=[Dim, ...]: the dims)
+        if dims is not None and (shape is not None or dim_tags is not None):
+            raise TypeError("%s %r: dims and shape/dim_tags given both, got dims=%r, shape=%r" % (
+                type(self).__name__, name, dims, shape))
         if raw_tensor is not None:  # frontend (rf) name of the placeholder
             placeholder = raw_tensor
         if feature_dim is not None and dims is not None and feature_dim_axis is NotSpecified:
@@ -591,7 +596,8 @@ class Tensor:
             self.dims = tuple(dim_tags)
             for d in self.dims:
                 if not isinstance(d, Dim):
-                    raise TypeError("%s %r: dims must be Dim objects, got %r" % (type(self).__name__, name, d))
+                    raise TypeError("%s %r: dims must be Dim objects (a classic shape goes as shape=), got %r" % (
+                        type(self).__name__, name, d))
         else:
             self.dims = self._dims_from_classic(
                 name, shape, sparse, dim, batch_dim_axis, time_dim_axis, feature_dim_axis)
