@@ -11,7 +11,7 @@ explicit time/feature overrides that classic configs can set. Two axes are the s
 were declared the same (``declare_same_as``), never because their sizes are equal.
 
 Work on raw tensors (transposes, masks, the max of the lengths) goes through the backend of the raw tensor
-(:mod:`returnn_lite.tensor.backend`); the operators of a Tensor are rf functions (:func:`backend.frontend`). The TF
+(:mod:`returnn_lite.tensor.backend`); the operators of a Tensor are rf functions (:mod:`._tensor_ops`). The TF
 compiler's :class:`returnn_lite.data.Data` is a subclass (placeholders, search beams, TF sequence masks).
 """
 
@@ -21,6 +21,7 @@ import copy as _copy
 import re
 
 from ..util import NotSpecified
+from ._tensor_ops import TensorOperators
 from .backend import backend_for_raw, frontend, raw_backend
 
 _ARITH_SYMBOLS = {"add": "+", "sub": "-", "mul": "*", "floordiv": "//", "ceildiv": "/^"}
@@ -549,7 +550,7 @@ def dtype_name(dtype):
 _IGNORED_KWARGS = {"control_flow_ctx", "same_dim_tags_as", "batch", "version", "vocab"}
 
 
-class Tensor:
+class Tensor(TensorOperators):
     """
     A tensor: dims (a tuple of :class:`Dim`), dtype, sparse dim, and an optional raw tensor (``raw_tensor``, also
     called ``placeholder``) of a backend. Without raw tensor it is a template (what a layer will output).
@@ -1374,96 +1375,6 @@ class Tensor:
 
     def mark_as_default_output(self, *, shape=None):
         frontend().get_run_ctx().mark_as_default_output(self, shape=shape)
-
-    # ---- operators (rf functions) ----
-    def __add__(self, other):
-        return frontend().combine(self, "add", other)
-
-    def __radd__(self, other):
-        return frontend().combine(other, "add", self)
-
-    def __sub__(self, other):
-        return frontend().combine(self, "sub", other)
-
-    def __rsub__(self, other):
-        return frontend().combine(other, "sub", self)
-
-    def __mul__(self, other):
-        return frontend().combine(self, "mul", other)
-
-    def __rmul__(self, other):
-        return frontend().combine(other, "mul", self)
-
-    def __truediv__(self, other):
-        return frontend().combine(self, "truediv", other)
-
-    def __rtruediv__(self, other):
-        return frontend().combine(other, "truediv", self)
-
-    def __floordiv__(self, other):
-        return frontend().combine(self, "floordiv", other)
-
-    def __rfloordiv__(self, other):
-        return frontend().combine(other, "floordiv", self)
-
-    def __mod__(self, other):
-        return frontend().combine(self, "mod", other)
-
-    def __rmod__(self, other):
-        return frontend().combine(other, "mod", self)
-
-    def __pow__(self, other):
-        return frontend().combine(self, "pow", other)
-
-    def __rpow__(self, other):
-        return frontend().combine(other, "pow", self)
-
-    def __and__(self, other):
-        return frontend().combine(self, "logical_and", other)
-
-    def __rand__(self, other):
-        return frontend().combine(other, "logical_and", self)
-
-    def __or__(self, other):
-        return frontend().combine(self, "logical_or", other)
-
-    def __ror__(self, other):
-        return frontend().combine(other, "logical_or", self)
-
-    def __neg__(self):
-        return frontend().neg(self)
-
-    def __invert__(self):
-        return frontend().logical_not(self)
-
-    def __abs__(self):
-        return frontend().abs(self)
-
-    def __eq__(self, other):
-        # ``x == 0`` compares elementwise (as the original); Tensor vs Tensor stays identity (Tensors sit in lists
-        # and dicts of the compiler): use rf.compare(a, "==", b) there
-        if isinstance(other, (bool, int, float)) and self.placeholder is not None:
-            return frontend().compare(self, "equal", other)
-        return self is other
-
-    def __ne__(self, other):
-        if isinstance(other, (bool, int, float)) and self.placeholder is not None:
-            return frontend().compare(self, "not_equal", other)
-        return self is not other
-
-    __hash__ = object.__hash__
-
-    def __lt__(self, other):
-        return frontend().compare(self, "less", other)
-
-    def __le__(self, other):
-        return frontend().compare(self, "less_equal", other)
-
-    def __gt__(self, other):
-        return frontend().compare(self, "greater", other)
-
-    def __ge__(self, other):
-        return frontend().compare(self, "greater_equal", other)
 
 
 __all__ = ["Dim", "DimensionTag", "Tensor", "SpatialDim", "FeatureDim", "batch_dim", "single_step_dim", "axes_of",
