@@ -14,7 +14,7 @@ from .tensor.backend import Backend
 from .tensor.tensor import (  # noqa: F401 (the compiler's names for them)
     Dim, DimensionTag, FeatureDim, SpatialDim, Tensor, axes_of, batch_dim, dtype_name, has_repeated_dim,
     single_step_dim)
-from .util import NotSpecified, as_list  # noqa: F401 (as_list: re-exported)
+from .util import as_list  # noqa: F401 (re-exported)
 
 tf1 = tf.compat.v1
 
@@ -209,9 +209,8 @@ class SearchBeam:
 class Data(Tensor):
     """A Tensor of the TF compiler: its raw tensor (``placeholder``) is a ``tf.Tensor``; search beams."""
 
-    def __init__(self, name, shape=None, dtype=None, placeholder=None, sparse=None, dim=NotSpecified,
-                 auto_create_placeholders=False, **kwargs):
-        super().__init__(name, shape=shape, dtype=dtype, placeholder=placeholder, sparse=sparse, dim=dim, **kwargs)
+    def __init__(self, name, dims=None, dtype=None, *, auto_create_placeholders=False, **kwargs):
+        super().__init__(name, dims, dtype, **kwargs)  # (name, dims, dtype) as Tensor; classic options by keyword
         if self.beam is not None and not isinstance(self.beam, SearchBeam):
             raise TypeError("Data %r: beam must be a SearchBeam, got %r" % (name, self.beam))
         if auto_create_placeholders:

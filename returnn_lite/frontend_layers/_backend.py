@@ -285,7 +285,8 @@ class ReturnnLayersBackend(Backend):
             true_, false_, _ = _promoted(ReturnnLayersBackend, true_, false_, None)
         t = true_ if is_tensor(true_) else false_ if is_tensor(false_) else None
         dtype = t.dtype if t is not None else ("float32" if isinstance(true_, float) else "int32")
-        if is_tensor(cond) and all(not is_tensor(v) or v.dtype == dtype for v in (true_, false_)):
+        if is_tensor(cond) and all(not is_tensor(v) or v.dtype == dtype for v in (true_, false_)) and \
+                _switch_layer_fits(dims, [true_, false_, cond]):
             sparse = t.sparse_dim if t is not None and dtype.startswith("int") else None
             if (is_tensor(true_) and true_.sparse_dim == sparse) or (not is_tensor(true_) and sparse is None):
                 return _emit("switch", None, dims, dtype, sparse_dim=sparse, condition=_raw_name(cond),
@@ -334,8 +335,8 @@ class ReturnnLayersBackend(Backend):
         return _emit("softmax_over_spatial", [tensor], tensor.dims, tensor.dtype, axis=axis, use_time_mask=use_mask,
                      log_space=True, name="log_softmax")
 
-    @staticmethod
-    def matmul(a, b, *, reduce, use_mask=True):
+    @classmethod
+    def matmul(cls, a, b, *, reduce, use_mask=True):
         reduce = [reduce] if isinstance(reduce, Dim) else list(reduce)
         if has_repeated_dim(a.dims) or has_repeated_dim(b.dims):  # (the dot layer: axes by match priority too)
             ra, rb = axes_of(a.dims, reduce), axes_of(b.dims, reduce)
@@ -345,6 +346,8 @@ class ReturnnLayersBackend(Backend):
             a_rest = [d for d in a.dims if d not in reduce]
             b_rest = [d for d in b.dims if d not in reduce]
         dims = a_rest + [d for d in b_rest if d not in a_rest]
+        if not reduce:  # an outer product (the dot layer needs axes to reduce)
+            return cls.combine(a, "mul", b, allow_broadcast_all_sources=True, dim_order=dims)
         var1 = [d for d in a_rest if d not in b_rest]
         var2 = [d for d in b_rest if d not in a_rest]
         return _emit("dot", [a, b], dims, a.dtype, reduce=reduce, var1=var1, var2=var2, add_var2_if_empty=False,
@@ -822,6 +825,19 @@ def _broadcast_to(x, dims):
     zeros = ReturnnLayersBackend.full(missing, neutral, dtype=x.dtype)
     return _emit("combine", [x, zeros], dims, x.dtype, kind="logical_or" if x.dtype == "bool" else "add",
                  name="broadcast", **_broadcast_all_opts(x, zeros))
+
+
+def _switch_layer_fits(dims, values):
+    """
+    Whether the switch layer gives rf.where's dims: its output is the common data of its inputs, matched the
+    classic way (e.g. two feature axes of other sizes are refused, axes of equal static size may pair); else the
+    ``frontend_op`` where, which matches by Dim only.
+    """
+    try:
+        common = Data.get_common_data([v for v in values if is_tensor(v)])
+    except ValueError:
+        return False
+    return common is not None and len(common.dims) == len(dims) and set(common.dims) == set(dims)
 
 
 def _switch_value(v, dtype):

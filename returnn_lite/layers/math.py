@@ -365,6 +365,11 @@ def _dot_plan(name, a, b, red1, red2, var1, var2, add_var2_if_empty):
     return spec, out_dims, red1_, red2_, added, time_axis
 
 
+def _mask_fits(x, axes):
+    """Whether the lengths of these axes of x broadcast against x (lengths per sequence need its batch axis)."""
+    return x.have_batch_axis() or all(x.dims[i].dyn_size.shape.rank == 0 for i in axes)
+
+
 def _dot_defaults(reduce, red1, red2, var1, var2, add_var2_if_empty):
     if reduce is not NotSpecified:
         if red1 is not NotSpecified or red2 is not NotSpecified:
@@ -401,12 +406,18 @@ class DotLayer(LayerBase):
         xa, xb = a.placeholder, b.placeholder
         dyn_a = [i for i in red1_ if a.dims[i].is_dynamic() and a.dims[i].dyn_size is not None]
         dyn_b = [j for j in red2_ if b.dims[j].is_dynamic() and b.dims[j].dyn_size is not None]
+        # padded frames zeroed in one source (the smaller one) zero their products
+        fit_a, fit_b = dyn_a and _mask_fits(a, dyn_a), dyn_b and _mask_fits(b, dyn_b)
         if not use_mask:
             pass
-        elif dyn_a and (not dyn_b or a.batch_ndim <= b.batch_ndim):
+        elif fit_a and (not fit_b or a.batch_ndim <= b.batch_ndim):
             xa = a.copy_masked(0.0, axes=dyn_a).placeholder
-        elif dyn_b:
+        elif fit_b:
             xb = b.copy_masked(0.0, axes=dyn_b).placeholder
+        elif dyn_a or dyn_b:
+            raise ValueError("dot layer %r: cannot mask the padded frames of the reduce axes: their lengths are per "
+                             "sequence, and neither %s nor %s has the batch axis (use_mask=False: summed as they are)"
+                             % (self.name, a.short_repr(), b.short_repr()))
         if debug:  # as the original: only a print of the operands' shapes when run (to stderr)
             print_op = tf.print("dot layer %r: einsum %s, shapes" % (self.name, spec), tf.shape(xa), tf.shape(xb))
             with tf.control_dependencies([print_op]):

@@ -11,7 +11,7 @@ explicit time/feature overrides that classic configs can set. Two axes are the s
 were declared the same (``declare_same_as``), never because their sizes are equal.
 
 Work on raw tensors (transposes, masks, the max of the lengths) goes through the backend of the raw tensor
-(:mod:`returnn_lite.tensor.backend`); the operators of a Tensor are rf functions (:func:`backend.frontend`). The TF
+(:mod:`returnn_lite.tensor.backend`); the operators of a Tensor are rf functions (:mod:`._tensor_ops`). The TF
 compiler's :class:`returnn_lite.data.Data` is a subclass (placeholders, search beams, TF sequence masks).
 """
 
@@ -21,6 +21,7 @@ import copy as _copy
 import re
 
 from ..util import NotSpecified
+from ._tensor_ops import TensorOperators
 from .backend import backend_for_raw, frontend, raw_backend
 
 _ARITH_SYMBOLS = {"add": "+", "sub": "-", "mul": "*", "floordiv": "//", "ceildiv": "/^"}
@@ -549,7 +550,7 @@ def dtype_name(dtype):
 _IGNORED_KWARGS = {"control_flow_ctx", "same_dim_tags_as", "batch", "version", "vocab"}
 
 
-class Tensor:
+class Tensor(TensorOperators):
     """
     A tensor: dims (a tuple of :class:`Dim`), dtype, sparse dim, and an optional raw tensor (``raw_tensor``, also
     called ``placeholder``) of a backend. Without raw tensor it is a template (what a layer will output).
@@ -564,12 +565,17 @@ class Tensor:
     size_dtype = "int32"
     beam = None  # the SearchBeam the data is on (batch*beam entries), None without search
 
-    def __init__(self, name, shape=None, dtype=None, placeholder=None, sparse=None, dim=NotSpecified,
+    def __init__(self, name, dims=None, dtype=None, *, shape=None, placeholder=None, sparse=None, dim=NotSpecified,
                  size_placeholder=None, batch_dim_axis=NotSpecified, time_dim_axis=NotSpecified,
-                 feature_dim_axis=NotSpecified, available_for_inference=True, dim_tags=None, dims=None,
+                 feature_dim_axis=NotSpecified, available_for_inference=True, dim_tags=None,
                  sparse_dim=NotSpecified, raw_tensor=None, feature_dim=None, **kwargs):
-        if dims is None and shape is not None and shape and all(isinstance(d, Dim) for d in shape):
-            dims, shape = shape, None  # Tensor(name, dims, dtype) as the original's Tensor
+        # (name, dims, dtype) positional as the original's Tensor (dims=[]: a scalar); the classic Data options
+        # (shape, dim, batch_dim_axis, ...) by keyword
+        if dims is None and shape and all(isinstance(d, Dim) for d in shape):
+            dims, shape = shape, None  # (shape=[Dim, ...]: the dims)
+        if dims is not None and (shape is not None or dim_tags is not None):
+            raise TypeError("%s %r: dims and shape/dim_tags given both, got dims=%r, shape=%r" % (
+                type(self).__name__, name, dims, shape))
         if raw_tensor is not None:  # frontend (rf) name of the placeholder
             placeholder = raw_tensor
         if feature_dim is not None and dims is not None and feature_dim_axis is NotSpecified:
@@ -591,7 +597,8 @@ class Tensor:
             self.dims = tuple(dim_tags)
             for d in self.dims:
                 if not isinstance(d, Dim):
-                    raise TypeError("%s %r: dims must be Dim objects, got %r" % (type(self).__name__, name, d))
+                    raise TypeError("%s %r: dims must be Dim objects (a classic shape goes as shape=), got %r" % (
+                        type(self).__name__, name, d))
         else:
             self.dims = self._dims_from_classic(
                 name, shape, sparse, dim, batch_dim_axis, time_dim_axis, feature_dim_axis)
@@ -1368,96 +1375,6 @@ class Tensor:
 
     def mark_as_default_output(self, *, shape=None):
         frontend().get_run_ctx().mark_as_default_output(self, shape=shape)
-
-    # ---- operators (rf functions) ----
-    def __add__(self, other):
-        return frontend().combine(self, "add", other)
-
-    def __radd__(self, other):
-        return frontend().combine(other, "add", self)
-
-    def __sub__(self, other):
-        return frontend().combine(self, "sub", other)
-
-    def __rsub__(self, other):
-        return frontend().combine(other, "sub", self)
-
-    def __mul__(self, other):
-        return frontend().combine(self, "mul", other)
-
-    def __rmul__(self, other):
-        return frontend().combine(other, "mul", self)
-
-    def __truediv__(self, other):
-        return frontend().combine(self, "truediv", other)
-
-    def __rtruediv__(self, other):
-        return frontend().combine(other, "truediv", self)
-
-    def __floordiv__(self, other):
-        return frontend().combine(self, "floordiv", other)
-
-    def __rfloordiv__(self, other):
-        return frontend().combine(other, "floordiv", self)
-
-    def __mod__(self, other):
-        return frontend().combine(self, "mod", other)
-
-    def __rmod__(self, other):
-        return frontend().combine(other, "mod", self)
-
-    def __pow__(self, other):
-        return frontend().combine(self, "pow", other)
-
-    def __rpow__(self, other):
-        return frontend().combine(other, "pow", self)
-
-    def __and__(self, other):
-        return frontend().combine(self, "logical_and", other)
-
-    def __rand__(self, other):
-        return frontend().combine(other, "logical_and", self)
-
-    def __or__(self, other):
-        return frontend().combine(self, "logical_or", other)
-
-    def __ror__(self, other):
-        return frontend().combine(other, "logical_or", self)
-
-    def __neg__(self):
-        return frontend().neg(self)
-
-    def __invert__(self):
-        return frontend().logical_not(self)
-
-    def __abs__(self):
-        return frontend().abs(self)
-
-    def __eq__(self, other):
-        # ``x == 0`` compares elementwise (as the original); Tensor vs Tensor stays identity (Tensors sit in lists
-        # and dicts of the compiler): use rf.compare(a, "==", b) there
-        if isinstance(other, (bool, int, float)) and self.placeholder is not None:
-            return frontend().compare(self, "equal", other)
-        return self is other
-
-    def __ne__(self, other):
-        if isinstance(other, (bool, int, float)) and self.placeholder is not None:
-            return frontend().compare(self, "not_equal", other)
-        return self is not other
-
-    __hash__ = object.__hash__
-
-    def __lt__(self, other):
-        return frontend().compare(self, "less", other)
-
-    def __le__(self, other):
-        return frontend().compare(self, "less_equal", other)
-
-    def __gt__(self, other):
-        return frontend().compare(self, "greater", other)
-
-    def __ge__(self, other):
-        return frontend().compare(self, "greater_equal", other)
 
 
 __all__ = ["Dim", "DimensionTag", "Tensor", "SpatialDim", "FeatureDim", "batch_dim", "single_step_dim", "axes_of",

@@ -263,3 +263,23 @@ def test_dim_arithmetic_lengths_dims_torch():
     finally:
         steps.reset_eager()
         other.reset_eager()
+
+
+def test_tensor_constructor_forms_as_the_original():
+    """(name, dims, dtype) positional as the original's Tensor: empty dims is a scalar (not the classic [B]); the
+    classic Data options go by keyword; dims with shape, or a classic shape passed as dims, are refused."""
+    from returnn_lite.data import Data
+    from returnn_lite.tensor import Tensor, batch_dim
+
+    for cls in (Tensor, Data):
+        scalar = cls("x", [], "int64")
+        assert scalar.dims == () and scalar.dtype == "int64"
+        assert cls("x", dims=[], dtype="float32").dims == ()
+        assert cls("x", [batch_dim], "float32").dims == (batch_dim,)
+        assert cls(name="x", shape=()).dims == (batch_dim,)  # classic: the batch dim is implied
+        classic = cls(name="x", shape=(None, 5))
+        assert classic.batch_shape == (None, None, 5) and classic.dtype == "float32"
+        with pytest.raises(TypeError, match="shape="):
+            cls("x", (None, 5))
+        with pytest.raises(TypeError, match="dims and shape"):
+            cls("x", [batch_dim], shape=(None,))

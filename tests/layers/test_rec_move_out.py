@@ -227,3 +227,42 @@ def test_prev_of_a_layer_with_state_stays_in_the_loop():
     assert "s" in sub.in_loop
     mask = np.arange(y.shape[0])[:, None] < lens[None, :]
     np.testing.assert_allclose(y[mask], y_ref[mask], rtol=1e-5)
+
+
+def _two_loops(move_out):
+    """rec 'output': x1 -> x2 -> x3 moved out (frame-wise), acc in the loop; rec 'other' reads output/x2 per frame."""
+    unit = {"x1": {"class": "linear", "activation": "tanh", "n_out": 4, "from": "data:source"},
+            "x2": {"class": "linear", "activation": "tanh", "n_out": 4, "from": "x1"},
+            "x3": {"class": "linear", "activation": None, "n_out": 4, "from": "x2"},
+            "acc": {"class": "combine", "kind": "add", "from": ["prev:acc", "x3"]},
+            "output": {"class": "copy", "from": "acc"}}
+    other = {"y": {"class": "combine", "kind": "add", "from": ["prev:y", "base:output/x2"]},
+             "output": {"class": "copy", "from": "y"}}
+    net_dict = {"output": {"class": "rec", "from": "data", "unit": unit, "optimize_move_layers_out": move_out},
+                "other": {"class": "rec", "from": "data", "unit": other, "optimize_move_layers_out": move_out,
+                          "is_output_layer": True}}
+    with tf.Graph().as_default() as graph:
+        net = _build(net_dict, train=False)
+        sub = net.get_layer("output").subnet
+        outs = [net.get_layer(x).output.copy_as_batch_major() for x in ("output", "other")]
+        with tf1.Session() as session:
+            net.initialize_params(session)
+            for p in net.get_params_list():
+                p.load(np.random.RandomState(len(p.op.name)).randn(*p.shape.as_list()).astype("float32"), session)
+            ys = session.run([o.placeholder for o in outs], _feed(net))
+        ops = graph.get_operations()
+    return sub, ys, ops
+
+
+def test_moved_out_layers_time_major_only_where_used():
+    """issue #30: a moved-out layer gets its time-major copy (a transpose) only where something reads it: x3 in the
+    loop, x2 from the other rec layer's loop (built in the outer graph, not in that loop's body); x1 never."""
+    sub, ys, ops = _two_loops(True)
+    _, ys_ref, _ = _two_loops(False)
+    assert set(sub.moved_out) == {"x1", "x2", "x3"}
+    assert sub.accumulated.is_lazy("x1") and not sub.accumulated.is_lazy("x2")
+    for y, y_ref in zip(ys, ys_ref):
+        assert y.shape[:2] == (len(DATA_LENS), DATA_LENS.max())
+        mask = np.arange(y.shape[1])[None, :] < DATA_LENS[:, None]  # [B, T]
+        np.testing.assert_allclose(y[mask], y_ref[mask], rtol=1e-5, atol=1e-6)
+    assert not [op.name for op in ops if op.type == "Transpose" and "/x1" in op.name]

@@ -7,6 +7,8 @@ The real construction of a rec layer's subnetwork unit, after its templates and 
 from __future__ import annotations
 
 import collections
+import collections.abc
+import contextlib
 
 import tensorflow as tf
 
@@ -161,7 +163,7 @@ class RecLoopConstruction:
         self.no_logits = set()  # loss layers without logits (e.g. eval): their loss takes the output
         self.loop_net = None  # the network of the (last traced) loop body
         # pass 5
-        self.accumulated = {}
+        self.accumulated = _LazyLayers()  # sub-layer name -> its output over all frames (time-major)
 
     def run(self):
         self.build_moved_out()
@@ -467,28 +469,43 @@ class RecLoopConstruction:
         return scores * factor
 
     def collect_moved_out(self):
+        """
+        Moved-out layers as seen from outside (time-major): built on first lookup, as most are never looked up
+        (issue #30: a transpose per moved-out layer). They are built in the graph, control flow context and name
+        scope of this pass, wherever the lookup comes from.
+        """
+        here = _BuildContext.capture()
         for x in self.moved_out:
             layer = self.full[x]
-            if _frame_template(layer.output, self.time_dim) is None:  # the same in every frame
-                if x != "output":
-                    continue
-                out = layer.output.copy_add_dim_by_tag(self.time_dim, unbroadcast=True, axis=0)
-            else:
-                out = _time_major(layer.output, self.time_dim)
-            self.accumulated[x] = _AccumulatedLayer(x, self.outside_net, out, layer)
+            constant = _frame_template(layer.output, self.time_dim) is None  # the same in every frame
+            if constant and x != "output":
+                continue
+
+            def build(x=x, layer=layer, constant=constant):
+                with here:
+                    if constant:
+                        out = layer.output.copy_add_dim_by_tag(self.time_dim, unbroadcast=True, axis=0)
+                    else:
+                        out = _time_major(layer.output, self.time_dim)
+                    return _AccumulatedLayer(x, self.outside_net, out, layer)
+
+            self.accumulated.add_lazy(x, build, loss=layer.loss)
 
     def set_rec_output(self):
         rec = self.rec
-        out = self.accumulated["output"].output
+        if self.accumulated.is_lazy("output") and self.time_dim in self.full["output"].output.dims:
+            out = self.full["output"].output  # straight to the rec layer's layout (no time-major copy in between)
+        else:
+            out = self.accumulated["output"].output
         rec.output.placeholder = out.copy_compatible_to(rec.output).placeholder if out.dims != rec.output.dims \
             else out.placeholder
 
     # ---- pass 6: losses ----
     def register_losses(self):
         for x in sorted(self.accumulated):
-            layer = self.accumulated[x]
-            if layer.loss is None:
+            if self.accumulated.loss_of(x) is None:
                 continue
+            layer = self.accumulated[x]
             if layer.output.beam is not None and layer.loss.need_target:
                 raise NotImplementedError(
                     "rec layer %r: sub-layer %r has a loss, which is not computed on the search beam (the "
@@ -713,6 +730,66 @@ def _apply_backtrack(x, idx, k):
     x = tf.reshape(x, tf.concat([[shape[0], shape[1] // k, k], shape[2:]], 0))
     x = tf.gather(x, idx, axis=2, batch_dims=2)
     return tf.reshape(x, shape)
+
+
+class _BuildContext:
+    """Where TF ops are being created (graph, v1 control flow context, name scope), to create more there later."""
+
+    def __init__(self, graph, flow_context, name_scope):
+        self.graph, self.flow_context, self.name_scope = graph, flow_context, name_scope
+        self._stack = []
+
+    @classmethod
+    def capture(cls):
+        graph = tf1.get_default_graph()
+        return cls(graph, graph._get_control_flow_context(), graph.get_name_scope())  # noqa: SLF001 (no public API)
+
+    def __enter__(self):
+        stack = contextlib.ExitStack()
+        stack.enter_context(self.graph.as_default())
+        stack.enter_context(self.graph.control_dependencies(None))  # (also leaves the current control flow context)
+        stack.enter_context(self.graph.name_scope(self.name_scope + "/" if self.name_scope else ""))
+        old = self.graph._get_control_flow_context()  # noqa: SLF001
+        self.graph._set_control_flow_context(self.flow_context)  # noqa: SLF001
+        stack.callback(self.graph._set_control_flow_context, old)  # noqa: SLF001
+        self._stack.append(stack)
+
+    def __exit__(self, *exc):
+        return self._stack.pop().__exit__(*exc)
+
+
+class _LazyLayers(collections.abc.Mapping):
+    """Name -> layer; a layer added with ``add_lazy`` is built on its first lookup (its loss known before)."""
+
+    def __init__(self):
+        self._layers = {}
+        self._builders = {}  # name -> (build, loss)
+
+    def __setitem__(self, name, layer):
+        self._layers[name] = layer
+
+    def add_lazy(self, name, build, loss):
+        self._builders[name] = (build, loss)
+
+    def is_lazy(self, name):
+        return name in self._builders
+
+    def loss_of(self, name):
+        return self._builders[name][1] if name in self._builders else self._layers[name].loss
+
+    def __getitem__(self, name):
+        if name in self._builders:
+            self._layers[name] = self._builders.pop(name)[0]()
+        return self._layers[name]
+
+    def __iter__(self):
+        return iter(list(self._layers) + list(self._builders))
+
+    def __len__(self):
+        return len(self._layers) + len(self._builders)
+
+    def __contains__(self, name):
+        return name in self._layers or name in self._builders
 
 
 class _AccumulatedLayer(InternalLayer):
