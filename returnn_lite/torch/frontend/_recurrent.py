@@ -7,6 +7,7 @@ import torch
 from ...tensor import Dim, single_step_dim
 from ...frontend._utils import FrontendError, call_site, dims_str, is_tensor
 from ._common import _align, _device, _dim_len, _is_dyn, _new, _on, _set_sizes, _sizes, _transposed
+from ._shape import gather
 
 
 def lstm(source, *, state_h, state_c, ff_weight, rec_weight, bias, spatial_dim, in_dim, out_dim):
@@ -68,12 +69,45 @@ def while_loop(cond, body, initial):
         loop_vars = body(loop_vars)
 
 def scan(*, spatial_dim, initial, xs, ys, body, cond=None, cond_dims=None, cond_before_body=True, max_seq_len=None):
-    """rf.scan with cond (the loop over a spatial_dim runs eagerly in rf's loop module, ``_scan_eager``)."""
-    if cond is None:
-        raise FrontendError("rf.scan at %s: the torch backend's scan is the loop with cond; a loop over %s runs in "
-                            "rf.scan itself (eager backends)" % (call_site(), spatial_dim))
-    return _scan_cond(spatial_dim=spatial_dim, initial=initial, ys=ys, body=body, cond=cond,
-                      cond_dims=cond_dims, cond_before_body=cond_before_body, max_seq_len=max_seq_len)
+    """Eager loop over the frames of spatial_dim; the state of a sequence is kept after its length."""
+    from ...frontend_layers._loop import _flatten, _pack
+
+    if cond is not None:
+        return _scan_cond(spatial_dim=spatial_dim, initial=initial, ys=ys, body=body, cond=cond,
+                          cond_dims=cond_dims, cond_before_body=cond_before_body, max_seq_len=max_seq_len)
+
+    n = _dim_len(spatial_dim)
+    xs_flat, state = _flatten(xs), _flatten(initial)
+    lens = _sizes(spatial_dim) if _is_dyn(spatial_dim) else None
+    frames = []
+    y_t = None
+    for t in range(n):
+        x_t = [gather(x, indices=t, axis=spatial_dim) for x in xs_flat]
+        y_t, s_new = body(_pack(xs, x_t), _pack(initial, state))
+        s_new = _flatten(s_new)
+        if len(s_new) != len(state):
+            raise FrontendError("rf.scan at %s: %i new state tensors, but %i initial ones" % (
+                call_site(), len(s_new), len(state)))
+        new_state = []
+        for new, old in zip(s_new, state):
+            if set(new.dims) != set(old.dims):
+                raise FrontendError("rf.scan at %s: new state has dims %s, the initial one %s" % (
+                    call_site(), dims_str(new.dims), dims_str(old.dims)))
+            raw = _transposed(new, old.dims)
+            if lens is not None and all(d in old.dims for d in lens[1]):
+                active = _align(_new("active", lens[1], _on(lens[0], raw.device) > t), old.dims)
+                raw = torch.where(active, raw, old.placeholder)
+            new_state.append(_new(old.name, old.dims, raw, sparse_dim=old.sparse_dim))
+        state = new_state
+        frames.append(_flatten(y_t))
+    if y_t is None:
+        raise FrontendError("rf.scan at %s: the loop dim %s has no frames" % (
+            call_site(), spatial_dim.short_repr()))
+    stacked = []
+    for i, first in enumerate(frames[0]):
+        raw = torch.stack([_transposed(f[i], first.dims) for f in frames], dim=0)
+        stacked.append(_new("scan_y%i" % i, [spatial_dim] + list(first.dims), raw, sparse_dim=first.sparse_dim))
+    return _pack(y_t, stacked), _pack(initial, state), spatial_dim
 
 
 def _cudnn_flat_lstm_params(x, w_ih, w_hh, b, hidden):
