@@ -118,6 +118,23 @@ def _check_padding(padding, nd, func):
 
 
 # ---- conv ----
+def _set_conv_dims(module, name, in_dim, out_dim, filter_size):
+    """Checks and sets module.in_dim/out_dim/filter_size (and nd from filter_size where the class leaves it open)."""
+    if not isinstance(in_dim, Dim) or not isinstance(out_dim, Dim):
+        raise error(name, "in_dim and out_dim must be Dims, got %r, %r" % (in_dim, out_dim))
+    if isinstance(filter_size, (int, Dim)):
+        filter_size = [filter_size] * (module.nd or 1)
+    filter_size = list(filter_size)
+    if module.nd is None:
+        module.nd = len(filter_size)
+    elif len(filter_size) != module.nd:
+        raise error(name, "filter_size=%r: expected %i values" % (filter_size, module.nd))
+    module.in_dim = dim_match_priority_when_needed(in_dim, out_dim)
+    module.out_dim = out_dim
+    module.filter_size = [s if isinstance(s, Dim) else Dim(int(s), name="filter-dim%i" % i)
+                          for i, s in enumerate(filter_size)]
+
+
 class _Conv(Module):
     """N-D convolution; params ``filter`` [out_dim, in_dim // groups, *filter_size] and ``bias`` [out_dim]."""
 
@@ -127,19 +144,7 @@ class _Conv(Module):
                  with_bias=True):
         super().__init__()
         name = type(self).__name__
-        if not isinstance(in_dim, Dim) or not isinstance(out_dim, Dim):
-            raise error(name, "in_dim and out_dim must be Dims, got %r, %r" % (in_dim, out_dim))
-        if isinstance(filter_size, (int, Dim)):
-            filter_size = [filter_size] * (self.nd or 1)
-        filter_size = list(filter_size)
-        if self.nd is None:
-            self.nd = len(filter_size)
-        elif len(filter_size) != self.nd:
-            raise error(name, "filter_size=%r: expected %i values" % (filter_size, self.nd))
-        self.in_dim = dim_match_priority_when_needed(in_dim, out_dim)
-        self.out_dim = out_dim
-        self.filter_size = [s if isinstance(s, Dim) else Dim(int(s), name="filter-dim%i" % i)
-                            for i, s in enumerate(filter_size)]
+        _set_conv_dims(self, name, in_dim, out_dim, filter_size)
         self.padding = _check_padding(padding, self.nd, name)
         self.strides = _seq(strides, self.nd, "strides", name)  # a list, as the original (int -> [s] * nd)
         self.dilation_rate = dilation_rate
@@ -237,19 +242,7 @@ class _TransposedConv(Module):
                  with_bias=True):
         super().__init__()
         name = type(self).__name__
-        if not isinstance(in_dim, Dim) or not isinstance(out_dim, Dim):
-            raise error(name, "in_dim and out_dim must be Dims, got %r, %r" % (in_dim, out_dim))
-        if isinstance(filter_size, (int, Dim)):
-            filter_size = [filter_size] * (self.nd or 1)
-        filter_size = list(filter_size)
-        if self.nd is None:
-            self.nd = len(filter_size)
-        elif len(filter_size) != self.nd:
-            raise error(name, "filter_size=%r: expected %i values" % (filter_size, self.nd))
-        self.in_dim = dim_match_priority_when_needed(in_dim, out_dim)
-        self.out_dim = out_dim
-        self.filter_size = [s if isinstance(s, Dim) else Dim(int(s), name="filter-dim%i" % i)
-                            for i, s in enumerate(filter_size)]
+        _set_conv_dims(self, name, in_dim, out_dim, filter_size)
         self.padding = padding
         self.remove_padding = remove_padding
         self.output_padding = output_padding
