@@ -110,6 +110,12 @@ def build_plain_tf(layers, units):
         fw = _lstm_plain(x, len_ph, n_in, units, False, "plain_lstm%i_fw" % i)
         bw = _lstm_plain(x, len_ph, n_in, units, True, "plain_lstm%i_bw" % i)
         x, n_in = tf.concat([fw, bw], axis=2), 2 * units
+    return plain_output_and_train_op(x, n_in, x_ph, y_ph, len_ph, t0)
+
+
+def plain_output_and_train_op(x, n_in, x_ph, y_ph, len_ph, t0):
+    """The plain baselines' softmax output, masked CE and SGD step over time-major x [T, B, n_in]:
+    (train_op, feed function, (net construction s, gradient construction s)), CPU time from t0."""
     with tf1.variable_scope("plain_output"):
         w = tf1.get_variable("W", [n_in, N_CLASSES], initializer=tf1.glorot_uniform_initializer())
         b = tf1.get_variable("b", [N_CLASSES], initializer=tf1.zeros_initializer())

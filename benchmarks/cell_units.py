@@ -28,7 +28,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from blstm_train import N_CLASSES, N_IN, build_returnn_lite, make_batch, measure  # noqa: E402
+from blstm_train import N_IN, build_returnn_lite, make_batch, measure, plain_output_and_train_op  # noqa: E402
 
 tf1 = tf.compat.v1
 
@@ -130,21 +130,7 @@ def build_plain(unit, layers, units, dynamic):
             bw = _rnn_loop(unit, x, len_ph, n_in, units, True, "plain_lstm%i_bw" % i)
             x = tf.concat([fw, bw], axis=2)
         n_in = 2 * units
-    with tf1.variable_scope("plain_output"):
-        w = tf1.get_variable("W", [n_in, N_CLASSES], initializer=tf1.glorot_uniform_initializer())
-        b = tf1.get_variable("b", [N_CLASSES], initializer=tf1.zeros_initializer())
-    logits = tf.tensordot(x, w, [[2], [0]]) + b  # [T, B, C]
-    mask = tf.transpose(tf.sequence_mask(len_ph, tf.shape(x_ph)[1]), [1, 0])
-    ce = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=tf.transpose(y_ph, [1, 0]), logits=logits)
-    loss = tf.reduce_sum(tf.where(mask, ce, tf.zeros_like(ce))) / tf.cast(tf.reduce_sum(len_ph), tf.float32)
-    t1 = time.process_time()
-    train_op = tf1.train.GradientDescentOptimizer(0.01).minimize(loss)
-    t2 = time.process_time()
-
-    def feed(x, y, lens):
-        return {x_ph: x, y_ph: y, len_ph: lens}
-
-    return train_op, feed, (t1 - t0, t2 - t1)
+    return plain_output_and_train_op(x, n_in, x_ph, y_ph, len_ph, t0)
 
 
 def main():
