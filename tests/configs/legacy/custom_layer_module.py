@@ -1,6 +1,6 @@
 """A layer class in its own module file, registered by a config via auto_register_layer_classes(filename)."""
 
-from returnn.tf.layers.basic import _ConcatInputLayer
+from TFNetworkLayer import _ConcatInputLayer  # (the old module name; the compat layer provides it)
 
 
 class ShiftLayer(_ConcatInputLayer):
