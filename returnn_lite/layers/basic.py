@@ -410,18 +410,6 @@ def _apply_out_type(template, out_type, name):
     return out
 
 
-def _compatible_to_output(src, output):
-    """
-    eval's source(i) (auto_convert): src in the layout of the output, as the original, which matches the feature
-    axes whatever their sizes (an out_type with dim 1 over a source with dim 12 keeps the source's 12 there).
-    """
-    fi, fj = src.feature_dim_axis, output.feature_dim_axis
-    if (fi is not None and fj is not None and not src.sparse and src.dims[fi] != output.dims[fj]
-            and src.dims[fi] not in output.dims and output.dims[fj] not in src.dims):
-        output = output.copy_template_replace_dim_tag(fj, src.dims[fi])
-    return src.copy_compatible_to(output, check_sparse=False, check_dtype=False)
-
-
 def _run_eval(code, layer, xs, eval_locals=None):
     """Evaluate an eval string with source(i), self, tf, np in scope."""
     used = set()
@@ -438,7 +426,7 @@ def _run_eval(code, layer, xs, eval_locals=None):
             return xs[i]
         out = layer.sources[i].output
         if auto_convert:
-            out = _compatible_to_output(out, layer.output)
+            out = out.copy_compatible_to(layer.output, check_sparse=False, check_dtype=False)
         if enforce_batch_major:
             out = out.copy_as_batch_major()
         return out if as_data else out.placeholder
