@@ -171,21 +171,19 @@ class _Conv(Module):
                     bias=self.bias if self.with_bias else None)
 
 
-class Conv1d(_Conv):
-    """1D conv: ``(y, out_spatial_dim) = conv1d(x, in_spatial_dim=)``; params filter [out, in // groups, k], bias."""
-
-    nd = 1
-
-    def __init__(self, in_dim, out_dim, filter_size, *, padding, strides=None, dilation_rate=None, groups=None,
-                 with_bias=True):
-        super().__init__(in_dim, out_dim, [filter_size] if isinstance(filter_size, (int, Dim)) else filter_size,
-                         padding=padding, strides=strides, dilation_rate=dilation_rate, groups=groups,
-                         with_bias=with_bias)
+class _OneSpatialDim:
+    """The 1D call form of a conv module: ``(y, out_spatial_dim) = mod(x, in_spatial_dim=)``."""
 
     def __call__(self, source, *, in_spatial_dim, out_spatial_dim=None):
         out, (out_spatial_dim,) = super().__call__(
             source, in_spatial_dims=[in_spatial_dim], out_spatial_dims=[out_spatial_dim] if out_spatial_dim else None)
         return out, out_spatial_dim
+
+
+class Conv1d(_OneSpatialDim, _Conv):
+    """1D conv: ``(y, out_spatial_dim) = conv1d(x, in_spatial_dim=)``; params filter [out, in // groups, k], bias."""
+
+    nd = 1
 
 
 class Conv2d(_Conv):
@@ -263,16 +261,11 @@ class _TransposedConv(Module):
             bias=self.bias if self.with_bias else None)
 
 
-class TransposedConv1d(_TransposedConv):
+class TransposedConv1d(_OneSpatialDim, _TransposedConv):
     """1D transposed conv: ``(y, out_spatial_dim) = tconv(x, in_spatial_dim=)``; upsamples by strides (default:
     the filter size)."""
 
     nd = 1
-
-    def __call__(self, source, *, in_spatial_dim, out_spatial_dim=None):
-        out, (out_spatial_dim,) = super().__call__(
-            source, in_spatial_dims=[in_spatial_dim], out_spatial_dims=[out_spatial_dim] if out_spatial_dim else None)
-        return out, out_spatial_dim
 
 
 class TransposedConv2d(_TransposedConv):
