@@ -63,14 +63,11 @@ def scatter(source, *, indices, indices_dim, mode="sum", fill_value=None, out_di
         if not isinstance(fill_value, (int, float)) or fill_value != 0:
             out = out + fill_value
     else:
-        # frames going elsewhere get -inf (max) / +inf (min) added: a where() of the hits only, then one combine
-        # (the layers backend's switch layer wants the same feature dims in its cond and values)
-        # (ints in float64: the infinities added do not overflow)
+        # frames going elsewhere are -inf (max) / +inf (min) (ints in float64, which holds the infinities)
         dtype = "float64" if source.dtype.startswith(("int", "uint")) else source.dtype
         empty = float("-inf") if mode == "max" else float("inf")
-        penalty = math_.where(hit, array_.full(dims=[], fill_value=0.0, dtype=dtype),
-                              array_.full(dims=[], fill_value=empty, dtype=dtype))
-        values = math_.combine(math_.cast(source, dtype), "add", penalty, allow_broadcast_all_sources=True)
+        values = math_.where(hit, math_.cast(source, dtype), array_.full(dims=[], fill_value=empty, dtype=dtype),
+                             allow_broadcast_all_sources=True)
         out = math_.reduce(values, mode=mode, axis=indices_dims)
         out = (math_.maximum if mode == "max" else math_.minimum)(out, float(fill_value))
         out = math_.cast(out, source.dtype)
