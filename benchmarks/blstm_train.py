@@ -144,6 +144,27 @@ def measure(session, train_op, feed, batches, steps):
     return frames, time.perf_counter() - w0, time.process_time() - c0
 
 
+def run_variants(variants, batches, rounds, steps):
+    """Builds each variant in its own graph and session, then measures them in interleaved rounds (so that load
+    changes hit all alike): {key: dict(session, build=(net s, grads s), wall=[frames/s], cpu=[frames/CPU-s])}."""
+    runs = {}
+    for key, build in variants.items():
+        graph = tf.Graph()
+        with graph.as_default():
+            tf1.set_random_seed(1)
+            train_op, feed, build_secs = build()
+            session = tf1.Session(graph=graph)
+            session.run(tf1.global_variables_initializer())
+            measure(session, train_op, feed, batches, 1)  # warm-up
+            runs[key] = dict(op=train_op, feed=feed, session=session, build=build_secs, wall=[], cpu=[])
+    for _ in range(rounds):
+        for r in runs.values():
+            frames, wall, cpu = measure(r["session"], r["op"], r["feed"], batches, steps)
+            r["wall"].append(frames / wall)
+            r["cpu"].append(frames / cpu)
+    return runs
+
+
 def peak_rss_mb(key, args):
     """Peak RSS increase (MB) of a fresh process that builds only this variant over a few training steps."""
     cmd = [sys.executable, os.path.abspath(__file__), "--only", key, "--layers", str(args.layers), "--units",
@@ -204,21 +225,7 @@ def main():
         variants["tfcell"] = lambda: build_returnn_lite(args.layers, args.units, args.tf_cell_unit, False)
     if args.only:
         return run_only(args.only, variants, batches)
-    runs = {}
-    for key, build in variants.items():
-        graph = tf.Graph()
-        with graph.as_default():
-            tf1.set_random_seed(1)
-            train_op, feed, build_secs = build()
-            session = tf1.Session(graph=graph)
-            session.run(tf1.global_variables_initializer())
-            measure(session, train_op, feed, batches, 1)  # warm-up
-            runs[key] = dict(op=train_op, feed=feed, session=session, build=build_secs, wall=[], cpu=[], peak=0)
-    for _ in range(args.rounds):  # interleaved, so that load changes hit all alike
-        for key, r in runs.items():
-            frames, wall, cpu = measure(r["session"], r["op"], r["feed"], batches, args.steps)
-            r["wall"].append(frames / wall)
-            r["cpu"].append(frames / cpu)
+    runs = run_variants(variants, batches, args.rounds, args.steps)
     for key, r in runs.items():
         r["session"].close()
         r["peak"] = 0 if args.no_memory else peak_rss_mb(key, args)

@@ -28,7 +28,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from blstm_train import N_IN, build_returnn_lite, make_batch, measure, plain_output_and_train_op  # noqa: E402
+from blstm_train import (  # noqa: E402
+    N_IN, build_returnn_lite, make_batch, plain_output_and_train_op, run_variants)
 
 tf1 = tf.compat.v1
 
@@ -150,21 +151,7 @@ def main():
         "loop": lambda: build_plain(args.unit, args.layers, args.units, dynamic=False),
         "dynamic": lambda: build_plain(args.unit, args.layers, args.units, dynamic=True)}
     names = {"lite": "returnn_lite (%s)" % args.unit, "loop": "plain TF loop", "dynamic": "plain TF dynamic_rnn"}
-    runs = {}
-    for key, build in variants.items():
-        graph = tf.Graph()
-        with graph.as_default():
-            tf1.set_random_seed(1)
-            train_op, feed, build_secs = build()
-            session = tf1.Session(graph=graph)
-            session.run(tf1.global_variables_initializer())
-            measure(session, train_op, feed, batches, 1)  # warm-up
-            runs[key] = dict(op=train_op, feed=feed, session=session, build=build_secs, wall=[], cpu=[])
-    for _ in range(args.rounds):  # interleaved, so that load changes hit all alike
-        for r in runs.values():
-            frames, wall, cpu = measure(r["session"], r["op"], r["feed"], batches, args.steps)
-            r["wall"].append(frames / wall)
-            r["cpu"].append(frames / cpu)
+    runs = run_variants(variants, batches, args.rounds, args.steps)
     for r in runs.values():
         r["session"].close()
     print("%-28s %12s %12s %10s %10s" % ("variant", "frames/s", "frames/CPUs", "net s", "grads s"))
