@@ -13,6 +13,7 @@ import shutil
 import h5py
 import numpy
 import pytest
+from hdf_faults import hdf_train_args, write_12ax_hdf  # (tests/hdf_faults.py)
 
 from returnn_lite.__main__ import main
 
@@ -66,28 +67,6 @@ def _fails_cleanly(capsys, argv, *fragments):
     return lines[0], captured.out
 
 
-def _write_hdf(path, dim=9, sparse_data=False, label_offset=0, n=8, nan_seq=None):
-    from returnn_lite.datasets import SimpleHDFWriter, Task12AXDataset
-
-    src = Task12AXDataset(num_seqs=n, fixed_random_seed=5)
-    src.init_seq_order(epoch=1)
-    writer = SimpleHDFWriter(str(path), dim=9 if sparse_data else dim, ndim=1 if sparse_data else 2)
-    for i in range(n):
-        data, classes = src.get_data(i, "data")[:, :dim], src.get_data(i, "classes")
-        if sparse_data:
-            data = data.argmax(-1).astype("int32")
-        elif i == nan_seq:
-            data = data.copy()
-            data[1, 0] = numpy.nan
-        writer.insert_batch(data[None], [len(data)], ["seq-%i" % i], extra={"classes": (classes + label_offset)[None]})
-    writer.close()
-    return str(path)
-
-
-def _hdf_train(path):
-    return ["++train", "{'class': 'HDFDataset', 'files': [%r]}" % path, "++dev", ""]
-
-
 def _h5py_fails(path):
     """Whether plain h5py fails to read the whole file (so the damage is detectable at all)."""
     try:
@@ -103,7 +82,7 @@ def _h5py_fails(path):
 
 def test_corrupt_hdf_random_bytes(setup, tmp_path, capsys):
     config, out = setup
-    good = _write_hdf(tmp_path / "good.hdf")
+    good = write_12ax_hdf(tmp_path / "good.hdf")
     size = os.path.getsize(good)
     found = 0
     for seed in range(60):
@@ -117,7 +96,7 @@ def test_corrupt_hdf_random_bytes(setup, tmp_path, capsys):
         if not _h5py_fails(bad):
             os.remove(bad)
             continue
-        line, _ = _fails_cleanly(capsys, [config] + _hdf_train(bad), bad)
+        line, _ = _fails_cleanly(capsys, [config] + hdf_train_args(bad), bad)
         assert "HDF" in line
         found += 1
         if found == 3:
@@ -128,10 +107,10 @@ def test_corrupt_hdf_random_bytes(setup, tmp_path, capsys):
 
 def test_hdf_dim_and_sparse_mismatch_checked_before_first_step(setup, tmp_path, capsys):
     config, out = setup
-    line, stdout = _fails_cleanly(capsys, [config] + _hdf_train(_write_hdf(tmp_path / "dim5.hdf", dim=5)),
+    line, stdout = _fails_cleanly(capsys, [config] + hdf_train_args(write_12ax_hdf(tmp_path / "dim5.hdf", dim=5)),
                                   "dataset 'train'", "'data'", "feature dim 5", "dim 9", "'hidden'")
     assert "start epoch" not in stdout
-    _fails_cleanly(capsys, [config] + _hdf_train(_write_hdf(tmp_path / "sparse.hdf", sparse_data=True)),
+    _fails_cleanly(capsys, [config] + hdf_train_args(write_12ax_hdf(tmp_path / "sparse.hdf", sparse_data=True)),
                    "dataset 'train'", "'data'", "sparse", "dense")
     assert not out.exists() or not list(out.glob("model.*"))
 
@@ -139,7 +118,7 @@ def test_hdf_dim_and_sparse_mismatch_checked_before_first_step(setup, tmp_path, 
 def test_labels_above_num_outputs(setup, tmp_path, capsys):
     config, out = setup
     # the HDF's own number of classes is larger: found before the first step
-    _fails_cleanly(capsys, [config] + _hdf_train(_write_hdf(tmp_path / "labels.hdf", label_offset=3)),
+    _fails_cleanly(capsys, [config] + hdf_train_args(write_12ax_hdf(tmp_path / "labels.hdf", label_offset=3)),
                    "dataset 'train'", "'classes'", "has only 2 classes", "'output'")
     # a dataset that declares 2 classes but has the label 5 in one seq: found in the batch, names the seq
     train = repr({"class": "StaticDataset", "output_dim": {"data": [9, 2], "classes": [2, 1]}, "data": [
@@ -151,7 +130,7 @@ def test_labels_above_num_outputs(setup, tmp_path, capsys):
 
 def test_non_finite_input_values(setup, tmp_path, capsys):
     config, out = setup
-    _fails_cleanly(capsys, [config] + _hdf_train(_write_hdf(tmp_path / "nan.hdf", nan_seq=2)),
+    _fails_cleanly(capsys, [config] + hdf_train_args(write_12ax_hdf(tmp_path / "nan.hdf", nan_seq=2)),
                    "dataset 'train' key 'data'", "non-finite", "seq-2")
 
 

@@ -18,6 +18,7 @@ import zipfile
 
 import numpy
 import pytest
+from hdf_faults import hdf_train_args, write_12ax_hdf  # (tests/hdf_faults.py)
 
 torch = pytest.importorskip("torch")
 
@@ -200,43 +201,21 @@ def test_learning_rate_override_on_resume_notice(out, capsys):
     assert re.search(r"start epoch 2 with learning rate 0.01\b", stdout)
 
 
-def _write_hdf(path, dim=9, sparse_data=False, label_offset=0, n=8, nan_seq=None):
-    from returnn_lite.datasets import SimpleHDFWriter, Task12AXDataset
-
-    src = Task12AXDataset(num_seqs=n, fixed_random_seed=5)
-    src.init_seq_order(epoch=1)
-    writer = SimpleHDFWriter(str(path), dim=9 if sparse_data else dim, ndim=1 if sparse_data else 2)
-    for i in range(n):
-        data, classes = src.get_data(i, "data")[:, :dim], src.get_data(i, "classes")
-        if sparse_data:
-            data = data.argmax(-1).astype("int32")
-        elif i == nan_seq:
-            data = data.copy()
-            data[1, 0] = numpy.nan
-        writer.insert_batch(data[None], [len(data)], ["seq-%i" % i], extra={"classes": (classes + label_offset)[None]})
-    writer.close()
-    return str(path)
-
-
-def _hdf_train(path):
-    return ["++train", "{'class': 'HDFDataset', 'files': [%r]}" % path, "++dev", ""]
-
-
 def test_dataset_mismatches_are_found_before_the_first_step(tmp_path, capsys):
     out = tmp_path / "out"
-    line, stdout = _fails_cleanly(capsys, _argv(out, *_hdf_train(_write_hdf(tmp_path / "dim5.hdf", dim=5))),
+    line, stdout = _fails_cleanly(capsys, _argv(out, *hdf_train_args(write_12ax_hdf(tmp_path / "dim5.hdf", dim=5))),
                                   "dataset 'train'", "'data'", "feature dim 5", "dim 9")
     assert "start epoch" not in stdout
-    _fails_cleanly(capsys, _argv(out, *_hdf_train(_write_hdf(tmp_path / "sparse.hdf", sparse_data=True))),
+    _fails_cleanly(capsys, _argv(out, *hdf_train_args(write_12ax_hdf(tmp_path / "sparse.hdf", sparse_data=True))),
                    "dataset 'train'", "'data'", "sparse", "dense")
-    _fails_cleanly(capsys, _argv(out, *_hdf_train(_write_hdf(tmp_path / "labels.hdf", label_offset=3))),
+    _fails_cleanly(capsys, _argv(out, *hdf_train_args(write_12ax_hdf(tmp_path / "labels.hdf", label_offset=3))),
                    "dataset 'train'", "'classes'", "has only 2 classes")
     # a dataset that declares 2 classes but has the label 5 in one seq: found in the batch, names the seq
     train = repr({"class": "StaticDataset", "output_dim": {"data": [9, 2], "classes": [2, 1]}, "data": [
         {"data": [[0.5] * 9] * 4, "classes": [0, 1, 0, 1]}, {"data": [[0.5] * 9] * 3, "classes": [1, 5, 0]}]})
     _fails_cleanly(capsys, _argv(out, "++train", train, "++dev", ""),
                    "dataset 'train' key 'classes'", "label 5 out of range [0, 2)", "seq-1")
-    _fails_cleanly(capsys, _argv(out, *_hdf_train(_write_hdf(tmp_path / "nan.hdf", nan_seq=2))),
+    _fails_cleanly(capsys, _argv(out, *hdf_train_args(write_12ax_hdf(tmp_path / "nan.hdf", nan_seq=2))),
                    "dataset 'train' key 'data'", "non-finite", "seq-2")
     assert not out.exists() or not list(out.glob("model.*"))
 
