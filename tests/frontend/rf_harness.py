@@ -53,6 +53,17 @@ def run_torch(extern_data, get_model, step, inputs, params, dyn_dims, *, train_f
     return res, model
 
 
+def extern_feed(net, inputs):
+    """The feed dict of a TFNetwork's extern data: inputs[key] and the lengths inputs["size:" + dim name]."""
+    feed = {}
+    for key, t in net.extern_data.data.items():
+        feed[t.placeholder] = inputs[key]
+        for d in t.dims:
+            if d.is_dynamic():
+                feed[d.dyn_size_ext.raw_tensor] = inputs["size:" + d.name]
+    return feed
+
+
 def run_layers(extern_data, get_model, step, inputs, params, dyn_dims):
     """The same on the layers backend (TFNetwork), train_flag False."""
     import tensorflow as tf
@@ -76,12 +87,7 @@ def run_layers(extern_data, get_model, step, inputs, params, dyn_dims):
         session.run(tf1.global_variables_initializer())
         for name, v in param_vars.items():
             v.load(params[name], session)
-        feed = {}
-        for key, t in net.extern_data.data.items():
-            feed[t.placeholder] = inputs[key]
-            for d in t.dims:
-                if d.is_dynamic():
-                    feed[d.dyn_size_ext.raw_tensor] = inputs["size:" + d.name]
+        feed = extern_feed(net, inputs)
         res = session.run(fetches, feed_dict=feed)
         for name in list(res):
             res[name + ":dims"] = dims[name]

@@ -12,6 +12,7 @@ from returnn_lite.frontend_layers import _lstm, get_net_dict
 from returnn_lite.network import TFNetwork
 from returnn_lite.tensor import Dim, batch_dim
 from returnn_lite.testing import build_network
+from rf_harness import extern_feed  # noqa: E402 (tests/frontend/rf_harness.py)
 
 tf1 = tf.compat.v1
 PARAMS = ("lstm.bias", "lstm.ff_weight", "lstm.rec_weight")
@@ -111,12 +112,7 @@ def _run(mode):
         session.run(tf1.global_variables_initializer())
         for n, v in params.items():
             v.load(values[n], session)
-        feed = {}
-        for key, t in net.extern_data.data.items():
-            feed[t.placeholder] = inputs[key]
-            for d in t.dims:
-                if d.is_dynamic():
-                    feed[d.dyn_size_ext.raw_tensor] = inputs["size:" + d.name]
+        feed = extern_feed(net, inputs)
         res = session.run(fetches, feed_dict=feed)
     return res, net_dict, sorted(params)
 

@@ -12,6 +12,7 @@ from returnn_lite.frontend._utils import FrontendError
 from returnn_lite.frontend_layers import get_net_dict
 from returnn_lite.network import TFNetwork
 from returnn_lite.tensor import Dim, batch_dim
+from rf_harness import extern_feed  # noqa: E402 (tests/frontend/rf_harness.py)
 
 tf1 = tf.compat.v1
 
@@ -37,12 +38,7 @@ def _run(extern_data, model, step, inputs, *, train_flag=False, params=None, gra
         session.run(tf1.global_variables_initializer())
         for name, value in (params or {}).items():
             by_name[name].load(value, session)
-        feed = {}
-        for key, t in net.extern_data.data.items():
-            feed[t.placeholder] = inputs[key]
-            for d in t.dims:
-                if d.is_dynamic():
-                    feed[d.dyn_size_ext.raw_tensor] = inputs["size:" + d.name]
+        feed = extern_feed(net, inputs)
         for key, out in grads_of:  # d sum(output) / d extern data
             fetches["grad:" + key] = tf.gradients(tf.reduce_sum(fetches[out]), net.extern_data.data[key].placeholder)[0]
         post = net.get_post_control_dependencies()

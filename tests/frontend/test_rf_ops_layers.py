@@ -12,6 +12,7 @@ from returnn_lite.config import Config, global_config_ctx
 from returnn_lite.frontend_layers import get_net_dict
 from returnn_lite.network import TFNetwork
 from returnn_lite.tensor import Dim, batch_dim
+from rf_harness import extern_feed  # noqa: E402 (tests/frontend/rf_harness.py)
 
 tf1 = tf.compat.v1
 
@@ -42,12 +43,7 @@ def _layers(func):
         net = TFNetwork(config=config, train_flag=False)
         net.construct_from_dict(net_dict)
         fetches = {k: net.get_layer(t.raw_tensor.get_abs_name()).output.placeholder for k, t in outputs.items()}
-        feed = {}
-        for key, t in net.extern_data.data.items():
-            feed[t.placeholder] = INPUTS[key]
-            for d in t.dims:
-                if d.is_dynamic():
-                    feed[d.dyn_size_ext.raw_tensor] = INPUTS["size:" + d.name]
+        feed = extern_feed(net, INPUTS)
         res = session.run(fetches, feed_dict=feed)
     for opts in EXTERN.values():
         for d in opts["dims"]:

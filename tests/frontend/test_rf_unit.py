@@ -10,6 +10,7 @@ from returnn_lite.config import Config, global_config_ctx
 from returnn_lite.frontend_layers import get_net_dict
 from returnn_lite.network import TFNetwork
 from returnn_lite.tensor import Dim, Tensor, batch_dim
+from rf_harness import extern_feed  # noqa: E402 (tests/frontend/rf_harness.py)
 
 tf1 = tf.compat.v1
 
@@ -26,12 +27,7 @@ def _build_and_run(extern_data, get_model, step, inputs, *, train_flag=False, ta
         net.construct_from_dict(net_dict)
         fetches = {name: net.get_layer(t.raw_tensor.get_abs_name()).output.placeholder for name, t in outputs.items()}
         session.run(tf1.global_variables_initializer())
-        feed = {}
-        for key, t in net.extern_data.data.items():
-            feed[t.placeholder] = inputs[key]
-            for d in t.dims:
-                if d.is_dynamic():
-                    feed[d.dyn_size_ext.raw_tensor] = inputs["size:" + d.name]
+        feed = extern_feed(net, inputs)
         post = net.get_post_control_dependencies()  # e.g. batch_norm's running stats updates (run by the engine)
         res = session.run(dict(fetches, _post=post) if post else fetches, feed_dict=feed)
         res.pop("_post", None)

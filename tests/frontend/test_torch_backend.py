@@ -13,6 +13,7 @@ from returnn_lite.config import Config, global_config_ctx  # noqa: E402
 from returnn_lite.frontend_layers import get_net_dict  # noqa: E402
 from returnn_lite.network import TFNetwork  # noqa: E402
 from returnn_lite.tensor import Dim, Tensor, TensorDict, batch_dim  # noqa: E402
+from rf_harness import extern_feed  # noqa: E402 (tests/frontend/rf_harness.py)
 
 tf1 = tf.compat.v1
 
@@ -116,12 +117,7 @@ def _run_layers(inputs, params):
         session.run(tf1.global_variables_initializer())
         for name, v in param_vars.items():
             v.load(params[name], session)
-        feed = {}
-        for key, t in net.extern_data.data.items():
-            feed[t.placeholder] = inputs[key]
-            for d in t.dims:
-                if d.is_dynamic():
-                    feed[d.dyn_size_ext.raw_tensor] = inputs["size:" + d.name]
+        feed = extern_feed(net, inputs)
         res = session.run(fetches, feed_dict=feed)
         time_dim.reset_eager()
     return res
